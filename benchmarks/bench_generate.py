@@ -1,0 +1,126 @@
+"""Generation throughput and peak memory of the vectorized generator, pinned to one core,
+next to a plain per-person Python loop doing the same work on a subsample.
+
+    python benchmarks/bench_generate.py                 # paper preset: 250k and 1M people
+    python benchmarks/bench_generate.py --people 100000 # quicker
+
+Each measurement runs in a fresh child process, so its peak RSS is its own. The ratio is
+measured in the same run; absolute numbers vary on a shared machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def child_vectorized(n_people: int, out: str) -> dict:
+    from data_gen import generate, resolve_config
+    cfg = resolve_config("paper", overrides={"n_people": n_people})
+    t0 = time.perf_counter()
+    m = generate(cfg, out)
+    dt = time.perf_counter() - t0
+    tokens = m["counts"]["train_tokens"] + sum(
+        m["counts"]["facts"][s] // cfg.n_attributes * cfg.seq_len for s in m["counts"]["facts"])
+    return {"people": n_people, "seconds": dt, "tokens": tokens}
+
+
+def child_naive(n_people: int, out: str) -> dict:
+    """The obvious implementation: one person at a time, Python lists, a set of used names."""
+    import numpy as np
+
+    from data_gen import resolve_config
+    from data_gen.generate import build_vocab
+    cfg = resolve_config("paper", overrides={"n_people": n_people})
+    rnd = random.Random(cfg.seed)
+    vocab = {t: i for i, t in enumerate(build_vocab(cfg))}
+    A = cfg.n_attributes
+    tables = [[[rnd.randrange(cfg.value_pool) for _ in range(a.value_tokens)]
+               for _ in range(a.n_values)] for a in cfg.attributes]
+    used, rows = set(), {"train": [], "eval_reordered": [], "eval_seen_order": []}
+    t0 = time.perf_counter()
+
+    def render(name, values, order):
+        seq = [vocab["<bos>"]] + [vocab[f"N{t}"] for t in name]
+        for a in order:
+            seq.append(vocab[f"[{cfg.attributes[a].name}]"])
+            seq += [vocab[f"V{t}"] for t in tables[a][values[a]]]
+        return seq + [vocab["<eos>"]]
+
+    for _ in range(n_people):
+        while True:
+            name = tuple(rnd.randrange(cfg.name_pool) for _ in range(cfg.name_tokens))
+            if name not in used:
+                used.add(name)
+                break
+        values = [rnd.randrange(a.n_values) for a in cfg.attributes]
+        held = rnd.randrange(A)
+        orders = set()
+        while len(orders) < cfg.orders_per_person:
+            o = list(range(A))
+            rnd.shuffle(o)
+            if o[0] != held:
+                orders.add(tuple(o))
+        orders = sorted(orders)
+        rest = [a for a in range(A) if a != held]
+        rnd.shuffle(rest)
+        for o in orders:
+            rows["train"].append(render(name, values, o))
+        rows["eval_reordered"].append(render(name, values, [held] + rest))
+        rows["eval_seen_order"].append(render(name, values, orders[0]))
+    for split, r in rows.items():
+        np.save(Path(out) / f"{split}.npy", np.array(r, dtype=np.uint16))
+    dt = time.perf_counter() - t0
+    return {"people": n_people, "seconds": dt, "tokens": sum(len(r) * cfg.seq_len for r in rows.values())}
+
+
+def measure(kind: str, n_people: int) -> dict:
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "d")
+        if kind == "naive":
+            os.makedirs(out)
+        code = (f"import os, json, sys; os.sched_setaffinity(0, {{0}}); sys.path.insert(0, {str(ROOT)!r});"
+                f"sys.path.insert(0, {str(Path(__file__).parent)!r});"
+                f"import bench_generate as b, resource;"
+                f"r = b.child_{kind}({n_people}, {out!r});"
+                f"r['peak_rss_mb'] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024;"
+                f"print(json.dumps(r))")
+        p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                           env={**os.environ, "OMP_NUM_THREADS": "1"})
+        if p.returncode:
+            raise SystemExit(p.stderr)
+        r = json.loads(p.stdout.strip().splitlines()[-1])
+    r["kind"] = kind
+    r["tokens_per_s"] = r["tokens"] / r["seconds"]
+    return r
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--people", type=int, default=1_000_000)
+    ap.add_argument("--naive-people", type=int, default=20_000)
+    args = ap.parse_args()
+    results = [measure("vectorized", args.people // 4), measure("vectorized", args.people),
+               measure("naive", args.naive_people)]
+    for r in results:
+        print(f"{r['kind']:>10} {r['people']:>9} people  {r['seconds']:7.2f} s  "
+              f"{r['tokens_per_s'] / 1e6:7.2f} M tokens/s  peak RSS {r['peak_rss_mb']:7.1f} MB")
+    big, naive = results[1], results[2]
+    print(f"speedup over the per-person loop (tokens/s): {big['tokens_per_s'] / naive['tokens_per_s']:.1f}x")
+    print(f"peak RSS growth from {results[0]['people']} to {big['people']} people: "
+          f"{big['peak_rss_mb'] / results[0]['peak_rss_mb']:.2f}x")
+    print(json.dumps({"results": results}))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,209 @@
+"""Generator configuration: one keyword-only dataclass, presets as functions, plain values only.
+
+Validation happens in ``__post_init__`` and names the field to change, because every refused
+config reaches the user as a one-line CLI error.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+DEFAULT_ATTRIBUTE_NAMES = (
+    "birth_city", "employer", "university", "major", "birth_date",
+    "work_city", "hobby", "pet", "instrument", "language",
+    "sport", "car", "food", "color", "band", "book",
+)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Attribute:
+    """One attribute: its key token is ``[name]``; it has ``n_values`` distinct values, each a
+    fixed sequence of ``value_tokens`` tokens from the shared value-token pool."""
+
+    name: str
+    n_values: int
+    value_tokens: int = 2
+
+    def __post_init__(self):
+        if not self.name or not self.name.replace("_", "").isalnum():
+            raise ValueError(f"attributes: name {self.name!r} must be letters, digits and '_'")
+        if self.n_values < 2:
+            raise ValueError(f"attributes.{self.name}.n_values must be >= 2 (got {self.n_values})")
+        if self.value_tokens < 1:
+            raise ValueError(
+                f"attributes.{self.name}.value_tokens must be >= 1 (got {self.value_tokens})")
+
+    @property
+    def bits(self) -> float:
+        return math.log2(self.n_values)
+
+
+def _attribute_from_dict(d) -> Attribute:
+    known = {f.name for f in dataclasses.fields(Attribute)}
+    if not isinstance(d, dict) or set(d) - known or "name" not in d or "n_values" not in d:
+        raise ValueError(f"attributes: {d!r} must be a table with keys name, n_values "
+                         "and optionally value_tokens")
+    return Attribute(**d)
+
+
+def _n_orders(n_attributes: int) -> int:
+    """Orders available for training once the held-out first attribute is excluded:
+    (A-1) choices of first attribute, then any order of the remaining A-1."""
+    return (n_attributes - 1) * math.factorial(n_attributes - 1)
+
+
+@dataclass(frozen=True, kw_only=True)
+class GenConfig:
+    n_people: int = 512
+    attributes: tuple[Attribute, ...] = field(
+        default_factory=lambda: tuple(Attribute(name=n, n_values=16384) for n in DEFAULT_ATTRIBUTE_NAMES[:5]))
+    name_tokens: int = 3           # tokens per person name
+    name_pool: int = 64            # distinct name tokens N0..N{pool-1}
+    value_pool: int = 128          # distinct value tokens V0..V{pool-1}, shared by all attributes
+    orders_per_person: int = 4     # distinct training orders per person (multiplicity)
+    n_unseen_people: int = 128     # control people, never trained on
+    text_eval_people: int = 0      # people per split written to eval_*.jsonl (0 = all)
+    shard_people: int = 65536      # people generated and written per shard (bounds memory)
+    seed: int = 0
+
+    def __post_init__(self):
+        if isinstance(self.attributes, str):
+            object.__setattr__(self, "attributes", parse_attributes(self.attributes))
+        attrs = tuple(a if isinstance(a, Attribute) else _attribute_from_dict(a)
+                      for a in self.attributes)
+        object.__setattr__(self, "attributes", attrs)
+        for name in ("n_people", "name_tokens", "name_pool", "value_pool", "orders_per_person",
+                     "shard_people"):
+            if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
+                raise ValueError(f"{name} must be a positive integer (got {getattr(self, name)!r})")
+        for name in ("n_unseen_people", "text_eval_people", "seed"):
+            if not isinstance(getattr(self, name), int) or getattr(self, name) < 0:
+                raise ValueError(f"{name} must be an integer >= 0 (got {getattr(self, name)!r})")
+        if len(attrs) < 2:
+            raise ValueError("attributes: need at least 2 attributes so that an evaluation order "
+                             "can start with an attribute never first in training")
+        names = [a.name for a in attrs]
+        if len(set(names)) != len(names):
+            raise ValueError(f"attributes: names must be distinct (got {names})")
+        if len(attrs) > 255:
+            raise ValueError("attributes: at most 255 attributes")
+        if self.orders_per_person > _n_orders(len(attrs)):
+            raise ValueError(
+                f"orders_per_person={self.orders_per_person} is too large: with {len(attrs)} "
+                f"attributes only {_n_orders(len(attrs))} training orders leave a held-out first "
+                "attribute; lower orders_per_person or add attributes")
+        names_needed = self.n_people + self.n_unseen_people
+        if self.name_pool ** self.name_tokens < names_needed:
+            raise ValueError(
+                f"name_pool={self.name_pool} with name_tokens={self.name_tokens} gives only "
+                f"{self.name_pool ** self.name_tokens} names for {names_needed} people; raise "
+                "name_pool or name_tokens")
+        if self.name_pool ** self.name_tokens >= 2 ** 62:
+            raise ValueError("name_pool ** name_tokens must be below 2**62; lower name_tokens")
+        for a in attrs:
+            if self.value_pool ** a.value_tokens < a.n_values:
+                raise ValueError(
+                    f"attributes.{a.name}: {a.n_values} distinct values need more than "
+                    f"value_pool={self.value_pool} ** value_tokens={a.value_tokens} sequences; "
+                    "raise value_pool or value_tokens")
+            if a.n_values > 2 ** 31:
+                raise ValueError(f"attributes.{a.name}.n_values must be below 2**31")
+
+    # ---- derived -----------------------------------------------------------------------------
+    @property
+    def n_attributes(self) -> int:
+        return len(self.attributes)
+
+    @property
+    def seq_len(self) -> int:
+        """<bos> NAME ([key] VALUE)* <eos>: the same for every order."""
+        return 2 + self.name_tokens + sum(1 + a.value_tokens for a in self.attributes)
+
+    @property
+    def ceiling_bits(self) -> float:
+        return sum(a.bits for a in self.attributes)
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> GenConfig:
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise ValueError(f"unknown config key(s) {', '.join(unknown)}; known keys: "
+                             f"{', '.join(sorted(known))}")
+        return cls(**d)
+
+
+def parse_attributes(spec: str) -> tuple[Attribute, ...]:
+    """``name:n_values[:value_tokens],...`` -> attributes, for ``--set attributes=...``."""
+    out = []
+    for part in spec.split(","):
+        bits = part.strip().split(":")
+        if len(bits) not in (2, 3):
+            raise ValueError(f"attributes: {part!r} is not name:n_values[:value_tokens]")
+        try:
+            nums = [int(b) for b in bits[1:]]
+        except ValueError:
+            raise ValueError(f"attributes: {part!r} has a non-integer count") from None
+        out.append(Attribute(name=bits[0], n_values=nums[0],
+                             **({"value_tokens": nums[1]} if len(nums) == 2 else {})))
+    return tuple(out)
+
+
+# ---- presets ---------------------------------------------------------------------------------
+def tiny() -> GenConfig:
+    """CPU quickstart and tests: 512 people, 5 attributes of 14 bits (a 70-bit ceiling)."""
+    return GenConfig()
+
+
+def small() -> GenConfig:
+    return GenConfig(
+        n_people=10_000, name_pool=256, n_unseen_people=1000,
+        attributes=tuple(Attribute(name=n, n_values=4096) for n in DEFAULT_ATTRIBUTE_NAMES[:8]))
+
+
+def paper() -> GenConfig:
+    """Paper scale: a million people; the text eval files cover a subsample for lm-eval."""
+    return GenConfig(
+        n_people=1_000_000, name_pool=1024, value_pool=512, n_unseen_people=10_000,
+        text_eval_people=10_000,
+        attributes=tuple(Attribute(name=n, n_values=65536) for n in DEFAULT_ATTRIBUTE_NAMES[:8]))
+
+
+PRESETS = {"tiny": tiny, "small": small, "paper": paper}
+
+
+def parse_value(text: str):
+    """A --set value: JSON when it parses (numbers, booleans, lists), else the plain string."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text
+
+
+def resolve_config(preset: str | None = "tiny", config_file: str | Path | None = None,
+                   overrides: dict | None = None, seed: int | None = None) -> GenConfig:
+    """preset -> TOML file -> --set overrides -> --seed, each layer replacing keys."""
+    if preset is not None and preset not in PRESETS:
+        raise ValueError(f"unknown preset {preset!r}; choose one of {', '.join(PRESETS)}")
+    d = (PRESETS[preset or "tiny"]()).to_dict()
+    if config_file is not None:
+        path = Path(config_file)
+        try:
+            file_d = tomllib.loads(path.read_text())
+        except FileNotFoundError:
+            raise ValueError(f"config file {path} does not exist") from None
+        except tomllib.TOMLDecodeError as e:
+            raise ValueError(f"config file {path} is not valid TOML: {e}") from None
+        d.update(file_d)
+    d.update(overrides or {})
+    if seed is not None:
+        d["seed"] = seed
+    return GenConfig.from_dict(d)

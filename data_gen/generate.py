@@ -1,0 +1,399 @@
+"""The fictional-person knowledge dataset, generated in vectorized shards.
+
+Design choices:
+- Names come from a keyed pseudo-random permutation (a Feistel network with cycle walking) of
+  the name-index space, applied to the global person index. Names are therefore unique without
+  any table of used names, and a shard needs nothing from earlier shards: memory stays bounded
+  by the shard size whatever the number of people.
+- Every random draw comes from a ``numpy.random.Generator`` seeded by (seed, stream, shard), so
+  shards are independent and the output is byte-identical for the same config and seed.
+- Each person gets a held-out first attribute ``e``. Training orders never start with ``e``;
+  the evaluation order always does, so it is never a training order and its first fact is never
+  first in training.
+- Token arrays are written as ``.npy`` files whose header is written up front and whose rows
+  are appended shard by shard, hashing as they go.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+from data_gen.config import GenConfig
+
+FORMAT_VERSION = 1
+SPECIAL_TOKENS = ("<pad>", "<bos>", "<eos>")
+SPLITS = ("train", "eval_reordered", "eval_seen_order", "eval_unseen_people")
+
+# Random streams (first element of a SeedSequence spawn key).
+_STREAM_VALUES, _STREAM_PEOPLE, _STREAM_UNSEEN, _STREAM_NAMES = range(4)
+
+_M1 = np.uint64(0xBF58476D1CE4E5B9)
+_M2 = np.uint64(0x94D049BB133111EB)
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+
+
+def _mix64(z: np.ndarray) -> np.ndarray:
+    """splitmix64 finalizer: a bijective avalanche on uint64 (wrapping arithmetic)."""
+    z = z + _GOLDEN
+    z = (z ^ (z >> np.uint64(30))) * _M1
+    z = (z ^ (z >> np.uint64(27))) * _M2
+    return z ^ (z >> np.uint64(31))
+
+
+class NamePermutation:
+    """A seeded bijection of [0, n) onto itself: 4 Feistel rounds on the smallest even-bit
+    domain >= n, cycle-walking values that land outside [0, n)."""
+
+    def __init__(self, n: int, seed: int):
+        self.n = n
+        bits = max(2, int(n - 1).bit_length())
+        self.half = (bits + 1) // 2
+        self.mask = np.uint64((1 << self.half) - 1)
+        ss = np.random.SeedSequence(seed, spawn_key=(_STREAM_NAMES,))
+        self.keys = ss.generate_state(4, dtype=np.uint64)
+
+    def _once(self, x: np.ndarray) -> np.ndarray:
+        left, right = x >> np.uint64(self.half), x & self.mask
+        for k in self.keys:
+            left, right = right, left ^ (_mix64(right ^ k) & self.mask)
+        return (left << np.uint64(self.half)) | right
+
+    def __call__(self, idx: np.ndarray) -> np.ndarray:
+        x = self._once(idx.astype(np.uint64))
+        out = x >= np.uint64(self.n)
+        while out.any():  # cycle walking keeps the map a bijection on [0, n)
+            x[out] = self._once(x[out])
+            out = x >= np.uint64(self.n)
+        return x.astype(np.int64)
+
+
+def build_vocab(cfg: GenConfig) -> list[str]:
+    return (list(SPECIAL_TOKENS) + [f"[{a.name}]" for a in cfg.attributes]
+            + [f"N{i}" for i in range(cfg.name_pool)] + [f"V{i}" for i in range(cfg.value_pool)])
+
+
+def token_dtype(vocab_size: int) -> np.dtype:
+    for dt in (np.uint8, np.uint16, np.uint32):
+        if vocab_size <= np.iinfo(dt).max + 1:
+            return np.dtype(dt)
+    raise ValueError(f"vocab of {vocab_size} tokens does not fit in uint32")
+
+
+class _Layout:
+    """Token ids and the per-attribute value tables shared by every shard."""
+
+    def __init__(self, cfg: GenConfig):
+        A = cfg.n_attributes
+        self.key_tok = np.arange(3, 3 + A)
+        self.name_base = 3 + A
+        self.value_base = 3 + A + cfg.name_pool
+        self.value_len = np.array([a.value_tokens for a in cfg.attributes])
+        self.max_len = int(self.value_len.max())
+        # values of attribute a are rows value_offset[a] .. value_offset[a] + M_a - 1 of one table,
+        # padded to the longest value
+        sizes = np.array([a.n_values for a in cfg.attributes])
+        self.value_offset = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+        rng = np.random.default_rng(np.random.SeedSequence(cfg.seed, spawn_key=(_STREAM_VALUES,)))
+        table = np.zeros((int(sizes.sum()), self.max_len), dtype=np.int64)
+        for a, attr in enumerate(cfg.attributes):
+            codes = rng.choice(cfg.value_pool ** attr.value_tokens, attr.n_values, replace=False)
+            for l in range(attr.value_tokens):  # base-Q digits, most significant first
+                digit = codes // cfg.value_pool ** (attr.value_tokens - 1 - l) % cfg.value_pool
+                table[self.value_offset[a]:self.value_offset[a] + attr.n_values, l] = digit
+        self.value_table = table + self.value_base
+
+    def render(self, cfg: GenConfig, names: np.ndarray, values: np.ndarray,
+               orders: np.ndarray) -> np.ndarray:
+        """(n, name_tokens) name ids, (n, A) value ids, (n, A) orders -> (n, seq_len) tokens."""
+        n, A = orders.shape
+        tokens = np.empty((n, cfg.seq_len), dtype=np.int64)
+        tokens[:, 0] = 1
+        tokens[:, -1] = 2
+        tokens[:, 1:1 + cfg.name_tokens] = names + self.name_base
+        seg = 1 + self.value_len[orders]                                   # (n, A)
+        starts = 1 + cfg.name_tokens + np.cumsum(seg, axis=1) - seg        # (n, A)
+        rows = np.arange(n)
+        for p in range(A):
+            att = orders[:, p]
+            tokens[rows, starts[:, p]] = self.key_tok[att]
+            vrow = self.value_table[self.value_offset[att] + values[rows, att]]  # (n, max_len)
+            for l in range(self.max_len):
+                m = l < self.value_len[att]
+                tokens[rows[m], starts[m, p] + 1 + l] = vrow[m, l]
+        return tokens
+
+
+def _name_tokens(cfg: GenConfig, perm: NamePermutation, person: np.ndarray) -> np.ndarray:
+    code = perm(person)
+    digits = [code // cfg.name_pool ** (cfg.name_tokens - 1 - i) % cfg.name_pool
+              for i in range(cfg.name_tokens)]
+    return np.stack(digits, axis=1)                                        # (n, name_tokens)
+
+
+def _order_with_first(rng: np.random.Generator, first: np.ndarray, A: int) -> np.ndarray:
+    """Uniform random orders of A attributes whose first element is ``first`` (any shape)."""
+    keys = rng.random(first.shape + (A,))
+    np.put_along_axis(keys, first[..., None], -1.0, axis=-1)
+    return np.argsort(keys, axis=-1, kind="stable")
+
+
+def _perm_hash(orders: np.ndarray) -> np.ndarray:
+    h = np.zeros(orders.shape[:-1], dtype=np.uint64)
+    for k in range(orders.shape[-1]):
+        h = _mix64(h ^ orders[..., k].astype(np.uint64))
+    return h
+
+
+def _training_orders(rng: np.random.Generator, held_out: np.ndarray, r: int, A: int) -> np.ndarray:
+    """(n, r, A): r distinct orders per person, none starting with its held-out attribute."""
+    n = held_out.shape[0]
+    first = (held_out[:, None] + rng.integers(1, A, size=(n, r))) % A     # uniform over != e
+    orders = _order_with_first(rng, first, A)
+    lower = np.tril(np.ones((r, r), dtype=bool), k=-1)
+    while True:
+        h = _perm_hash(orders)                                             # (n, r)
+        # a hash collision of two different orders only causes a harmless redraw
+        dup = ((h[:, :, None] == h[:, None, :]) & lower).any(axis=2)       # (n, r)
+        if not dup.any():
+            return orders
+        rows, slots = np.nonzero(dup)
+        f = (held_out[rows] + rng.integers(1, A, size=rows.shape[0])) % A
+        orders[rows, slots] = _order_with_first(rng, f, A)
+
+
+class _NpyWriter:
+    """Streams rows into a .npy file with a header written up front, hashing as it goes."""
+
+    def __init__(self, path: Path, shape: tuple[int, ...], dtype: np.dtype):
+        self.path, self.shape, self.dtype = path, shape, dtype
+        self.f = open(path, "wb")
+        self.sha = _HashingFile(self.f)
+        header = {"descr": np.lib.format.dtype_to_descr(dtype), "fortran_order": False,
+                  "shape": shape}
+        np.lib.format.write_array_header_1_0(self.sha, header)
+        self.rows = 0
+
+    def write(self, arr: np.ndarray):
+        assert arr.shape[1:] == self.shape[1:], (arr.shape, self.shape)
+        self.sha.write(np.ascontiguousarray(arr, dtype=self.dtype).tobytes())
+        self.rows += arr.shape[0]
+
+    def close(self) -> dict:
+        assert self.rows == self.shape[0], f"{self.path}: wrote {self.rows} of {self.shape[0]} rows"
+        self.f.close()
+        return self.sha.record()
+
+
+class _HashingFile:
+    def __init__(self, f):
+        self.f, self.h, self.n = f, hashlib.sha256(), 0
+
+    def write(self, b):
+        b = b.encode() if isinstance(b, str) else b
+        self.h.update(b)
+        self.n += len(b)
+        return self.f.write(b)
+
+    def record(self) -> dict:
+        return {"sha256": self.h.hexdigest(), "bytes": self.n}
+
+
+def sha256_file(path: Path, chunk: int = 1 << 22) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            h.update(block)
+    return h.hexdigest()
+
+
+def dataset_hash(manifest: dict) -> str:
+    """Identity of a dataset: its generator config and the hash of every file."""
+    ident = {"config": manifest["config"], "files": {k: v["sha256"] for k, v in manifest["files"].items()}}
+    return hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()
+
+
+class _Split:
+    """The writers of one split: tokens, person ids, attribute orders, and the text facts."""
+
+    def __init__(self, out: Path, name: str, n_rows: int, cfg: GenConfig, dtype, text_rows: int):
+        A = cfg.n_attributes
+        self.name, self.text_rows, self.text_done = name, text_rows, 0
+        self.writers = {
+            "tokens": _NpyWriter(out / f"{name}_tokens.npy", (n_rows, cfg.seq_len), dtype),
+            "person": _NpyWriter(out / f"{name}_person.npy", (n_rows,), np.dtype(np.uint32)),
+            "order": _NpyWriter(out / f"{name}_order.npy", (n_rows, A), np.dtype(np.uint8)),
+        }
+        self.jsonl = None
+        if name != "train":
+            self.jsonl_path = out / f"{name}.jsonl"
+            self.jsonl_file = open(self.jsonl_path, "wb")
+            self.jsonl = _HashingFile(self.jsonl_file)
+
+    def write(self, tokens, person, orders, vocab_arr, cfg: GenConfig, layout: _Layout):
+        self.writers["tokens"].write(tokens)
+        self.writers["person"].write(person)
+        self.writers["order"].write(orders)
+        if self.jsonl is None:
+            return
+        take = tokens.shape[0] if self.text_rows == 0 else max(0, self.text_rows - self.text_done)
+        take = min(take, tokens.shape[0])
+        if take == 0:
+            return
+        seg = 1 + layout.value_len[orders[:take]]
+        starts = 1 + cfg.name_tokens + np.cumsum(seg, axis=1) - seg        # key positions
+        words = vocab_arr[tokens[:take]]
+        lines = []
+        for i in range(take):
+            row = words[i]
+            for p in range(cfg.n_attributes):
+                a = int(orders[i, p])
+                k = int(starts[i, p])
+                lines.append(json.dumps({
+                    "prompt": " ".join(row[1:k + 1]),
+                    "target": " ".join(row[k + 1:k + 1 + int(layout.value_len[a])]),
+                    "person": int(person[i]),
+                    "attribute": cfg.attributes[a].name,
+                    "split": self.name,
+                }) + "\n")
+        self.jsonl.write("".join(lines))
+        self.text_done += take
+
+    def close(self) -> dict[str, dict]:
+        files = {w.path.name: w.close() for w in self.writers.values()}
+        if self.jsonl is not None:
+            self.jsonl_file.close()
+            files[self.jsonl_path.name] = self.jsonl.record()
+        return files
+
+
+def _generate_into(cfg: GenConfig, out: Path, progress: Callable[[int], None] | None) -> dict:
+    A, r = cfg.n_attributes, cfg.orders_per_person
+    vocab = build_vocab(cfg)
+    dtype = token_dtype(len(vocab))
+    vocab_arr = np.array(vocab, dtype=object)
+    layout = _Layout(cfg)
+    perm = NamePermutation(cfg.name_pool ** cfg.name_tokens, cfg.seed)
+    text = cfg.text_eval_people
+    splits = {
+        "train": _Split(out, "train", cfg.n_people * r, cfg, dtype, 0),
+        "eval_reordered": _Split(out, "eval_reordered", cfg.n_people, cfg, dtype, text),
+        "eval_seen_order": _Split(out, "eval_seen_order", cfg.n_people, cfg, dtype, text),
+        "eval_unseen_people": _Split(out, "eval_unseen_people", cfg.n_unseen_people, cfg, dtype,
+                                     text),
+    }
+
+    def people(stream: int, start: int, stop: int):
+        for shard, lo in enumerate(range(start, stop, cfg.shard_people)):
+            hi = min(lo + cfg.shard_people, stop)
+            rng = np.random.default_rng(np.random.SeedSequence(cfg.seed, spawn_key=(stream, shard)))
+            person = np.arange(lo, hi)
+            names = _name_tokens(cfg, perm, person)
+            values = np.stack([rng.integers(0, a.n_values, size=hi - lo) for a in cfg.attributes],
+                              axis=1)                                      # (n, A)
+            yield rng, person, names, values
+
+    for rng, person, names, values in people(_STREAM_PEOPLE, 0, cfg.n_people):
+        n = person.shape[0]
+        held_out = rng.integers(0, A, size=n)
+        train_orders = _training_orders(rng, held_out, r, A)               # (n, r, A)
+        eval_orders = _order_with_first(rng, held_out, A)                  # (n, A)
+        flat = train_orders.reshape(n * r, A)                              # person-major rows
+        rep = np.repeat(np.arange(n), r)
+        splits["train"].write(layout.render(cfg, names[rep], values[rep], flat), person[rep],
+                              flat, vocab_arr, cfg, layout)
+        splits["eval_reordered"].write(layout.render(cfg, names, values, eval_orders), person,
+                                       eval_orders, vocab_arr, cfg, layout)
+        seen = train_orders[:, 0]
+        splits["eval_seen_order"].write(layout.render(cfg, names, values, seen), person, seen,
+                                        vocab_arr, cfg, layout)
+        if progress:
+            progress(n)
+
+    total = cfg.n_people + cfg.n_unseen_people
+    for rng, person, names, values in people(_STREAM_UNSEEN, cfg.n_people, total):
+        n = person.shape[0]
+        orders = _order_with_first(rng, rng.integers(0, A, size=n), A)
+        splits["eval_unseen_people"].write(layout.render(cfg, names, values, orders), person,
+                                           orders, vocab_arr, cfg, layout)
+        if progress:
+            progress(n)
+
+    files = {}
+    for s in splits.values():
+        files.update(s.close())
+    vocab_bytes = (json.dumps({"tokens": vocab}, indent=0) + "\n").encode()
+    (out / "vocab.json").write_bytes(vocab_bytes)
+    files["vocab.json"] = {"sha256": hashlib.sha256(vocab_bytes).hexdigest(),
+                           "bytes": len(vocab_bytes)}
+
+    n_text = {s: (cfg.n_unseen_people if s == "eval_unseen_people" else cfg.n_people)
+              for s in SPLITS[1:]}
+    if text:
+        n_text = {s: min(n, text) for s, n in n_text.items()}
+    manifest = {
+        "format_version": FORMAT_VERSION,
+        "generator": "data_gen",
+        "config": cfg.to_dict(),
+        "seed": cfg.seed,
+        "vocab_size": len(vocab),
+        "token_dtype": dtype.name,
+        "seq_len": cfg.seq_len,
+        "counts": {
+            "people": cfg.n_people,
+            "unseen_people": cfg.n_unseen_people,
+            "attributes": A,
+            "train_sequences": cfg.n_people * r,
+            "train_tokens": cfg.n_people * r * cfg.seq_len,
+            "facts": {"eval_reordered": cfg.n_people * A, "eval_seen_order": cfg.n_people * A,
+                      "eval_unseen_people": cfg.n_unseen_people * A},
+            "text_facts": {s: n * A for s, n in n_text.items()},
+        },
+        "ceiling_bits_per_attribute": {a.name: a.bits for a in cfg.attributes},
+        "ceiling_bits": cfg.ceiling_bits,
+        "files": dict(sorted(files.items())),
+    }
+    manifest["dataset_hash"] = dataset_hash(manifest)
+    (out / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
+    return manifest
+
+
+def generate(cfg: GenConfig, out: str | Path, *, force: bool = False,
+             progress: Callable[[int], None] | None = None) -> dict:
+    """Write the dataset of ``cfg`` to ``out`` and return its manifest.
+
+    The files are written into a temporary sibling directory that is renamed into place only
+    when complete, so an error or interrupt never leaves a half-written dataset at ``out``.
+    """
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise FileExistsError(f"{out} exists and is not a directory; choose another --out")
+    if out.is_dir() and any(out.iterdir()) and not force:
+        raise FileExistsError(f"{out} is not empty; pass --force to replace it or choose "
+                              "another --out")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    try:
+        t0 = time.perf_counter()
+        manifest = _generate_into(cfg, tmp, progress)
+        manifest_seconds = time.perf_counter() - t0
+        if out.exists():
+            old = out.parent / f".{out.name}.old-{os.getpid()}"
+            out.rename(old)
+            tmp.rename(out)
+            shutil.rmtree(old)
+        else:
+            tmp.rename(out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return {**manifest, "seconds": manifest_seconds}

@@ -1,0 +1,171 @@
+"""Invariants of the generated dataset, over several seeds and small configs."""
+
+import json
+import math
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from data_gen import Attribute, GenConfig, generate
+from data_gen.generate import NamePermutation
+from depthbench.data import Dataset, DatasetError, TrainBatches
+
+
+def small_config(seed=0, **kw):
+    base = dict(n_people=40, n_unseen_people=12, name_pool=6, value_pool=20, orders_per_person=3,
+                shard_people=16, seed=seed,
+                attributes=(Attribute(name="city", n_values=20, value_tokens=2),
+                            Attribute(name="job", n_values=7, value_tokens=1),
+                            Attribute(name="pet", n_values=30, value_tokens=3)))
+    base.update(kw)
+    return GenConfig(**base)
+
+
+def people_facts(ds, split):
+    """{person: {attribute: value token tuple}} read back from a split's token rows."""
+    s = ds.split(split)
+    keys = ds.key_positions(np.asarray(s.order))
+    out = {}
+    for row, person, order, kpos in zip(np.asarray(s.tokens), s.person, s.order, keys):
+        facts = {}
+        for a, k in zip(order, kpos):
+            assert row[k] == ds.vocab.index[f"[{ds.attributes[a]}]"]
+            facts[int(a)] = tuple(row[k + 1:k + 1 + ds.value_tokens[a]])
+        name = tuple(row[1:1 + ds.name_tokens])
+        out.setdefault(int(person), []).append((name, facts, tuple(order)))
+    return out
+
+
+configs = st.builds(
+    lambda seed, n, a, r, tok: small_config(
+        seed=seed, n_people=n, orders_per_person=r,
+        attributes=tuple(Attribute(name=f"a{i}", n_values=5 + 3 * i, value_tokens=tok[i % 2])
+                         for i in range(a))),
+    seed=st.integers(0, 2**32 - 1), n=st.integers(1, 60), a=st.integers(3, 5),
+    r=st.integers(1, 4), tok=st.tuples(st.integers(1, 2), st.integers(1, 3)))
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(cfg=configs)
+def test_dataset_invariants(cfg, tmp_path_factory):
+    out = tmp_path_factory.mktemp("ds")
+    manifest = generate(cfg, out / "d")
+    ds = Dataset(out / "d")
+    A = cfg.n_attributes
+    assert manifest["ceiling_bits"] == pytest.approx(sum(math.log2(a.n_values) for a in cfg.attributes))
+    train = people_facts(ds, "train")
+    reordered = people_facts(ds, "eval_reordered")
+    seen = people_facts(ds, "eval_seen_order")
+    unseen = people_facts(ds, "eval_unseen_people")
+    assert sorted(train) == sorted(reordered) == sorted(seen) == list(range(cfg.n_people))
+    assert sorted(unseen) == list(range(cfg.n_people, cfg.n_people + cfg.n_unseen_people))
+
+    names = {}
+    value_sets = [set() for _ in range(A)]
+    for person, rows in train.items():
+        assert len(rows) == cfg.orders_per_person
+        name, facts, _ = rows[0]
+        orders = [o for _, _, o in rows]
+        assert len(set(orders)) == len(orders), "training orders are distinct"
+        for n2, f2, o in rows:
+            assert n2 == name and f2 == facts, "every rendering carries the same facts"
+            assert sorted(o) == list(range(A)), "orders are permutations"
+        ((ename, efacts, eorder),) = reordered[person]
+        assert ename == name and efacts == facts
+        assert eorder not in orders, "held-out order is never a training order"
+        assert eorder[0] not in {o[0] for o in orders}, "held-out first attribute never first"
+        ((_, sfacts, sorder),) = seen[person]
+        assert sorder in orders and sfacts == facts
+        names[name] = person
+        for a, v in facts.items():
+            value_sets[a].add(v)
+    assert len(names) == cfg.n_people, "names are unique"
+    assert not {rows[0][0] for rows in unseen.values()} & set(names), "unseen names are new"
+    for a, vs in enumerate(value_sets):
+        assert len(vs) <= cfg.attributes[a].n_values
+    for split in ("train", "eval_reordered", "eval_seen_order", "eval_unseen_people"):
+        assert int(np.asarray(ds.split(split).tokens).max()) < len(ds.vocab)
+
+
+def test_values_come_from_a_fixed_set_of_distinct_sequences(tmp_path):
+    cfg = small_config(n_people=300, n_unseen_people=0, name_pool=10)
+    generate(cfg, tmp_path / "d")
+    ds = Dataset(tmp_path / "d")
+    facts = people_facts(ds, "eval_reordered")
+    for a, attr in enumerate(cfg.attributes):
+        vals = {f[a] for rows in facts.values() for _, f, _ in rows}
+        # 300 draws from n_values: every value appears, and never more than n_values of them
+        assert len(vals) == attr.n_values
+
+
+def test_text_form_round_trips_through_the_vocab(tmp_path):
+    cfg = small_config()
+    generate(cfg, tmp_path / "d")
+    ds = Dataset(tmp_path / "d")
+    toks = np.asarray(ds.split("eval_reordered").tokens)
+    lines = (tmp_path / "d" / "eval_reordered.jsonl").read_text().splitlines()
+    assert len(lines) == cfg.n_people * cfg.n_attributes
+    for i, line in enumerate(lines):
+        rec = json.loads(line)
+        row = toks[i // cfg.n_attributes]
+        ids = ds.vocab.encode(rec["prompt"] + " " + rec["target"])
+        assert ids == list(row[1:1 + len(ids)]), "prompt + target is a prefix of the row"
+        assert ds.vocab.decode(ds.vocab.encode(rec["prompt"])) == rec["prompt"]
+        assert rec["prompt"].split()[-1] == f"[{rec['attribute']}]"
+        assert rec["split"] == "eval_reordered"
+
+
+def test_same_seed_same_bytes_other_seed_other_data(tmp_path):
+    cfg = small_config(seed=7)
+    m1 = generate(cfg, tmp_path / "a")
+    m2 = generate(cfg, tmp_path / "b")
+    m3 = generate(small_config(seed=8), tmp_path / "c")
+    assert m1["files"] == m2["files"] and m1["dataset_hash"] == m2["dataset_hash"]
+    for f in m1["files"]:
+        assert (tmp_path / "a" / f).read_bytes() == (tmp_path / "b" / f).read_bytes()
+    assert m3["files"]["train_tokens.npy"] != m1["files"]["train_tokens.npy"]
+
+
+def test_name_permutation_is_a_bijection():
+    for n in (1, 2, 5, 64, 1000, 4097):
+        perm = NamePermutation(n, seed=3)
+        out = perm(np.arange(n))
+        assert sorted(out.tolist()) == list(range(n))
+
+
+def test_corrupt_or_missing_files_are_detected(tmp_path):
+    generate(small_config(), tmp_path / "d")
+    d = tmp_path / "d"
+    Dataset(d)
+    f = d / "train_tokens.npy"
+    raw = bytearray(f.read_bytes())
+    raw[-1] ^= 1
+    f.write_bytes(bytes(raw))
+    with pytest.raises(DatasetError, match="train_tokens.npy.*sha256"):
+        Dataset(d)
+    f.write_bytes(bytes(raw[:-5]))
+    with pytest.raises(DatasetError, match="train_tokens.npy.*truncated"):
+        Dataset(d)
+    f.unlink()
+    with pytest.raises(DatasetError, match="train_tokens.npy is missing"):
+        Dataset(d)
+    (d / "manifest.json").write_text("{not json")
+    with pytest.raises(DatasetError, match="manifest.json is corrupt"):
+        Dataset(d)
+    with pytest.raises(DatasetError, match="does not exist"):
+        Dataset(tmp_path / "nowhere")
+
+
+def test_train_batches_cover_every_row_each_epoch_and_split_across_ranks(tmp_path):
+    generate(small_config(), tmp_path / "d")
+    split = Dataset(tmp_path / "d").split("train")
+    N = len(split)  # 120 rows
+    one = TrainBatches(split, batch_size=8, seed=5)
+    rows = np.concatenate([one.batch(s) for s in range(N // 8)])
+    assert sorted(map(tuple, rows.tolist())) == sorted(map(tuple, np.asarray(split.tokens).tolist()))
+    two = [TrainBatches(split, batch_size=8, seed=5, rank=r, world=2) for r in range(2)]
+    for s in (0, 3, 20):
+        np.testing.assert_array_equal(np.concatenate([t.batch(s) for t in two]), one.batch(s))
+    assert not np.array_equal(TrainBatches(split, 8, seed=6).batch(0), one.batch(0))
