@@ -116,3 +116,219 @@ def generate(out, preset, config_file, sets, seed, force, as_json):
         emit_json({"out": str(out), "dataset_hash": manifest["dataset_hash"],
                    "people": c["people"], "facts": facts, "train_tokens": c["train_tokens"],
                    "ceiling_bits": manifest["ceiling_bits"], "seconds": seconds})
+
+
+def split_sets(pairs: dict) -> tuple[dict, dict]:
+    """--set keys go to the model or the training config by field name."""
+    import dataclasses
+
+    from depthbench.config import ModelConfig, TrainConfig
+    mf = {f.name for f in dataclasses.fields(ModelConfig)}
+    tf = {f.name for f in dataclasses.fields(TrainConfig)}
+    model, train_ = {}, {}
+    for k, v in pairs.items():
+        key = k.split(".", 1)[1] if k.startswith(("model.", "train.")) else k
+        if k.startswith("model.") or (key in mf and not k.startswith("train.")):
+            if key not in mf:
+                fail(f"--set {k}: unknown model config key")
+            model[key] = v
+        elif key in tf:
+            train_[key] = v
+        else:
+            fail(f"--set {k}: unknown config key; model keys: {', '.join(sorted(mf))}; "
+                 f"training keys: {', '.join(sorted(tf))}")
+    return model, train_
+
+
+def resolve_configs(preset: str, sets: tuple[str, ...], **train_overrides):
+    from depthbench.config import model_preset, train_preset
+    m, t = split_sets(parse_sets(sets))
+    t.update({k: v for k, v in train_overrides.items() if v is not None})
+    return model_preset(preset).replace(**m), train_preset(preset).replace(**t)
+
+
+@main.command()
+@click.option("--data", required=True, type=click.Path(), help="Dataset directory.")
+@click.option("--out", required=True, type=click.Path(file_okay=False), help="Run directory.")
+@click.option("--preset", default="tiny", show_default=True,
+              help="Model and training preset: tiny, small, paper-200m, paper-1b.")
+@click.option("--schedule", default="uniform:1-16", show_default=True,
+              help="Depth schedule, e.g. fixed:4, uniform:1-16, fixed-first:0.8:4:1-16.")
+@click.option("--steps", type=int, help="Training steps (replaces the preset's).")
+@click.option("--match-flops", type=click.Path(), metavar="RUN",
+              help="Train for as many steps as spend RUN's modeled FLOPs.")
+@click.option("--seed", type=int, help="Seed of init, data order and depth draws.")
+@click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
+              help="Override a model or training config key, e.g. --set lr=1e-3 --set d_model=128.")
+@click.option("--resume", is_flag=True, help="Continue the run in --out from its latest checkpoint.")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON summary as the last line.")
+def train(data, out, preset, schedule, steps, match_flops, seed, sets, resume, as_json):
+    """Train a looped transformer under a depth schedule.
+
+    \b
+    Examples:
+      depthbench train --data data/tiny --out runs/uniform --schedule uniform:1-16
+      depthbench train --data data/tiny --out runs/ff --schedule fixed-first:0.8:4:1-16
+      depthbench train --data data/tiny --out runs/u-matched --schedule uniform:1-16 --match-flops runs/ff
+      torchrun --nproc_per_node=2 -m depthbench train --data data/tiny --out runs/ddp
+    """
+    from depthbench.train import train as run_train
+
+    if steps is not None and match_flops:
+        fail("give either --steps or --match-flops, not both")
+    from depthbench.schedules import parse_schedule
+    parse_schedule(schedule)
+    model_cfg, train_cfg = resolve_configs(preset, sets, steps=steps, seed=seed)
+    if match_flops:
+        train_cfg = train_cfg.replace(steps=_matched_steps(match_flops, data, model_cfg, train_cfg,
+                                                           schedule))
+    summary = run_train(data, out, model_cfg, train_cfg, schedule, resume=resume,
+                        log=lambda m: click.echo(m, err=True))
+    if as_json:
+        emit_json(summary)
+
+
+def _matched_steps(ref_run, data, model_cfg, train_cfg, schedule) -> int:
+    from depthbench.checkpoint import read_run
+    from depthbench.data import Dataset
+    from depthbench.flops import FlopModel, match_steps, schedule_flops
+    from depthbench.schedules import parse_schedule
+
+    ref = read_run(ref_run)
+    ref_sched = parse_schedule(ref["schedule"])
+    ref_fm = FlopModel(**{**ref["flop_model"]})
+    target = schedule_flops(ref_fm, ref_sched, ref["train"]["steps"], ref["seed"],
+                            ref["tokens_per_step"])
+    ds = Dataset(data)
+    m = model_cfg.replace(vocab_size=model_cfg.vocab_size or len(ds.vocab))
+    fm = FlopModel.of(m, ds.seq_len - 1)
+    return match_steps(fm, parse_schedule(schedule), target, ref["train"]["steps"],
+                       train_cfg.seed, train_cfg.batch_size * (ds.seq_len - 1))
+
+
+@main.command()
+@click.argument("run", required=False, type=click.Path())
+@click.option("--preset", help="Model preset (with the dataset preset of the same size).")
+@click.option("--schedule", required=True, help="Depth schedule spec.")
+@click.option("--steps", type=int, help="Steps (default: the preset's or the run's).")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON summary as the last line.")
+def flops(run, preset, schedule, steps, seed, as_json):
+    """Modeled training FLOPs of a schedule, and its fraction of uniform training.
+
+    \b
+    Examples:
+      depthbench flops --preset tiny --schedule fixed-first:0.8:4:1-16
+      depthbench flops --preset paper-200m --schedule fixed:4 --steps 20000
+      depthbench flops runs/uniform --schedule fixed:4
+    """
+    from depthbench.config import model_preset, train_preset
+    from depthbench.flops import FlopModel, schedule_flops
+    from depthbench.schedules import parse_schedule
+
+    sched = parse_schedule(schedule)
+    if (run is None) == (preset is None):
+        fail("give either a RUN directory or --preset")
+    if run is not None:
+        from depthbench.checkpoint import read_run
+        rec = read_run(run)
+        fm = FlopModel(**rec["flop_model"])
+        n_steps, tps = steps or rec["train"]["steps"], rec["tokens_per_step"]
+    else:
+        from data_gen.config import PRESETS
+        from data_gen.generate import build_vocab
+        data_name = {"tiny": "tiny", "small": "small"}.get(preset, "paper")
+        gen = PRESETS[data_name]()
+        m = model_preset(preset)
+        m = m.replace(vocab_size=m.vocab_size or len(build_vocab(gen)))
+        fm = FlopModel.of(m, gen.seq_len - 1)
+        t = train_preset(preset) if preset in ("tiny", "small", "paper-200m", "paper-1b") else None
+        n_steps = steps or (t.steps if t else 1000)
+        tps = (t.batch_size if t else 128) * (gen.seq_len - 1)
+    total = schedule_flops(fm, sched, n_steps, seed, tps)
+    hi = max(sched.max_depth, 16) if sched.kind != "fixed" else 16
+    uni = schedule_flops(fm, parse_schedule(f"uniform:1-{hi}"), n_steps, seed, tps)
+    depths = sched.depths(n_steps, seed)
+    click.echo(f"{schedule}: {n_steps} steps, mean depth {depths.mean():.2f}, modeled training "
+               f"FLOPs {total:.4e} = {100 * total / uni:.1f}% of uniform:1-{hi} ({uni:.4e})")
+    click.echo(f"per token: forward F0 {fm.f0:.4e} + K x Fr {fm.fr:.4e}")
+    if as_json:
+        emit_json({"schedule": schedule, "steps": n_steps, "flops": total, "uniform_flops": uni,
+                   "fraction_of_uniform": total / uni, "mean_depth": float(depths.mean()),
+                   "f0": fm.f0, "fr": fm.fr})
+
+
+@main.command("eval")
+@click.argument("run", type=click.Path())
+@click.option("--data", type=click.Path(), help="Dataset directory (default: the run's).")
+@click.option("--depths", default="1-16", show_default=True, help="Serving depths, e.g. 1-16 or 1,4,16.")
+@click.option("--split", "splits", multiple=True,
+              help="Split(s) to evaluate (repeatable; default: all four eval splits).")
+@click.option("--checkpoint", "step", type=int, help="Checkpoint step (default: the latest).")
+@click.option("--batch-size", type=int, default=256, show_default=True)
+@click.option("--max-people", type=int, help="Evaluate only the first N people of each split.")
+@click.option("--out", type=click.Path(), help="Result file base (.csv and .jsonl are written).")
+@click.option("--device", default="auto", show_default=True, help="auto, cpu or cuda.")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON summary as the last line.")
+def eval_cmd(run, data, depths, splits, step, batch_size, max_people, out, device, as_json):
+    """Sweep serving depths: NLL, exact-match recall and recalled bits per person.
+
+    \b
+    Examples:
+      depthbench eval runs/uniform --depths 1-16
+      depthbench eval runs/ff --split eval_reordered --checkpoint 480 --out results/ff480
+      torchrun --nproc_per_node=2 -m depthbench eval runs/uniform
+    """
+    from pathlib import Path
+
+    from depthbench.checkpoint import load_model, read_run
+    from depthbench.data import EVAL_SPLITS, Dataset
+    from depthbench.evaluate import result_rows, sweep, write_rows
+    from depthbench.runtime import setup, teardown
+    from depthbench.schedules import parse_depths
+
+    depth_list = parse_depths(depths)
+    for s in splits:
+        if s not in EVAL_SPLITS:
+            fail(f"unknown split {s!r}; choose from {', '.join(EVAL_SPLITS)}")
+    run_path = Path(run)
+    meta = read_run(run_path) if (run_path / "run.json").is_file() else {}
+    model, ck = load_model(run_path, step)
+    data = data or meta.get("data")
+    if data is None:
+        fail(f"{run} records no dataset; pass --data")
+    ds = Dataset(data)
+    if ck.get("dataset_hash") != ds.hash:
+        fail(f"checkpoint {ck['path']} was trained on dataset {str(ck.get('dataset_hash'))[:12]}, "
+             f"but {data} is {ds.hash[:12]}; pass the --data it was trained on")
+    rt = setup(device)
+    try:
+        model.to(rt.device)
+        rows = []
+        for split in splits or EVAL_SPLITS:
+            sums = sweep(model, ds, split, depth_list, rt, batch_size, max_people)
+            rows += result_rows(ck, meta, run_path.name, ds, split, sums)
+    finally:
+        teardown(rt)
+    if rt.rank != 0:
+        return
+    out = Path(out) if out else run_path / "eval" / f"step_{ck['step']:07d}"
+    csv, jsonl = write_rows(rows, out)
+    _print_eval_table(rows, ds.ceiling_bits)
+    click.echo(f"wrote {csv} and {jsonl}")
+    if as_json:
+        best = max((r for r in rows if r["split"] == "eval_reordered"),
+                   key=lambda r: r["bits_per_person"], default=None)
+        emit_json({"csv": str(csv), "jsonl": str(jsonl), "rows": len(rows), "step": ck["step"],
+                   "ceiling_bits": ds.ceiling_bits,
+                   "best_depth": best and best["depth"],
+                   "best_bits_per_person": best and best["bits_per_person"]})
+
+
+def _print_eval_table(rows: list[dict], ceiling: float) -> None:
+    import pandas as pd
+    df = pd.DataFrame(rows)
+    for split, g in df.groupby("split", sort=False):
+        click.echo(f"\n{split} (ceiling {ceiling:.1f} bits/person)")
+        t = g[["depth", "nll", "value_nll", "exact_match", "bits_per_person"]]
+        click.echo(t.to_string(index=False, float_format=lambda v: f"{v:.3f}"))

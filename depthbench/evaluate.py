@@ -1,0 +1,105 @@
+"""Depth sweeps: what a trained looped model knows at every serving depth.
+
+The state after k loops is exactly the depth-k model's state, so ONE pass with K_max loops that
+reads out the coda and head after each requested depth gives every depth's metrics (K_max core
+passes instead of 1 + 2 + ... + K_max). ``sweep_per_depth`` runs a separate forward per depth:
+it is the oracle the tests hold the one-pass sweep to.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from depthbench.data import Dataset, shard_range
+from depthbench.metrics import EvalSums, FactIndex
+from depthbench.runtime import Runtime
+
+
+def _batches(ds: Dataset, split: str, batch_size: int, rt: Runtime | None, max_rows: int | None):
+    s = ds.split(split)
+    n = len(s) if not max_rows else min(len(s), max_rows)
+    lo, hi = shard_range(n, rt.rank, rt.world) if rt else (0, n)
+    device = rt.device if rt else torch.device("cpu")
+    for a in range(lo, hi, batch_size):
+        b = min(a + batch_size, hi)
+        tokens = torch.as_tensor(np.asarray(s.tokens[a:b], dtype=np.int64), device=device)
+        order = np.asarray(s.order[a:b], dtype=np.int64)
+        facts = FactIndex(ds.key_positions(order), order, ds.value_tokens, device=device)
+        yield tokens[:, :-1], tokens[:, 1:], facts
+
+
+def _reduce(sums: dict[int, EvalSums], rt: Runtime | None) -> dict[int, EvalSums]:
+    if rt is None or rt.world == 1:
+        return sums
+    for s in sums.values():
+        s.load_flat(rt.all_sum(s.flat()))
+    return sums
+
+
+@torch.no_grad()
+def sweep(model, ds: Dataset, split: str, depths: list[int], rt: Runtime | None = None,
+          batch_size: int = 256, max_rows: int | None = None) -> dict[int, EvalSums]:
+    """Metrics at every depth in ``depths`` from one forward of max(depths) loops per batch."""
+    model.eval()
+    want = set(depths)
+    sums = {k: EvalSums(ds.n_values) for k in depths}
+    ac = rt.autocast() if rt else torch.autocast("cpu", enabled=False)
+    for x, y, facts in _batches(ds, split, batch_size, rt, max_rows):
+        with ac:
+            pos = model.positions(x.shape[1], x.device)
+            e = model.embed_prelude(x, pos)
+            s = model.initial_state(e, pos)
+            for k in range(1, max(depths) + 1):
+                s = model.core_step(s, e, pos)
+                if k in want:
+                    sums[k].add(model.readout(s, pos), y, facts)
+    return _reduce(sums, rt)
+
+
+@torch.no_grad()
+def sweep_per_depth(model, ds: Dataset, split: str, depths: list[int], rt: Runtime | None = None,
+                    batch_size: int = 256, max_rows: int | None = None) -> dict[int, EvalSums]:
+    """The naive oracle: a separate full forward for every depth."""
+    model.eval()
+    sums = {k: EvalSums(ds.n_values) for k in depths}
+    ac = rt.autocast() if rt else torch.autocast("cpu", enabled=False)
+    for x, y, facts in _batches(ds, split, batch_size, rt, max_rows):
+        for k in depths:
+            with ac:
+                sums[k].add(model(x, n_loops=k), y, facts)
+    return _reduce(sums, rt)
+
+
+def result_rows(ck: dict, run_meta: dict, run_name: str, ds: Dataset, split: str,
+                sums: dict[int, EvalSums]) -> list[dict]:
+    """Tidy rows, one per depth, with the grouping keys of DESIGN.md section 2."""
+    rows = []
+    for depth, s in sorted(sums.items()):
+        rows.append({
+            "run": run_name, "schedule": ck.get("schedule"), "seed": run_meta.get("seed"),
+            "step": ck["step"], "depth": depth, "split": split,
+            **s.result(ds.attributes),
+            "ceiling_bits": ds.ceiling_bits,
+            "modeled_train_flops": ck.get("flops"), "wall_clock_s": ck.get("wall_clock"),
+            "dataset_hash": ds.hash, "checkpoint": ck.get("path"),
+        })
+    return rows
+
+
+def write_rows(rows: list[dict], out: str | Path) -> tuple[Path, Path]:
+    """Write rows as CSV and JSONL side by side (``out`` with either suffix, or none)."""
+    import json
+
+    import pandas as pd
+
+    from depthbench.checkpoint import atomic_write_text
+    out = Path(out)
+    base = out.with_suffix("") if out.suffix in (".csv", ".jsonl") else out
+    base.parent.mkdir(parents=True, exist_ok=True)
+    csv, jsonl = base.with_name(base.name + ".csv"), base.with_name(base.name + ".jsonl")
+    atomic_write_text(csv, pd.DataFrame(rows).to_csv(index=False))
+    atomic_write_text(jsonl, "".join(json.dumps(r) + "\n" for r in rows))
+    return csv, jsonl

@@ -1,0 +1,82 @@
+"""The analytical FLOP model (DESIGN.md section 5).
+
+Counting multiply-adds as 2 FLOPs, per token of a sequence of length T:
+
+    block params        P_b = 4 d^2 (qkv 3d^2, out d^2) + 2 d ff (MLP up and down)
+    attention per layer  4 T d (QK^T: 2 T d, AV: 2 T d; the full T x T square, as
+                         FlopCounterMode and the PaLM/nanoGPT convention count it)
+    non-looped           F0 = 2 (n_prelude + n_coda) P_b + 2 d V (head) + 4 T d (n_prelude + n_coda)
+    one loop             Fr = 2 (n_core P_b + 2 d^2 [concat adapter]) + 4 T d n_core
+    forward(K)           F0 + K Fr
+    training step(K)     3 (F0 + g Fr) + (K - g) Fr,  g = K or n_grad_loops (truncated backprop):
+                         backward costs twice the forward of the layers that get gradients;
+                         loops run without autograd cost their forward only.
+    serving ceiling      (F0 + K_max Fr) / (F0 + d_mean Fr)
+
+Embedding lookups, norms and activations are not matmuls and are left out (a few % at most).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from depthbench.config import ModelConfig
+from depthbench.schedules import Schedule
+
+
+@dataclass(frozen=True)
+class FlopModel:
+    f0: float   # per-token forward FLOPs of everything outside the loop
+    fr: float   # per-token forward FLOPs of one loop
+    n_grad_loops: int
+    readout: float  # per-token FLOPs of one extra coda + head readout (all-depth sweeps)
+
+    @classmethod
+    def of(cls, cfg: ModelConfig, seq_len: int) -> FlopModel:
+        d, V, T = cfg.d_model, cfg.vocab_size, seq_len
+        block = 4 * d * d + 2 * d * cfg.ff
+        attn = 4 * T * d
+        adapter = 2 * d * d if cfg.injection == "concat" else 0
+        gate = d if cfg.exit_gate else 0
+        f0 = 2 * (cfg.n_prelude + cfg.n_coda) * block + 2 * d * V + attn * (cfg.n_prelude + cfg.n_coda)
+        fr = 2 * (cfg.n_core * block + adapter + gate) + attn * cfg.n_core
+        readout = 2 * cfg.n_coda * block + 2 * d * V + attn * cfg.n_coda
+        return cls(float(f0), float(fr), cfg.n_grad_loops, float(readout))
+
+    def forward(self, k: int) -> float:
+        return self.f0 + k * self.fr
+
+    def sweep(self, k_max: int) -> float:
+        """One forward that reads out every depth 1..k_max."""
+        return self.forward(k_max) + (k_max - 1) * self.readout
+
+    def train_step(self, k: int) -> float:
+        g = min(k, self.n_grad_loops) if self.n_grad_loops else k
+        return 3 * (self.f0 + g * self.fr) + (k - g) * self.fr
+
+    def ceiling(self, k_max: int, mean_depth: float) -> float:
+        return self.forward(k_max) / (self.f0 + mean_depth * self.fr)
+
+
+def schedule_flops(fm: FlopModel, schedule: Schedule, steps: int, seed: int,
+                   tokens_per_step: int) -> float:
+    """Modeled training FLOPs of a whole run: the sum over its steps' depths."""
+    return float(sum(fm.train_step(int(k)) for k in schedule.depths(steps, seed))) * tokens_per_step
+
+
+def match_steps(fm: FlopModel, schedule: Schedule, target_flops: float, total_hint: int,
+                seed: int, tokens_per_step: int) -> int:
+    """Steps for which ``schedule`` spends ``target_flops`` (the compute-matched run).
+
+    The schedule's draws depend on the total step count (switch points, ramps), so the count
+    is searched: the largest N whose modeled FLOPs do not exceed the target."""
+    lo, hi = 1, max(2, total_hint)
+    while schedule_flops(fm, schedule, hi, seed, tokens_per_step) < target_flops:
+        lo, hi = hi, hi * 2
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if schedule_flops(fm, schedule, mid, seed, tokens_per_step) <= target_flops:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo

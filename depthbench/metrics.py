@@ -1,0 +1,111 @@
+"""Knowledge metrics (DESIGN.md section 2), kept as sums and counts until the very end.
+
+For a fact (person, attribute a) with value tokens t_1..t_L and value-set size M_a:
+    value_nll      sum_i -log p(t_i | context, t_<i)                      (nats, teacher-forced)
+    recalled bits  r = max(0, log2 M_a - value_nll / ln 2)
+    exact match    greedy decoding of all L tokens is right. Greedy token i+1 is conditioned on
+                   greedy token i; if token i was right that context is the teacher-forced one,
+                   so "all teacher-forced argmaxes right" is exactly greedy exact match.
+bits per person = mean over people of the sum over their facts of r; an eval row is one person
+with all attributes, so it is bits_sum / rows.
+
+Sums are reduced across ranks (``Runtime.all_sum``) and only then divided (STYLE habit 10).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+LN2 = math.log(2.0)
+
+
+class FactIndex:
+    """Where the value tokens of every fact of a batch sit, as gather indices into the
+    (B, T-1) per-position arrays of next-token predictions."""
+
+    def __init__(self, key_pos: np.ndarray, order: np.ndarray, value_len: np.ndarray,
+                 device=None):
+        B, A = order.shape
+        lmax = int(value_len.max())
+        L = value_len[order]                                               # (B, A)
+        offs = np.arange(lmax)
+        # value token l of the fact whose key sits at k is tokens[k + 1 + l], predicted at k + l
+        pos = key_pos[:, :, None] + offs                                   # (B, A, Lmax)
+        mask = offs[None, None, :] < L[:, :, None]
+        pos = np.where(mask, pos, key_pos[:, :, None])
+        self.pos = torch.as_tensor(pos.reshape(B, -1), device=device)      # (B, A*Lmax)
+        self.mask = torch.as_tensor(mask, device=device)                   # (B, A, Lmax)
+        self.attr = torch.as_tensor(order, device=device, dtype=torch.long)  # (B, A)
+        self.shape = (B, A, lmax)
+
+
+class EvalSums:
+    """Running sums of one (depth, split): whole-sequence NLL and per-fact knowledge."""
+
+    def __init__(self, n_values: np.ndarray):
+        self.log2m = torch.tensor(np.log2(n_values), dtype=torch.float64)
+        A = len(n_values)
+        self.scalars = dict(nll_sum=0.0, n_tokens=0.0, rows=0.0)
+        self.per_attr = {k: torch.zeros(A, dtype=torch.float64)
+                         for k in ("value_nll_sum", "bits_sum", "unfloored_bits_sum",
+                                   "exact_sum", "n_facts")}
+
+    @torch.no_grad()
+    def add(self, logits: torch.Tensor, targets: torch.Tensor, facts: FactIndex) -> None:
+        """logits: (B, T-1, V) next-token logits; targets: (B, T-1) the tokens they predict."""
+        logits = logits.float()
+        nll = F.cross_entropy(logits.transpose(1, 2), targets, reduction="none")  # (B, T-1)
+        right = logits.argmax(-1) == targets                               # (B, T-1)
+        self.scalars["nll_sum"] += nll.double().sum().item()
+        self.scalars["n_tokens"] += targets.numel()
+        self.scalars["rows"] += targets.shape[0]
+        B, A, L = facts.shape
+        vn = (nll.gather(1, facts.pos).view(B, A, L) * facts.mask).sum(-1).double().cpu()  # (B, A)
+        ok = (right.gather(1, facts.pos).view(B, A, L) | ~facts.mask).all(-1).cpu()       # (B, A)
+        attr = facts.attr.cpu()
+        unfloored = self.log2m[attr] - vn / LN2
+        for key, val in (("value_nll_sum", vn), ("bits_sum", unfloored.clamp(min=0)),
+                         ("unfloored_bits_sum", unfloored), ("exact_sum", ok.double()),
+                         ("n_facts", torch.ones_like(vn))):
+            self.per_attr[key].index_add_(0, attr.reshape(-1), val.reshape(-1))
+
+    def flat(self) -> list[float]:
+        return list(self.scalars.values()) + torch.cat(list(self.per_attr.values())).tolist()
+
+    def load_flat(self, values: list[float]) -> EvalSums:
+        n = len(self.scalars)
+        for i, k in enumerate(self.scalars):
+            self.scalars[k] = values[i]
+        A = len(self.log2m)
+        for j, k in enumerate(self.per_attr):
+            self.per_attr[k] = torch.tensor(values[n + j * A:n + (j + 1) * A], dtype=torch.float64)
+        return self
+
+    def result(self, attributes: list[str]) -> dict:
+        """The metric columns of a result row (and per-attribute ones)."""
+        s, p = self.scalars, self.per_attr
+        facts = p["n_facts"].sum().item()
+        rows = max(s["rows"], 1.0)
+        out = {
+            "nll": s["nll_sum"] / max(s["n_tokens"], 1.0),
+            "value_nll": p["value_nll_sum"].sum().item() / max(facts, 1.0),
+            "exact_match": p["exact_sum"].sum().item() / max(facts, 1.0),
+            "bits_per_person": p["bits_sum"].sum().item() / rows,
+            "unfloored_bits_per_person": p["unfloored_bits_sum"].sum().item() / rows,
+            "people": int(s["rows"]),
+            "facts": int(facts),
+        }
+        for a, name in enumerate(attributes):
+            n = max(p["n_facts"][a].item(), 1.0)
+            out[f"bits/{name}"] = p["bits_sum"][a].item() / n
+            out[f"exact_match/{name}"] = p["exact_sum"][a].item() / n
+        return out
+
+
+def fact_bits(value_nll_nats: float, n_values: int) -> float:
+    """Recalled bits of one fact (the definition, for tests and readers)."""
+    return max(0.0, math.log2(n_values) - value_nll_nats / LN2)

@@ -1,0 +1,76 @@
+"""Where code runs: the distributed group (from torchrun's environment only), the device and
+autocast dtype (decided here, once, with the reason), and CPU threads."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+from depthbench.errors import UserError
+
+
+@dataclass
+class Runtime:
+    rank: int
+    world: int
+    local_rank: int
+    device: torch.device
+    autocast_dtype: torch.dtype | None
+    reason: str
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    def autocast(self):
+        if self.autocast_dtype is None:
+            return torch.autocast(self.device.type, enabled=False)
+        return torch.autocast(self.device.type, dtype=self.autocast_dtype)
+
+    def all_sum(self, values: list[float]) -> list[float]:
+        """Sum plain numbers across ranks (float64, so counts and sums stay exact)."""
+        if self.world == 1:
+            return list(values)
+        t = torch.tensor(values, dtype=torch.float64, device=self.device)
+        dist.all_reduce(t)
+        return t.tolist()
+
+    def barrier(self):
+        if self.world > 1:
+            dist.barrier()
+
+
+def setup(device: str = "auto", threads: int = 0) -> Runtime:
+    rank = int(os.environ.get("RANK", 0))
+    world = int(os.environ.get("WORLD_SIZE", 1))
+    local_rank = int(os.environ.get("LOCAL_RANK", 0))
+    if device == "cuda" and not torch.cuda.is_available():
+        raise UserError("--device cuda was asked for but no CUDA GPU is visible; use --device cpu")
+    use_cuda = device == "cuda" or (device == "auto" and torch.cuda.is_available())
+    if use_cuda:
+        dev = torch.device("cuda", local_rank)
+        torch.cuda.set_device(dev)
+        bf16 = torch.cuda.is_bf16_supported()
+        dtype = torch.bfloat16 if bf16 else None
+        reason = f"CUDA GPU {torch.cuda.get_device_name(dev)}: " + (
+            "bf16 autocast" if bf16 else "fp32 (no bf16 support)")
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
+    else:
+        dev, dtype = torch.device("cpu"), None
+        # small matmuls run faster on one thread than on two on small CPUs; measured by
+        # benchmarks/bench_train.py
+        torch.set_num_threads(threads or 1)
+        reason = f"CPU, fp32, {torch.get_num_threads()} thread(s)"
+    if world > 1 and not dist.is_initialized():
+        dist.init_process_group(backend="nccl" if use_cuda else "gloo")
+        reason += f", DDP over {world} processes ({dist.get_backend()})"
+    return Runtime(rank, world, local_rank, dev, dtype, reason)
+
+
+def teardown(rt: Runtime) -> None:
+    if rt.world > 1 and dist.is_initialized():
+        dist.destroy_process_group()

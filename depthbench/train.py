@@ -1,0 +1,277 @@
+"""Training a looped model under a depth schedule: one readable function, labelled sections.
+
+CPU and GPU run the same code path; ``torchrun --nproc_per_node=N -m depthbench train ...``
+runs DDP (gloo on CPU, NCCL on GPU). Everything a step depends on (its depth, its batch, its
+learning rate) is a pure function of the step index and the seed, and the checkpoint holds the
+model, optimizer and RNG states, so a resumed run continues exactly.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+import time
+from pathlib import Path
+
+import torch
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+from depthbench import __version__
+from depthbench import checkpoint as ckpt
+from depthbench.config import ModelConfig, TrainConfig
+from depthbench.data import Dataset, TrainBatches
+from depthbench.errors import UserError
+from depthbench.evaluate import sweep
+from depthbench.flops import FlopModel
+from depthbench.model import LoopedTransformer
+from depthbench.runtime import Runtime, setup, teardown
+from depthbench.schedules import Schedule, parse_schedule
+
+
+def lr_at(step: int, cfg: TrainConfig, schedule: Schedule) -> float:
+    """Warmup, then cosine decay or warmup-stable-decay (linear decay over the last
+    ``decay_frac`` of training, or from the schedule's switch with ``decay_at_switch``)."""
+    total, floor = cfg.steps, cfg.lr * cfg.min_lr_ratio
+    if step < cfg.warmup_steps:
+        return cfg.lr * (step + 1) / cfg.warmup_steps
+    if cfg.lr_schedule == "cosine":
+        t = (step - cfg.warmup_steps) / max(1, total - cfg.warmup_steps)
+        return floor + (cfg.lr - floor) * 0.5 * (1 + math.cos(math.pi * min(t, 1.0)))
+    start = total - int(round(cfg.decay_frac * total))
+    switch = schedule.switch_step(total)
+    if cfg.decay_at_switch and switch is not None:
+        start = switch
+    if step < start:
+        return cfg.lr
+    t = (step - start + 1) / max(1, total - start)
+    return floor + (cfg.lr - floor) * (1 - min(t, 1.0))
+
+
+def make_optimizer(model: torch.nn.Module, cfg: TrainConfig, device) -> torch.optim.AdamW:
+    decay = [p for p in model.parameters() if p.requires_grad and p.dim() >= 2]
+    no_decay = [p for p in model.parameters() if p.requires_grad and p.dim() < 2]
+    groups = [{"params": decay, "weight_decay": cfg.weight_decay},
+              {"params": no_decay, "weight_decay": 0.0}]
+    return torch.optim.AdamW(groups, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2),
+                             fused=device.type == "cuda")
+
+
+def _run_record(model_cfg, train_cfg, schedule, ds, fm, tokens_per_step) -> dict:
+    return {
+        "version": __version__,
+        "model": model_cfg.to_dict(),
+        "train": train_cfg.to_dict(),
+        "schedule": schedule.spec,
+        "seed": train_cfg.seed,
+        "data": str(ds.path.resolve()),
+        "dataset_hash": ds.hash,
+        "seq_len": ds.seq_len - 1,
+        "tokens_per_step": tokens_per_step,
+        "flop_model": {"f0": fm.f0, "fr": fm.fr, "n_grad_loops": fm.n_grad_loops,
+                       "readout": fm.readout},
+        "switch_step": schedule.switch_step(train_cfg.steps),
+    }
+
+
+def _same_run(old: dict, new: dict) -> list[str]:
+    keys = ("model", "train", "schedule", "dataset_hash")
+    return [k for k in keys if json.dumps(old.get(k), sort_keys=True) != json.dumps(new.get(k), sort_keys=True)]
+
+
+def _write_metrics(path: Path, rows: list[dict]) -> None:
+    ckpt.atomic_write_text(path, "".join(json.dumps(r) + "\n" for r in rows))
+
+
+def train(data: str | Path, out: str | Path, model_cfg: ModelConfig, train_cfg: TrainConfig,
+          schedule_spec: str, resume: bool = False, progress: bool = True,
+          log=print) -> dict:
+    schedule = parse_schedule(schedule_spec)
+    rt = setup(train_cfg.device, train_cfg.threads)
+    try:
+        return _train(Path(data), Path(out), model_cfg, train_cfg, schedule, resume, progress,
+                      log, rt)
+    finally:
+        teardown(rt)
+
+
+def _train(data: Path, out: Path, model_cfg: ModelConfig, train_cfg: TrainConfig,
+           schedule: Schedule, resume: bool, progress: bool, log, rt: Runtime) -> dict:
+    say = log if rt.is_main else (lambda *a, **k: None)
+    # ---- data, model, run record ----------------------------------------------------------------
+    ds = Dataset(data)
+    if model_cfg.vocab_size == 0:
+        model_cfg = model_cfg.replace(vocab_size=len(ds.vocab))
+    if model_cfg.vocab_size != len(ds.vocab):
+        raise UserError(f"model vocab_size={model_cfg.vocab_size} does not match the dataset's "
+                        f"{len(ds.vocab)} tokens; leave vocab_size unset (0)")
+    if ds.seq_len - 1 > model_cfg.max_seq_len:
+        raise UserError(f"dataset sequences have {ds.seq_len} tokens, more than max_seq_len="
+                        f"{model_cfg.max_seq_len}; raise max_seq_len")
+    fm = FlopModel.of(model_cfg, ds.seq_len - 1)
+    tokens_per_step = train_cfg.batch_size * (ds.seq_len - 1)
+    record = _run_record(model_cfg, train_cfg, schedule, ds, fm, tokens_per_step)
+    run_json, metrics_path = out / "run.json", out / "metrics.jsonl"
+    start_ckpt = None
+    if resume:
+        old = ckpt.read_run(out)
+        diff = _same_run(old, record)
+        if diff:
+            raise UserError(f"cannot resume {out}: its {', '.join(diff)} differ from this "
+                            "command's; resume with the same settings or train into a new --out")
+        start_ckpt = ckpt.latest(out)
+    elif out.exists() and any(out.iterdir()):
+        raise UserError(f"{out} is not empty; pass --resume to continue that run or choose "
+                        "another --out")
+
+    torch.manual_seed(train_cfg.seed)
+    model = LoopedTransformer(model_cfg).to(rt.device)
+    opt = make_optimizer(model, train_cfg, rt.device)
+    step, flops, wall, tokens, rows = 0, 0.0, 0.0, 0, []
+    if start_ckpt is not None:
+        ck = ckpt.load(start_ckpt)
+        if ck.get("dataset_hash") != ds.hash:
+            raise UserError(f"{start_ckpt} was trained on another dataset; use the same --data")
+        model.load_state_dict(ck["model"])
+        opt.load_state_dict(ck["optimizer"])
+        torch.set_rng_state(ck["rng"]["torch"])
+        if rt.device.type == "cuda" and "cuda" in ck["rng"]:
+            torch.cuda.set_rng_state(ck["rng"]["cuda"], rt.device)
+        step, flops, wall, tokens = ck["step"], ck["flops"], ck["wall_clock"], ck["tokens"]
+        if metrics_path.is_file():
+            rows = [json.loads(line) for line in metrics_path.read_text().splitlines() if line]
+            rows = [r for r in rows if r["step"] <= step]
+        say(f"resuming {out} from step {step}")
+    if rt.is_main:
+        out.mkdir(parents=True, exist_ok=True)
+        ckpt.atomic_write_text(run_json, json.dumps(record, indent=2) + "\n")
+        _write_metrics(metrics_path, rows)
+    rt.barrier()
+    say(f"device: {rt.reason}; model: {model.num_params():,} parameters; schedule "
+        f"{schedule.spec}; {train_cfg.steps} steps of {train_cfg.batch_size} sequences")
+
+    for block in list(model.prelude) + list(model.core) + list(model.coda):
+        if train_cfg.compile:
+            block.compile()  # per block, so that a new depth K never triggers a recompile
+    net = DDP(model, device_ids=[rt.local_rank] if rt.device.type == "cuda" else None) \
+        if rt.world > 1 else model
+    batches = TrainBatches(ds.split("train"), train_cfg.batch_size, train_cfg.seed, rt.rank,
+                           rt.world)
+    keep = set(train_cfg.keep_steps)
+    bar = None
+    if progress and rt.is_main:
+        from tqdm import tqdm
+        bar = tqdm(total=train_cfg.steps, initial=step, desc="train", unit="step",
+                   disable=not sys.stderr.isatty(), dynamic_ncols=True, leave=False)
+
+    def save_checkpoint(at: int):
+        if not rt.is_main:
+            return
+        state = {
+            "model": model.state_dict(), "optimizer": opt.state_dict(),
+            "rng": {"torch": torch.get_rng_state(),
+                    **({"cuda": torch.cuda.get_rng_state(rt.device)}
+                       if rt.device.type == "cuda" else {})},
+            "data_position": at, "schedule": schedule.spec, "schedule_position": at,
+            "model_config": model_cfg.to_dict(), "train_config": train_cfg.to_dict(),
+            "dataset_hash": ds.hash, "flops": flops, "wall_clock": wall, "tokens": tokens,
+        }
+        try:
+            ckpt.save(out / "checkpoints", at, state)
+        except OSError as e:
+            raise UserError(f"cannot write a checkpoint to {out / 'checkpoints'}: "
+                            f"{e.strerror or e}; the previous checkpoint is intact") from None
+        # periodic checkpoints are superseded by the next one; kept steps stay
+        for s, p in ckpt.list_checkpoints(out).items():
+            if s != at and s not in keep:
+                p.unlink(missing_ok=True)
+
+    t_last = time.perf_counter()
+    model.train()
+    while step < train_cfg.steps:
+        # ---- schedule: this step's depth and learning rate -------------------------------------
+        K = schedule.depth(step, train_cfg.steps, train_cfg.seed)
+        lr = lr_at(step, train_cfg, schedule)
+        for g in opt.param_groups:
+            g["lr"] = lr
+        # ---- step --------------------------------------------------------------------------------
+        tok = torch.as_tensor(batches.batch(step), device=rt.device)
+        x, y = tok[:, :-1], tok[:, 1:]
+        with rt.autocast():
+            if model_cfg.exit_gate:
+                logits_all, gates = net(x, n_loops=K, all_depths=True, return_gates=True)
+                logits = logits_all[-1]
+                # the gate learns P(this loop's prediction already equals the final one)
+                with torch.no_grad():
+                    target = (logits_all.argmax(-1) == logits.argmax(-1)).float()
+                gate_loss = torch.nn.functional.binary_cross_entropy_with_logits(
+                    gates.float(), target)
+            else:
+                logits = net(x, n_loops=K)
+                gate_loss = 0.0
+            loss = torch.nn.functional.cross_entropy(
+                logits.float().reshape(-1, logits.shape[-1]), y.reshape(-1))
+        (loss + gate_loss).backward()
+        if train_cfg.grad_clip > 0:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), train_cfg.grad_clip)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        loss_sum, n = rt.all_sum([loss.item() * y.numel(), float(y.numel())])
+        loss_value = loss_sum / n
+        if not math.isfinite(loss_value):
+            last = ckpt.latest(out)
+            raise UserError(f"the loss became {loss_value} at step {step + 1} (K={K}, lr={lr:.2e});"
+                            f" lower the learning rate; the last good checkpoint "
+                            f"{last.name if last else '(none)'} is kept")
+        step += 1
+        flops += fm.train_step(K) * tokens_per_step
+        tokens += tokens_per_step
+        now = time.perf_counter()
+        wall += now - t_last
+        t_last = now
+        # ---- log ---------------------------------------------------------------------------------
+        if step % train_cfg.log_every == 0 or step == train_cfg.steps:
+            row = {"step": step, "K": K, "loss": loss_value, "lr": lr, "tokens": tokens,
+                   "flops": flops, "wall_clock": wall}
+            rows.append(row)
+            if rt.is_main:
+                with open(metrics_path, "a") as f:
+                    f.write(json.dumps(row) + "\n")
+        if bar is not None:
+            bar.update(1)
+            bar.set_postfix(loss=f"{loss_value:.3f}", K=K)
+        # ---- eval --------------------------------------------------------------------------------
+        if train_cfg.eval_every and step % train_cfg.eval_every == 0:
+            res = sweep(model, ds, "eval_reordered", list(train_cfg.eval_depths), rt,
+                        max_rows=train_cfg.eval_people)
+            model.train()
+            if rt.is_main:
+                row = {"step": step, "eval": {str(k): {"bits_per_person": s.result(ds.attributes)
+                                                       ["bits_per_person"],
+                                                       "nll": s.result(ds.attributes)["nll"]}
+                                              for k, s in res.items()}}
+                with open(metrics_path, "a") as f:
+                    f.write(json.dumps(row) + "\n")
+            t_last = time.perf_counter()
+        # ---- checkpoint --------------------------------------------------------------------------
+        if (step == train_cfg.steps or step in keep
+                or (train_cfg.ckpt_every and step % train_cfg.ckpt_every == 0)):
+            save_checkpoint(step)
+            rt.barrier()
+            t_last = time.perf_counter()
+    if bar is not None:
+        bar.close()
+    final = [r for r in rows if "loss" in r]
+    summary = {"out": str(out), "steps": step, "final_loss": final[-1]["loss"] if final else None,
+               "modeled_train_flops": flops, "wall_clock_s": wall, "tokens": tokens,
+               "params": model.num_params(), "schedule": schedule.spec,
+               "checkpoint": str(ckpt.latest(out))}
+    say(f"done: {step} steps, final loss {summary['final_loss']:.4f}, "
+        f"{flops:.3e} modeled FLOPs, {wall:.1f}s")
+    return summary
+
+
+def metrics_rows(run_dir: str | Path) -> list[dict]:
+    f = Path(run_dir) / "metrics.jsonl"
+    return [json.loads(line) for line in f.read_text().splitlines() if line] if f.is_file() else []
+
