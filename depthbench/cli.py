@@ -183,7 +183,7 @@ def train(data, out, preset, schedule, steps, match_flops, seed, sets, resume, a
         train_cfg = train_cfg.replace(steps=_matched_steps(match_flops, data, model_cfg, train_cfg,
                                                            schedule))
     summary = run_train(data, out, model_cfg, train_cfg, schedule, resume=resume,
-                        log=lambda m: click.echo(m, err=True))
+                        log=click.echo)
     if as_json:
         emit_json(summary)
 

@@ -76,7 +76,9 @@ def _run_record(model_cfg, train_cfg, schedule, ds, fm, tokens_per_step) -> dict
 
 def _same_run(old: dict, new: dict) -> list[str]:
     keys = ("model", "train", "schedule", "dataset_hash")
-    return [k for k in keys if json.dumps(old.get(k), sort_keys=True) != json.dumps(new.get(k), sort_keys=True)]
+    same = [json.dumps(old.get(k), sort_keys=True) == json.dumps(new.get(k), sort_keys=True)
+            for k in keys]
+    return [k for k, ok in zip(keys, same) if not ok]
 
 
 def _write_metrics(path: Path, rows: list[dict]) -> None:
@@ -142,6 +144,7 @@ def _train(data: Path, out: Path, model_cfg: ModelConfig, train_cfg: TrainConfig
             rows = [json.loads(line) for line in metrics_path.read_text().splitlines() if line]
             rows = [r for r in rows if r["step"] <= step]
         say(f"resuming {out} from step {step}")
+    rt.barrier()  # every rank has checked --out before rank 0 writes to it
     if rt.is_main:
         out.mkdir(parents=True, exist_ok=True)
         ckpt.atomic_write_text(run_json, json.dumps(record, indent=2) + "\n")

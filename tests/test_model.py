@@ -40,8 +40,8 @@ def unrolled_forward(model, idx, K):
     s = {"zeros": lambda: torch.zeros_like(e), "prelude": lambda: e,
          "random": lambda: model.state_noise[pos].expand_as(e)}[model.cfg.init_state]()
     for core, adapter in zip(cores, adapters):
-        h = {"concat": lambda: adapter(torch.cat([s, e], -1)), "add": lambda: s + e,
-             "none": lambda: s}[model.cfg.injection]()
+        kind = model.cfg.injection
+        h = adapter(torch.cat([s, e], -1)) if kind == "concat" else s + e if kind == "add" else s
         for blk in core:
             h = blk(h, model.rotary, pos)
         s = h

@@ -1,0 +1,201 @@
+"""The trainer: golden and deterministic losses, exact resume (also after SIGKILL), DDP equals
+one process, compute matching, and one-line refusals that keep the last good checkpoint."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+from click.testing import CliRunner
+
+from data_gen import Attribute, GenConfig, generate
+from depthbench import checkpoint as ckpt
+from depthbench.cli import main
+from depthbench.config import ModelConfig, TrainConfig
+from depthbench.flops import FlopModel, schedule_flops
+from depthbench.schedules import parse_schedule
+from depthbench.train import lr_at, metrics_rows, train
+
+MODEL = ModelConfig(d_model=32, n_heads=4, n_core=1)
+SETS = ["--set", "d_model=32", "--set", "batch_size=16", "--set", "log_every=1",
+        "--set", "warmup_steps=2", "--set", "ckpt_every=4"]
+
+
+def tcfg(**kw):
+    base = dict(steps=12, batch_size=16, log_every=1, warmup_steps=2, ckpt_every=4, seed=1)
+    base.update(kw)
+    return TrainConfig(**base)
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    d = tmp_path_factory.mktemp("data") / "ds"
+    generate(GenConfig(n_people=48, n_unseen_people=8, name_pool=8, value_pool=16,
+                       attributes=(Attribute(name="a", n_values=50), Attribute(name="b", n_values=30),
+                                   Attribute(name="c", n_values=16, value_tokens=1))), d)
+    return d
+
+
+def losses(run):
+    return [r["loss"] for r in metrics_rows(run) if "loss" in r]
+
+
+def quiet(*a, **k):
+    pass
+
+
+# Losses of the first steps of a seeded tiny CPU run (torch 2.13 CPU, one thread). A change to
+# the model, data order, depth draws or optimizer shows up here.
+GOLDEN = [3.4133, 3.3406, 3.3067, 3.2689, 3.2836]
+
+
+def test_golden_losses_and_determinism(data, tmp_path):
+    a = train(data, tmp_path / "a", MODEL, tcfg(), "uniform:1-6", progress=False, log=quiet)
+    b = train(data, tmp_path / "b", MODEL, tcfg(), "uniform:1-6", progress=False, log=quiet)
+    assert losses(tmp_path / "a") == losses(tmp_path / "b")
+    assert a["final_loss"] == b["final_loss"]
+    assert losses(tmp_path / "a")[:5] == pytest.approx(GOLDEN, abs=2e-4)
+    rows = metrics_rows(tmp_path / "a")
+    assert [r["step"] for r in rows] == list(range(1, 13))
+    assert all(r["flops"] > 0 and r["wall_clock"] > 0 and r["tokens"] > 0 for r in rows)
+    c = train(data, tmp_path / "c", MODEL, tcfg(seed=2), "uniform:1-6", progress=False, log=quiet)
+    assert c["final_loss"] != a["final_loss"]
+
+
+def test_resume_from_a_checkpoint_continues_exactly(data, tmp_path):
+    cfg = tcfg(keep_steps=(4,))
+    full = train(data, tmp_path / "r", MODEL, cfg, "fixed-first:0.5:2:1-5", progress=False,
+                 log=quiet)
+    reference = losses(tmp_path / "r")
+    w_ref = ckpt.load(ckpt.latest(tmp_path / "r"))["model"]
+    # roll the run back to its step-4 checkpoint, as if it had died there
+    (tmp_path / "r" / "checkpoints" / ckpt.ckpt_name(12)).unlink()
+    ckpt.atomic_write_text(tmp_path / "r" / "checkpoints" / "latest", ckpt.ckpt_name(4))
+    again = train(data, tmp_path / "r", MODEL, cfg, "fixed-first:0.5:2:1-5", resume=True,
+                  progress=False, log=quiet)
+    assert losses(tmp_path / "r") == reference
+    assert again["modeled_train_flops"] == full["modeled_train_flops"]
+    w = ckpt.load(ckpt.latest(tmp_path / "r"))["model"]
+    for k in w_ref:
+        assert torch.equal(w[k], w_ref[k]), k
+
+
+def _cli(*args):
+    return [sys.executable, "-m", "depthbench", *args]
+
+
+def test_sigkill_then_resume_matches_the_uninterrupted_run(data, tmp_path):
+    args = ["train", "--data", str(data), "--schedule", "uniform:1-4", "--steps", "60",
+            "--seed", "3", *SETS]
+    subprocess.run(_cli(*args, "--out", str(tmp_path / "ref")), check=True, capture_output=True)
+    run = tmp_path / "killed"
+    p = subprocess.Popen(_cli(*args, "--out", str(run)), stdout=subprocess.DEVNULL,
+                         stderr=subprocess.DEVNULL)
+    deadline = time.time() + 60
+    while time.time() < deadline:  # kill once a checkpoint exists and training went past it
+        if (run / "metrics.jsonl").is_file() and len(losses(run)) >= 10:
+            break
+        time.sleep(0.05)
+    os.kill(p.pid, signal.SIGKILL)
+    p.wait()
+    assert len(losses(run)) < 60, "killed before the end"
+    r = subprocess.run(_cli(*args, "--out", str(run), "--resume"), capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert losses(run) == losses(tmp_path / "ref")
+
+
+def test_two_process_gloo_run_equals_one_process(data, tmp_path):
+    args = ["train", "--data", str(data), "--schedule", "uniform:1-4", "--steps", "6",
+            "--seed", "5", *SETS]
+    subprocess.run(_cli(*args, "--out", str(tmp_path / "one")), check=True, capture_output=True)
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    r = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2",
+                        "--standalone", "-m", "depthbench", *args, "--out", str(tmp_path / "two")],
+                       capture_output=True, text=True, env=env, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert losses(tmp_path / "two") == pytest.approx(losses(tmp_path / "one"), rel=1e-5, abs=1e-6)
+
+
+def test_match_flops_spends_the_reference_runs_flops(data, tmp_path):
+    r = CliRunner().invoke(main, ["train", "--data", str(data), "--out", str(tmp_path / "ff"),
+                                  "--schedule", "fixed:2", "--steps", "20", *SETS, "--json"])
+    assert r.exit_code == 0, r.output
+    ref = json.loads(r.stdout.strip().splitlines()[-1])["modeled_train_flops"]
+    r = CliRunner().invoke(main, ["train", "--data", str(data), "--out", str(tmp_path / "u"),
+                                  "--schedule", "uniform:1-8", "--match-flops", str(tmp_path / "ff"),
+                                  *SETS, "--json"])
+    assert r.exit_code == 0, r.output
+    got = json.loads(r.stdout.strip().splitlines()[-1])
+    rec = ckpt.read_run(tmp_path / "u")
+    fm = FlopModel(**rec["flop_model"])
+    one_more = schedule_flops(fm, parse_schedule("uniform:1-8"), got["steps"] + 1, 0,
+                              rec["tokens_per_step"])
+    assert got["modeled_train_flops"] <= ref < one_more
+    assert got["steps"] < 20
+
+
+def test_wsd_and_cosine_learning_rates():
+    s = parse_schedule("fixed-first:0.5:4:1-16")
+    wsd = TrainConfig(steps=100, warmup_steps=10, lr=1.0, decay_frac=0.2)
+    lrs = [lr_at(i, wsd, s) for i in range(100)]
+    assert lrs[0] == pytest.approx(0.1) and lrs[9] == 1.0
+    assert set(lrs[10:80]) == {1.0} and lrs[-1] == 0.0 and lrs[85] < 1.0
+    at_switch = wsd.replace(decay_at_switch=True)
+    lrs = [lr_at(i, at_switch, s) for i in range(100)]
+    assert lrs[49] == 1.0 and lrs[50] < 1.0 and lrs[-1] == 0.0
+    cos = wsd.replace(lr_schedule="cosine")
+    lrs = [lr_at(i, cos, s) for i in range(100)]
+    assert lrs[10] == pytest.approx(1.0) and lrs[55] == pytest.approx(0.5, abs=0.03)
+
+
+def _one_line_error(r, needle):
+    assert r.exit_code == 2, r.output
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and needle in lines[0], r.stderr
+
+
+def test_user_errors_exit_2_with_one_line(data, tmp_path):
+    run = CliRunner().invoke
+    _one_line_error(run(main, ["train", "--data", str(tmp_path / "none"), "--out",
+                               str(tmp_path / "x")]), "does not exist")
+    _one_line_error(run(main, ["train", "--data", str(data), "--out", str(tmp_path / "x"),
+                               "--schedule", "uniform:9-2"]), "empty")
+    _one_line_error(run(main, ["train", "--data", str(data), "--out", str(tmp_path / "x"),
+                               "--set", "d_model=30"]), "n_heads")
+    _one_line_error(run(main, ["train", "--data", str(data), "--out", str(tmp_path / "x"),
+                               "--set", "bogus=1"]), "unknown config key")
+    assert not (tmp_path / "x").exists()
+    ok = run(main, ["train", "--data", str(data), "--out", str(tmp_path / "r"), "--steps", "4",
+                    *SETS])
+    assert ok.exit_code == 0, ok.output
+    _one_line_error(run(main, ["train", "--data", str(data), "--out", str(tmp_path / "r"),
+                               "--steps", "4", *SETS]), "--resume")
+    _one_line_error(run(main, ["train", "--data", str(data), "--out", str(tmp_path / "r"),
+                               "--steps", "4", *SETS, "--set", "lr=0.5", "--resume"]), "differ")
+
+
+def test_tampered_dataset_is_refused(data, tmp_path):
+    import shutil
+    bad = tmp_path / "bad"
+    shutil.copytree(data, bad)
+    f = bad / "train_tokens.npy"
+    raw = bytearray(f.read_bytes())
+    raw[-3] ^= 0xFF
+    f.write_bytes(bytes(raw))
+    r = CliRunner().invoke(main, ["train", "--data", str(bad), "--out", str(tmp_path / "x")])
+    _one_line_error(r, "train_tokens.npy")
+
+
+def test_nan_loss_exits_2_and_keeps_the_last_good_checkpoint(data, tmp_path):
+    r = CliRunner().invoke(main, ["train", "--data", str(data), "--out", str(tmp_path / "n"),
+                                  "--steps", "40", *SETS, "--set", "lr=1e6", "--set", "grad_clip=0",
+                                  "--set", "warmup_steps=0", "--set", "ckpt_every=1"])
+    _one_line_error(r, "loss became")
+    kept = ckpt.latest(tmp_path / "n")
+    assert kept is not None and kept.name in r.stderr
+    weights = ckpt.load(kept)["model"]
+    assert all(torch.isfinite(w).all() for w in weights.values())
