@@ -1,0 +1,31 @@
+"""Shared fixtures: one small dataset and one briefly trained looped model for the session."""
+
+import pytest
+import torch
+
+from data_gen import Attribute, GenConfig, generate
+from depthbench.config import ModelConfig, TrainConfig
+from depthbench.train import train
+
+torch.set_num_threads(1)
+
+
+@pytest.fixture(scope="session")
+def small_data(tmp_path_factory):
+    d = tmp_path_factory.mktemp("shared") / "ds"
+    generate(GenConfig(n_people=64, n_unseen_people=32, name_pool=8, value_pool=16, seed=11,
+                       attributes=(Attribute(name="a", n_values=50), Attribute(name="b", n_values=30),
+                                   Attribute(name="c", n_values=16, value_tokens=1))), d)
+    return d
+
+
+@pytest.fixture(scope="session")
+def trained_run(small_data, tmp_path_factory):
+    """uniform:1-4 for 400 steps (about 10 s): it recalls several bits per person of the
+    trained people and about none of the unseen ones."""
+    run = tmp_path_factory.mktemp("runs") / "uniform"
+    train(small_data, run, ModelConfig(d_model=64, n_heads=4),
+          TrainConfig(steps=400, batch_size=32, lr=3e-3, warmup_steps=20, ckpt_every=0,
+                      keep_steps=(200,), seed=0),
+          "uniform:1-4", progress=False, log=lambda *a: None)
+    return run
