@@ -1,0 +1,177 @@
+"""Execution of depth-adaptive decoding on token ids: the engine runs what the scheduler says.
+
+A request owns one row of the KV store from admission to completion and has at most one token
+in flight, so a work item is identified by its request's row. Per row the engine keeps the
+token's loop state ``S``, its prelude output ``E`` (injected every loop) and the signals the
+exit criterion reads. The launches:
+
+    prefill(request)     the prompt through prelude, max_depth loops and coda, filling caches;
+                         the first generated token is read out at max_depth
+    start(rows, tokens)  embedding + prelude of each row's next token (one batched launch)
+    core(rows)           one loop for every given row, each at its own loop index (one batched
+                         launch), then the exit decisions; returns the rows that exit
+    finish(rows)         coda + head of the exited rows, greedy next token, copy-on-exit KV
+"""
+
+from __future__ import annotations
+
+import torch
+
+from depthbench.model import LoopedTransformer
+from depthbench.serving.exits import ExitCriterion
+from depthbench.serving.kvcache import KVStore, SlotView
+
+
+class Engine:
+    def __init__(self, model: LoopedTransformer, criterion: ExitCriterion, kv_policy: str,
+                 n_rows: int, max_len: int, device=None):
+        self.model = model.eval()
+        self.cfg = model.cfg
+        self.crit = criterion
+        self.device = device or next(model.parameters()).device
+        dtype = next(model.parameters()).dtype
+        self.max_depth = criterion.max_depth
+        self.kv = KVStore(self.cfg, kv_policy, self.max_depth, n_rows, max_len, self.device, dtype)
+        d, V = self.cfg.d_model, self.cfg.vocab_size
+        z = lambda *shape, **kw: torch.zeros(*shape, device=self.device, **kw)  # noqa: E731
+        self.S, self.E = z(n_rows, d, dtype=dtype), z(n_rows, d, dtype=dtype)
+        self.loop = z(n_rows, dtype=torch.long)
+        self.pos = z(n_rows, dtype=torch.long)
+        self.pending = z(n_rows, dtype=torch.bool)
+        self.trace_depth = z(n_rows, dtype=torch.long)
+        if criterion.needs_logits:
+            self.logits = z(n_rows, V, dtype=dtype)
+            self.prev_logp = z(n_rows, V, dtype=torch.float32)
+            self.argmax_prev = z(n_rows, dtype=torch.long)
+            self.argmax_run = z(n_rows, dtype=torch.long)
+        self.stats = {"core_launches": 0, "core_rows": 0, "start_launches": 0,
+                      "finish_launches": 0, "prefills": 0}
+
+    # ---- helpers ------------------------------------------------------------------------------------
+    def _decode_mask(self, rows: torch.Tensor) -> tuple[torch.Tensor, int]:
+        pos = self.pos[rows]
+        L = int(pos.max()) + 1
+        mask = torch.arange(L, device=self.device)[None, :] <= pos[:, None]  # (B, L)
+        return mask[:, None, None, :], L                                      # (B, 1, 1, L)
+
+    def _coda_views(self, rows, pos, L):
+        return [SlotView(self.kv, torch.full_like(rows, self.kv.coda_slot(j)), rows, pos, L)
+                for j in range(self.cfg.n_coda)]
+
+    def _readout(self, s, rows, pos, mask, L):
+        p = pos[:, None]
+        return self.model.readout(s[:, None], p, self._coda_views(rows, pos, L), mask)[:, 0]
+
+    # ---- launches -----------------------------------------------------------------------------------
+    @torch.no_grad()
+    def prefill(self, row: int, prompt: list[int]) -> int:
+        """Run the prompt at max_depth, fill every cache slot of ``row``; the first token."""
+        m = self.model
+        idx = torch.tensor([prompt], device=self.device)                   # (1, T)
+        T = idx.shape[1]
+        pos = torch.arange(T, device=self.device)
+        rows = torch.tensor([row], device=self.device)
+        zero = torch.zeros(1, dtype=torch.long, device=self.device)
+        pre = [SlotView(self.kv, torch.tensor([self.kv.prelude_slot(j)], device=self.device), rows, zero, T)
+               for j in range(self.cfg.n_prelude)]
+        e = m.embed_prelude(idx, pos, pre)
+        s = m.initial_state(e, pos)
+        for k in range(1, self.max_depth + 1):
+            loops = torch.tensor([k], device=self.device)
+            s = m.core_step(s, e, pos, [SlotView(self.kv, self.kv.core_slots(j, loops), rows, zero, T)
+                                        for j in range(self.cfg.n_core)])
+        coda = [SlotView(self.kv, torch.tensor([self.kv.coda_slot(j)], device=self.device), rows, zero, T)
+                for j in range(self.cfg.n_coda)]
+        logits = m.readout(s, pos, coda)                                   # (1, T, V)
+        self.pos[row] = T
+        self.stats["prefills"] += 1
+        return int(logits[0, -1].argmax())
+
+    @torch.no_grad()
+    def start(self, rows: torch.Tensor, tokens: torch.Tensor, trace_depths=None) -> None:
+        """Embedding and prelude of each row's next token, at the row's position."""
+        m = self.model
+        pos = self.pos[rows]
+        mask, L = self._decode_mask(rows)
+        pre = [SlotView(self.kv, torch.full_like(rows, self.kv.prelude_slot(j)), rows, pos, L)
+               for j in range(self.cfg.n_prelude)]
+        e = m.embed_prelude(tokens[:, None], pos[:, None], pre, mask)[:, 0]  # (B, C)
+        self.E[rows] = e
+        self.S[rows] = m.initial_state(e[:, None], pos[:, None])[:, 0]
+        self.loop[rows] = 0
+        self.pending[rows] = False
+        if trace_depths is not None:
+            self.trace_depth[rows] = trace_depths
+        if self.crit.needs_logits:
+            self.argmax_run[rows] = 0
+            self.argmax_prev[rows] = -1
+        self.stats["start_launches"] += 1
+
+    @torch.no_grad()
+    def core(self, rows: torch.Tensor) -> torch.Tensor:
+        """One loop for each row (each at its own loop index); the rows that exit now."""
+        m = self.model
+        pos = self.pos[rows]
+        loops = self.loop[rows] + 1
+        mask, L = self._decode_mask(rows)
+        s_prev = self.S[rows]
+        views = [SlotView(self.kv, self.kv.core_slots(j, loops), rows, pos, L)
+                 for j in range(self.cfg.n_core)]
+        s = m.core_step(s_prev[:, None], self.E[rows][:, None], pos[:, None], views, mask)[:, 0]
+        self.S[rows] = s
+        self.loop[rows] = loops
+        self.stats["core_launches"] += 1
+        self.stats["core_rows"] += len(rows)
+        # ---- exit signals and decisions -------------------------------------------------------------
+        crit = self.crit
+        sig = {"n": len(rows), "state": s, "prev_state": s_prev,
+               "trace_depth": self.trace_depth[rows].cpu()}
+        if crit.needs_gate:
+            sig["gate"] = m.gate_logit(s)
+        if crit.needs_logits:
+            logits = self._readout(s, rows, pos, mask, L)
+            self.logits[rows] = logits
+            sig["logits"] = logits
+            am = logits.argmax(-1)
+            run = torch.where(am == self.argmax_prev[rows], self.argmax_run[rows] + 1,
+                              torch.ones_like(am))
+            self.argmax_prev[rows], self.argmax_run[rows] = am, run
+            sig["argmax_run"] = run.cpu()
+            sig["prev_logp"] = self.prev_logp[rows]
+            logp = torch.log_softmax(logits.float(), -1)
+            self.prev_logp[rows] = logp
+        fired = torch.zeros(len(rows), dtype=torch.bool)
+        # items of one launch may be at different loops: evaluate per loop index
+        loops_cpu = loops.cpu()
+        for lp in torch.unique(loops_cpu).tolist():
+            sel = (loops_cpu == lp).nonzero().squeeze(1)
+            sub = {k: (v[sel.to(v.device)] if isinstance(v, torch.Tensor) else v) for k, v in sig.items()
+                   if k != "n"}
+            sub["n"] = len(sel)
+            if crit.needs_logits and crit.kind == "kl" and lp == 1:
+                sub["prev_logp"] = None
+            fired[sel] = crit.fires(lp, sub)
+        stop = torch.zeros(len(rows), dtype=torch.bool)
+        pend = self.pending[rows].cpu()
+        new_pend = pend.clone()
+        for lp in torch.unique(loops_cpu).tolist():
+            sel = (loops_cpu == lp).nonzero().squeeze(1)
+            stop[sel], new_pend[sel] = crit.decide(lp, fired[sel], pend[sel])
+        self.pending[rows] = new_pend.to(self.device)
+        return rows[stop.to(self.device)]
+
+    @torch.no_grad()
+    def finish(self, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Coda + head of exited rows: (next tokens, exit depths)."""
+        pos = self.pos[rows]
+        depth = self.loop[rows]
+        if self.crit.needs_logits:
+            logits = self.logits[rows]
+        else:
+            mask, L = self._decode_mask(rows)
+            logits = self._readout(self.S[rows], rows, pos, mask, L)
+        self.kv.copy_on_exit(rows, pos, depth)
+        self.pos[rows] = pos + 1
+        self.stats["finish_launches"] += 1
+        return logits.argmax(-1), depth
+

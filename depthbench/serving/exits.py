@@ -1,0 +1,162 @@
+"""Exit criteria: when a token stops looping.
+
+A criterion looks at per-loop signals of a batch of work items and says which of them exit.
+Signals are computed only when a criterion needs them (a per-loop readout of the coda and head
+for ``kl``, ``entropy`` and ``argmax``; the learned gate for ``gate``).
+
+    fixed:K       exit at loop K
+    latent:TAU    relative state change |s_t - s_{t-1}| / |s_t| < TAU
+    kl:TAU        KL(p_t || p_{t-1}) < TAU (nats)
+    entropy:TAU   entropy of p_t < TAU (nats)
+    argmax:N      the argmax has not changed for N loops
+    gate:Q        the learned exit gate's halting probability > Q
+    replay:FILE   depths recorded in a JSON trace {"request id": [depth per token, ...]}
+    trace:MEAN    a synthetic trace: depths ~ 1 + Binomial(max_depth - 1, (MEAN-1)/(max_depth-1)),
+                  seeded per (request, token): for random-weight models
+
+Every criterion fires only from ``min_depth`` on and is forced at ``max_depth``. With
+``lookahead`` the decision to stop after loop t is taken from the signal of loop t-1, so the
+scheduler knows which items leave before the launch of loop t is read back.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from depthbench.errors import UserError
+
+EXIT_HELP = ("fixed:K, latent:TAU, kl:TAU, entropy:TAU, argmax:N, gate:Q, replay:FILE.json, "
+             "trace:MEAN")
+
+
+class ExitSpecError(UserError, ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class ExitCriterion:
+    kind: str
+    value: float = 0.0
+    trace: dict | None = None
+    min_depth: int = 1
+    max_depth: int = 16
+    lookahead: bool = False
+    seed: int = 0
+
+    @property
+    def needs_logits(self) -> bool:
+        return self.kind in ("kl", "entropy", "argmax")
+
+    @property
+    def needs_gate(self) -> bool:
+        return self.kind == "gate"
+
+    @property
+    def spec(self) -> str:
+        return f"{self.kind}:{self.value:g}" if self.kind not in ("replay",) else "replay"
+
+    def trace_depth(self, request_id: int, token_index: int) -> int:
+        """The depth a trace assigns to token ``token_index`` of request ``request_id``."""
+        if self.kind == "replay":
+            depths = self.trace.get(str(request_id))
+            if depths is None or token_index >= len(depths):
+                return self.max_depth
+            return int(depths[token_index])
+        rng = np.random.default_rng(np.random.SeedSequence(self.seed, spawn_key=(request_id, token_index)))
+        p = (self.value - 1) / max(1, self.max_depth - 1)
+        return 1 + int(rng.binomial(self.max_depth - 1, min(max(p, 0.0), 1.0)))
+
+    def fires(self, loop: int, sig: dict) -> torch.Tensor:
+        """(N,) bool: which items' signal at ``loop`` (1-based) says "stop"."""
+        n = sig["n"]
+        if self.kind == "fixed":
+            return torch.full((n,), loop >= self.value, dtype=torch.bool)
+        if self.kind in ("replay", "trace"):
+            return torch.as_tensor(loop >= sig["trace_depth"])
+        if self.kind == "latent":
+            delta = (sig["state"] - sig["prev_state"]).norm(dim=-1)
+            return (delta / sig["state"].norm(dim=-1).clamp(min=1e-12) < self.value).cpu()
+        if self.kind == "gate":
+            return (torch.sigmoid(sig["gate"]) > self.value).cpu()
+        logp = torch.log_softmax(sig["logits"].float(), dim=-1)
+        if self.kind == "entropy":
+            return (-(logp.exp() * logp).sum(-1) < self.value).cpu()
+        if self.kind == "kl":
+            prev = sig["prev_logp"]
+            if prev is None:
+                return torch.zeros(n, dtype=torch.bool)
+            return ((logp.exp() * (logp - prev)).sum(-1) < self.value).cpu()
+        assert self.kind == "argmax"
+        return torch.as_tensor(sig["argmax_run"] >= self.value)
+
+    def decide(self, loop: int, fired: torch.Tensor,
+               pending: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Exit mask after ``loop``, and the new pending flags (used with lookahead).
+
+        Without lookahead an item exits when its own signal fires; with lookahead it exits one
+        loop after its signal fired. Either way the depth stays within [min_depth, max_depth]."""
+        if self.kind in ("fixed", "replay", "trace"):
+            stop = fired  # these depths are known in advance: looking ahead changes nothing
+            new_pending = pending
+        elif self.lookahead:
+            stop = pending.clone()
+            new_pending = fired
+        else:
+            stop = fired
+            new_pending = pending
+        stop = (stop & (loop >= self.min_depth)) | (loop >= self.max_depth)
+        return stop, new_pending
+
+
+def parse_exit(spec: str, min_depth: int = 1, max_depth: int = 16, lookahead: bool = False,
+               seed: int = 0) -> ExitCriterion:
+    if not (isinstance(min_depth, int) and isinstance(max_depth, int) and 1 <= min_depth <= max_depth):
+        raise ExitSpecError(f"need 1 <= min_depth <= max_depth (got {min_depth}, {max_depth})")
+    kind, sep, arg = str(spec).strip().partition(":")
+    if not sep or not arg:
+        raise ExitSpecError(f"exit spec {spec!r} is not KIND:VALUE; specs: {EXIT_HELP}")
+    common = dict(min_depth=min_depth, max_depth=max_depth, lookahead=lookahead, seed=seed)
+    if kind == "replay":
+        path = Path(arg)
+        try:
+            trace = json.loads(path.read_text())
+        except FileNotFoundError:
+            raise ExitSpecError(f"exit trace {path} does not exist") from None
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            raise ExitSpecError(f"exit trace {path} is not JSON") from None
+        if not isinstance(trace, dict) or not all(
+                isinstance(v, list) and all(isinstance(d, int) and d >= 1 for d in v)
+                for v in trace.values()):
+            raise ExitSpecError(f"exit trace {path} must map request ids to lists of depths >= 1")
+        return ExitCriterion("replay", trace=trace, **common)
+    try:
+        value = float(arg)
+    except ValueError:
+        raise ExitSpecError(f"exit spec {spec!r}: {arg!r} is not a number; specs: {EXIT_HELP}") from None
+    if not math.isfinite(value):
+        raise ExitSpecError(f"exit spec {spec!r}: the value must be finite")
+    if kind in ("fixed", "argmax"):
+        if value != int(value) or value < 1:
+            raise ExitSpecError(f"exit spec {spec!r}: {kind} takes an integer >= 1")
+        if kind == "fixed" and value > max_depth:
+            raise ExitSpecError(f"exit spec {spec!r}: K={int(value)} exceeds max_depth={max_depth}")
+        return ExitCriterion(kind, int(value), **common)
+    if kind in ("latent", "kl", "entropy"):
+        if value <= 0:
+            raise ExitSpecError(f"exit spec {spec!r}: the threshold must be > 0")
+        return ExitCriterion(kind, value, **common)
+    if kind == "gate":
+        if not 0 < value < 1:
+            raise ExitSpecError(f"exit spec {spec!r}: the gate threshold must be in (0, 1)")
+        return ExitCriterion(kind, value, **common)
+    if kind == "trace":
+        if not 1 <= value <= max_depth:
+            raise ExitSpecError(f"exit spec {spec!r}: the mean depth must be in [1, max_depth]")
+        return ExitCriterion(kind, value, **common)
+    raise ExitSpecError(f"exit spec {spec!r} is not understood; specs: {EXIT_HELP}")
