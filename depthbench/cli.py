@@ -332,3 +332,128 @@ def _print_eval_table(rows: list[dict], ceiling: float) -> None:
         click.echo(f"\n{split} (ceiling {ceiling:.1f} bits/person)")
         t = g[["depth", "nll", "value_nll", "exact_match", "bits_per_person"]]
         click.echo(t.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+
+
+@main.command("serve-bench")
+@click.argument("run", required=False, type=click.Path())
+@click.option("--random", "random_preset", metavar="PRESET",
+              help="Instead of RUN: a random-weight model of this preset (tiny, small, paper-200m, "
+                   "paper-1b, ouro-like, huginn-like), e.g. with --exit trace:8.")
+@click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
+              help="Override a model config key of --random, e.g. --set d_model=512.")
+@click.option("--data", type=click.Path(), help="Dataset for the workload (default: the run's).")
+@click.option("--modes", default="static,no_refill,batch1,cdb", show_default=True)
+@click.option("--exit", "exit_spec", default="latent:0.05", show_default=True,
+              help="Exit criterion: fixed:K, latent:TAU, kl:TAU, entropy:TAU, argmax:N, gate:Q, "
+                   "replay:FILE.json, trace:MEAN.")
+@click.option("--kv-policy", default="depth_indexed", show_default=True,
+              help="depth_indexed, single or first_then_shared.")
+@click.option("--width", default=64, show_default=True, help="Rows per core launch at most.")
+@click.option("--requests", "n_requests", default=256, show_default=True)
+@click.option("--rate", default=0.0, show_default=True,
+              help="Poisson arrival rate in requests/s (0: all requests at t=0).")
+@click.option("--max-new-tokens", default=0, show_default=True,
+              help="Tokens to generate per request (0: the rest of the dataset sequence; 32 for --random).")
+@click.option("--prompt-len", default=8, show_default=True, help="Prompt length for --random.")
+@click.option("--min-depth", default=1, show_default=True)
+@click.option("--max-depth", default=16, show_default=True)
+@click.option("--lookahead", is_flag=True, help="Take exit decisions one loop ahead.")
+@click.option("--seed", default=0, show_default=True)
+@click.option("--device", default="auto", show_default=True)
+@click.option("--out", type=click.Path(), help="Result file base (.json and .csv are written).")
+@click.option("--save-trace", type=click.Path(dir_okay=False),
+              help="Write the cdb mode's exit depths as a replay trace.")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON summary as the last line.")
+def serve_bench_cmd(run, random_preset, sets, data, modes, exit_spec, kv_policy, width, n_requests,
+                    rate, max_new_tokens, prompt_len, min_depth, max_depth, lookahead, seed, device,
+                    out, save_trace, as_json):
+    """Benchmark depth-adaptive serving under every batching mode on one workload.
+
+    \b
+    Examples:
+      depthbench serve-bench runs/uniform --exit latent:0.05 --width 64
+      depthbench serve-bench runs/uniform --modes static,cdb --exit kl:0.01 --kv-policy single
+      depthbench serve-bench --random small --set d_model=512 --exit trace:8 --requests 128
+      depthbench serve-bench --random huginn-like --exit trace:8 --device cuda
+    """
+    import json
+    from pathlib import Path
+
+    import pandas as pd
+    import torch
+
+    from depthbench.checkpoint import atomic_write_text, load_model, read_run
+    from depthbench.config import model_preset
+    from depthbench.data import Dataset
+    from depthbench.runtime import setup
+    from depthbench.serving.bench import BenchConfig, dataset_workload, random_workload, serve_bench
+    from depthbench.serving.kvcache import KV_POLICIES
+
+    if (run is None) == (random_preset is None):
+        fail("give either a RUN directory (or checkpoint) or --random PRESET")
+    if kv_policy not in KV_POLICIES:
+        fail(f"unknown --kv-policy {kv_policy!r}; choose one of {', '.join(KV_POLICIES)}")
+    cfg = BenchConfig(modes=tuple(m.strip() for m in modes.split(",") if m.strip()), exit=exit_spec,
+                      kv_policy=kv_policy, width=width, requests=n_requests, rate=rate,
+                      max_new_tokens=max_new_tokens, min_depth=min_depth, max_depth=max_depth,
+                      lookahead=lookahead, seed=seed)
+    from depthbench.serving.exits import parse_exit
+    parse_exit(exit_spec, min_depth, max_depth, lookahead, seed)
+    rt = setup(device)
+    if run is not None:
+        model, ck = load_model(run, device=rt.device)
+        meta = read_run(run) if (Path(run) / "run.json").is_file() else {}
+        data = data or meta.get("data")
+        if data is None:
+            fail(f"{run} records no dataset; pass --data")
+        ds = Dataset(data)
+        if ck.get("dataset_hash") != ds.hash:
+            fail(f"checkpoint {ck['path']} was not trained on {data}; pass the --data it was trained on")
+        requests = dataset_workload(ds, n_requests, max_new_tokens, seed)
+        seq_len = ds.seq_len - 1
+        source = str(ck["path"])
+    else:
+        from depthbench.model import LoopedTransformer
+        m_sets, _ = split_sets(parse_sets(sets))
+        mcfg = model_preset(random_preset).replace(**m_sets)
+        if mcfg.vocab_size == 0:
+            mcfg = mcfg.replace(vocab_size=256)
+        torch.manual_seed(seed)
+        with torch.device(rt.device):
+            model = LoopedTransformer(mcfg)
+        if rt.autocast_dtype is not None:
+            model = model.to(rt.autocast_dtype)
+        requests = random_workload(mcfg.vocab_size, n_requests, prompt_len, max_new_tokens, seed)
+        seq_len = prompt_len + (max_new_tokens or 32)
+        source = f"random:{random_preset}"
+    click.echo(f"device: {rt.reason}; model {source}: {model.num_params():,} parameters; "
+               f"{n_requests} requests, exit {exit_spec}, kv {kv_policy}, width {width}")
+    res = serve_bench(model, requests, cfg, seq_len,
+                      progress=lambda m: click.echo(f"  {m} done", err=False))
+    rows = [{"source": source, "exit": exit_spec, "kv_policy": kv_policy, "width": width,
+             "lookahead": lookahead, "rate": rate,
+             **{k: v for k, v in r.items() if k not in ("ttft_ms", "itl_ms", "depth_histogram")},
+             **{f"ttft_{k}_ms": v for k, v in r["ttft_ms"].items()},
+             **{f"itl_{k}_ms": v for k, v in r["itl_ms"].items()}} for r in res["results"]]
+    df = pd.DataFrame(rows)
+    cols = [c for c in ("mode", "tokens_per_s", "speedup", "ceiling", "fraction_of_ceiling",
+                        "mean_depth", "rows_per_launch", "padding_waste", "ttft_p50_ms",
+                        "itl_p50_ms", "exact_match") if c in df.columns]
+    click.echo(df[cols].to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+    if res["adaptive_modes_agree"] is not None:
+        click.echo(f"adaptive modes produce identical tokens: {res['adaptive_modes_agree']}")
+    if out:
+        base = Path(out)
+        base = base.with_suffix("") if base.suffix in (".json", ".csv") else base
+        base.parent.mkdir(parents=True, exist_ok=True)
+        record = {k: v for k, v in res.items() if k not in ("outputs", "depth_traces")}
+        record["source"] = source
+        atomic_write_text(base.with_name(base.name + ".json"), json.dumps(record, indent=2) + "\n")
+        atomic_write_text(base.with_name(base.name + ".csv"), df.to_csv(index=False))
+        click.echo(f"wrote {base}.json and {base}.csv")
+    if save_trace:
+        mode = "cdb" if "cdb" in res["depth_traces"] else next(iter(res["depth_traces"]))
+        atomic_write_text(Path(save_trace), json.dumps(res["depth_traces"][mode]) + "\n")
+    if as_json:
+        emit_json({"results": res["results"], "adaptive_modes_agree": res["adaptive_modes_agree"],
+                   "out": out})

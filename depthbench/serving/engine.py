@@ -15,6 +15,8 @@ exit criterion reads. The launches:
 
 from __future__ import annotations
 
+import time
+
 import torch
 
 from depthbench.model import LoopedTransformer
@@ -45,7 +47,7 @@ class Engine:
             self.argmax_prev = z(n_rows, dtype=torch.long)
             self.argmax_run = z(n_rows, dtype=torch.long)
         self.stats = {"core_launches": 0, "core_rows": 0, "start_launches": 0,
-                      "finish_launches": 0, "prefills": 0}
+                      "finish_launches": 0, "prefills": 0, "prefill_s": 0.0}
 
     # ---- helpers ------------------------------------------------------------------------------------
     def _decode_mask(self, rows: torch.Tensor) -> tuple[torch.Tensor, int]:
@@ -64,28 +66,44 @@ class Engine:
 
     # ---- launches -----------------------------------------------------------------------------------
     @torch.no_grad()
-    def prefill(self, row: int, prompt: list[int]) -> int:
-        """Run the prompt at max_depth, fill every cache slot of ``row``; the first token."""
-        m = self.model
-        idx = torch.tensor([prompt], device=self.device)                   # (1, T)
-        T = idx.shape[1]
-        pos = torch.arange(T, device=self.device)
-        rows = torch.tensor([row], device=self.device)
-        zero = torch.zeros(1, dtype=torch.long, device=self.device)
-        pre = [SlotView(self.kv, torch.tensor([self.kv.prelude_slot(j)], device=self.device), rows, zero, T)
-               for j in range(self.cfg.n_prelude)]
-        e = m.embed_prelude(idx, pos, pre)
+    def prefill(self, rows: list[int], prompts: list[list[int]]) -> list[int]:
+        """Run prompts at max_depth, filling every cache slot of their rows; the first tokens.
+        Prompts of equal length share one batched launch per layer."""
+        t0 = time.perf_counter()
+        first = [0] * len(rows)
+        by_len: dict[int, list[int]] = {}
+        for i, p in enumerate(prompts):
+            by_len.setdefault(len(p), []).append(i)
+        for T, members in by_len.items():
+            toks = self._prefill_group([rows[i] for i in members], [prompts[i] for i in members])
+            for i, t in zip(members, toks):
+                first[i] = t
+        self.stats["prefills"] += len(rows)
+        self.stats["prefill_s"] += time.perf_counter() - t0
+        return first
+
+    def _prefill_group(self, rows_list: list[int], prompts: list[list[int]]) -> list[int]:
+        m, dev = self.model, self.device
+        idx = torch.tensor(prompts, device=dev)                            # (B, T)
+        B, T = idx.shape
+        pos = torch.arange(T, device=dev)
+        rows = torch.tensor(rows_list, device=dev)
+        zero = torch.zeros(B, dtype=torch.long, device=dev)
+
+        def views(slot_of_layer, n):
+            return [SlotView(self.kv, slot_of_layer(j), rows, zero, T) for j in range(n)]
+
+        e = m.embed_prelude(idx, pos, views(lambda j: torch.full_like(rows, self.kv.prelude_slot(j)),
+                                            self.cfg.n_prelude))
         s = m.initial_state(e, pos)
         for k in range(1, self.max_depth + 1):
-            loops = torch.tensor([k], device=self.device)
-            s = m.core_step(s, e, pos, [SlotView(self.kv, self.kv.core_slots(j, loops), rows, zero, T)
-                                        for j in range(self.cfg.n_core)])
-        coda = [SlotView(self.kv, torch.tensor([self.kv.coda_slot(j)], device=self.device), rows, zero, T)
-                for j in range(self.cfg.n_coda)]
-        logits = m.readout(s, pos, coda)                                   # (1, T, V)
-        self.pos[row] = T
-        self.stats["prefills"] += 1
-        return int(logits[0, -1].argmax())
+            loops = torch.full_like(rows, k)
+            s = m.core_step(s, e, pos, views(lambda j, lp=loops: self.kv.core_slots(j, lp), self.cfg.n_core))
+        coda = views(lambda j: torch.full_like(rows, self.kv.coda_slot(j)), self.cfg.n_coda)
+        # the coda fills its caches from every position; without a coda only the last one matters
+        logits = m.readout(s if coda else s[:, -1:], pos if coda else pos[-1:], coda)
+        self.pos[rows] = T
+        return logits[:, -1].argmax(-1).tolist()
 
     @torch.no_grad()
     def start(self, rows: torch.Tensor, tokens: torch.Tensor, trace_depths=None) -> None:

@@ -39,11 +39,10 @@ class SlotView:
         if T == 1:
             st.k[self.slots, self.rows, :, self.pos] = k[:, :, 0]
             st.v[self.slots, self.rows, :, self.pos] = v[:, :, 0]
-        else:  # prefill of one row
-            assert k.shape[0] == 1
-            s, r, p = int(self.slots[0]), int(self.rows[0]), int(self.pos[0])
-            st.k[s, r, :, p:p + T] = k[0]
-            st.v[s, r, :, p:p + T] = v[0]
+        else:  # prefill: every row writes positions 0..T-1
+            assert int(self.pos.max()) == 0
+            st.k[self.slots, self.rows, :, :T] = k
+            st.v[self.slots, self.rows, :, :T] = v
         L = self.length
         return st.k[self.slots, self.rows, :, :L], st.v[self.slots, self.rows, :, :L]  # (B, H, L, dh)
 

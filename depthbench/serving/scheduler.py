@@ -76,11 +76,17 @@ class Scheduler:
             self.rows_free.append(req.row)
 
     def _admit(self) -> None:
+        """Admit arrived requests into free rows; their prompts are prefilled together."""
+        new = []
         while self.waiting and self.rows_free and self.waiting[0].arrival <= self.now():
             req = self.waiting.popleft()
             req.row, req.status = self.rows_free.pop(), Status.RUNNING
             self.active[req.row] = req
-            self._emit(req, self.engine.prefill(req.row, req.prompt), self.engine.max_depth)
+            new.append(req)
+        if new:
+            first = self.engine.prefill([q.row for q in new], [q.prompt for q in new])
+            for req, tok in zip(new, first):
+                self._emit(req, tok, self.engine.max_depth)
 
     def _start(self, rows: list[int]) -> None:
         eng = self.engine

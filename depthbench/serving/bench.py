@@ -1,0 +1,173 @@
+"""serve-bench: every batching mode over the same workload, side by side, with the FLOP ceiling.
+
+Per mode: output tokens/s, TTFT and inter-token latency percentiles, mean exit depth and its
+histogram, core launches and rows per launch, padding waste (empty places in core launches of
+``width`` rows), realized speedup over ``static``, the ceiling
+``(F0 + K_max Fr) / (F0 + mean_depth Fr)``, fraction of ceiling (``realized / ceiling`` and
+``(realized - 1) / (ceiling - 1)``), and the exact-match recall of what was generated when the
+workload comes from a dataset.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from depthbench.flops import FlopModel
+from depthbench.model import LoopedTransformer
+from depthbench.serving.engine import Engine
+from depthbench.serving.exits import ExitCriterion, parse_exit
+from depthbench.serving.scheduler import MODES, Request, Scheduler
+
+
+@dataclass(frozen=True, kw_only=True)
+class BenchConfig:
+    modes: tuple[str, ...] = MODES
+    exit: str = "latent:0.05"
+    kv_policy: str = "depth_indexed"
+    width: int = 64
+    requests: int = 256
+    rate: float = 0.0             # requests/s (Poisson arrivals); 0: all at t = 0 (offline)
+    max_new_tokens: int = 0       # 0: the rest of the dataset sequence (or 32 for random prompts)
+    min_depth: int = 1
+    max_depth: int = 16
+    lookahead: bool = False
+    seed: int = 0
+    warmup_requests: int = 4
+
+    def __post_init__(self):
+        from depthbench.errors import UserError
+        bad = [m for m in self.modes if m not in MODES]
+        if bad or not self.modes:
+            raise UserError(f"unknown mode(s) {', '.join(bad) or '(none)'}; choose from {', '.join(MODES)}")
+        for f in ("width", "requests", "max_depth", "min_depth"):
+            if getattr(self, f) < 1:
+                raise UserError(f"--{f.replace('_', '-')} must be >= 1 (got {getattr(self, f)})")
+        if self.rate < 0 or self.max_new_tokens < 0:
+            raise UserError("--rate and --max-new-tokens must be >= 0")
+
+
+def dataset_workload(ds, n: int, max_new_tokens: int, seed: int) -> list[Request]:
+    """Prompts ``<bos> NAME [key]`` (the held-out first attribute) from eval_reordered; the
+    model generates the value and goes on with further attributes."""
+    s = ds.split("eval_reordered")
+    rng = np.random.default_rng(seed)
+    rows = rng.choice(len(s), size=n, replace=n > len(s))
+    reqs = []
+    for i, r in enumerate(rows):
+        tok = np.asarray(s.tokens[r], dtype=np.int64)
+        order = np.asarray(s.order[r : r + 1], dtype=np.int64)
+        k = int(ds.key_positions(order)[0, 0])
+        L = int(ds.value_tokens[order[0, 0]])
+        new = max_new_tokens or (len(tok) - k - 1)
+        reqs.append(Request(i, tok[: k + 1].tolist(), new, target=tok[k + 1 : k + 1 + L].tolist(),
+                            stop_token=ds.vocab.eos))
+    return reqs
+
+
+def random_workload(vocab_size: int, n: int, prompt_len: int, max_new_tokens: int,
+                    seed: int) -> list[Request]:
+    g = torch.Generator().manual_seed(seed)
+    return [Request(i, torch.randint(0, vocab_size, (prompt_len,), generator=g).tolist(),
+                    max_new_tokens or 32) for i in range(n)]
+
+
+def with_arrivals(reqs: list[Request], rate: float, seed: int) -> list[Request]:
+    if rate <= 0:
+        return reqs
+    gaps = np.random.default_rng(seed).exponential(1.0 / rate, size=len(reqs))
+    for q, t in zip(reqs, np.cumsum(gaps)):
+        q.arrival = float(t)
+    return reqs
+
+
+def _percentiles(x: list[float]) -> dict:
+    if not x:
+        return {"p50": None, "p90": None, "p99": None}
+    a = np.asarray(x) * 1000.0
+    return {f"p{q}": float(np.percentile(a, q)) for q in (50, 90, 99)}
+
+
+def run_mode(model: LoopedTransformer, crit: ExitCriterion, mode: str, cfg: BenchConfig,
+             requests: list[Request], max_len: int) -> tuple[dict, list[Request]]:
+    if mode == "static":
+        crit = parse_exit(f"fixed:{cfg.max_depth}", cfg.max_depth, cfg.max_depth)
+    width = 1 if mode == "batch1" else cfg.width
+
+    def engine():
+        return Engine(model, crit, cfg.kv_policy, width, max_len)
+
+    if cfg.warmup_requests:  # first-call allocations and kernel selection stay out of the timing
+        Scheduler(engine(), mode, width).run([q.fresh() for q in requests[: cfg.warmup_requests]])
+    eng = engine()
+    t0 = time.perf_counter()
+    done = Scheduler(eng, mode, width).run([q.fresh() for q in requests])
+    wall = time.perf_counter() - t0
+    n_tokens = sum(len(q.output) for q in done)
+    decode_depths = [d for q in done for d in q.depths[1:]]  # the first token comes from prefill
+    itl = [b - a for q in done for a, b in zip(q.token_times, q.token_times[1:])]
+    hist = np.bincount(decode_depths, minlength=cfg.max_depth + 1)[1:].tolist() if decode_depths else []
+    st = eng.stats
+    recall = [q.output[: len(q.target)] == q.target for q in done if q.target]
+    decode_s = max(wall - st["prefill_s"], 1e-9)
+    return {
+        "mode": mode, "wall_s": wall, "output_tokens": n_tokens, "tokens_per_s": n_tokens / wall,
+        # decode alone: the first token of each request comes from the (full-depth) prefill
+        "prefill_s": st["prefill_s"], "decode_tokens_per_s": len(decode_depths) / decode_s,
+        "ttft_ms": _percentiles([q.token_times[0] - q.arrival for q in done]),
+        "itl_ms": _percentiles(itl),
+        "mean_depth": float(np.mean(decode_depths)) if decode_depths else float("nan"),
+        "depth_histogram": hist,
+        "core_launches": st["core_launches"],
+        "rows_per_launch": st["core_rows"] / max(1, st["core_launches"]),
+        "padding_waste": 1.0 - st["core_rows"] / max(1, st["core_launches"] * width),
+        "exact_match": float(np.mean(recall)) if recall else None,
+        "kv_cache_mb": eng.kv.nbytes() / 2**20,
+    }, done
+
+
+def serve_bench(model: LoopedTransformer, requests: list[Request], cfg: BenchConfig,
+                seq_len_for_flops: int, progress=None) -> dict:
+    model.eval()
+    crit = parse_exit(cfg.exit, cfg.min_depth, cfg.max_depth, cfg.lookahead, cfg.seed)
+    if crit.needs_gate and not model.cfg.exit_gate:
+        from depthbench.errors import UserError
+        raise UserError("exit gate:Q needs a model trained with exit_gate=true; choose another --exit")
+    requests = with_arrivals(requests, cfg.rate, cfg.seed)
+    max_len = max(len(q.prompt) + q.max_new_tokens for q in requests) + 1
+    if max_len > model.cfg.max_seq_len:
+        from depthbench.errors import UserError
+        raise UserError(f"prompts plus --max-new-tokens need {max_len} positions, more than the "
+                        f"model's max_seq_len={model.cfg.max_seq_len}; lower --max-new-tokens")
+    fm = FlopModel.of(model.cfg, seq_len_for_flops)
+    results, outputs = [], {}
+    for mode in cfg.modes:
+        r, done = run_mode(model, crit, mode, cfg, requests, max_len)
+        results.append(r)
+        outputs[mode] = done
+        if progress:
+            progress(mode)
+    static = next((r for r in results if r["mode"] == "static"), None)
+    for r in results:
+        ceiling = fm.ceiling(cfg.max_depth, r["mean_depth"])
+        r["ceiling"] = ceiling
+        if static is not None:
+            realized = r["tokens_per_s"] / static["tokens_per_s"]
+            r["speedup"] = realized
+            r["fraction_of_ceiling"] = realized / ceiling
+            r["fraction_of_gain"] = (realized - 1) / (ceiling - 1) if ceiling > 1 + 1e-9 else None
+            dec = r["decode_tokens_per_s"] / static["decode_tokens_per_s"]
+            r["decode_speedup"] = dec
+            r["decode_fraction_of_ceiling"] = dec / ceiling
+    same = None
+    adaptive = [m for m in ("cdb", "no_refill", "batch1") if m in outputs]
+    if len(adaptive) > 1:
+        ref = [q.output for q in outputs[adaptive[0]]]
+        same = all([q.output for q in outputs[m]] == ref for m in adaptive[1:])
+    return {"config": cfg.__dict__, "exit": cfg.exit, "results": results,
+            "adaptive_modes_agree": same, "f0": fm.f0, "fr": fm.fr,
+            "outputs": {m: [q.output for q in d] for m, d in outputs.items()},
+            "depth_traces": {m: {str(q.id): q.depths[1:] for q in d} for m, d in outputs.items()}}
