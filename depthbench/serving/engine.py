@@ -74,7 +74,7 @@ class Engine:
         by_len: dict[int, list[int]] = {}
         for i, p in enumerate(prompts):
             by_len.setdefault(len(p), []).append(i)
-        for T, members in by_len.items():
+        for members in by_len.values():
             toks = self._prefill_group([rows[i] for i in members], [prompts[i] for i in members])
             for i, t in zip(members, toks):
                 first[i] = t
