@@ -93,8 +93,6 @@ def _percentiles(x: list[float]) -> dict:
 
 def run_mode(model: LoopedTransformer, crit: ExitCriterion, mode: str, cfg: BenchConfig,
              requests: list[Request], max_len: int) -> tuple[dict, list[Request]]:
-    if mode == "static":
-        crit = parse_exit(f"fixed:{cfg.max_depth}", cfg.max_depth, cfg.max_depth)
     width = 1 if mode == "batch1" else cfg.width
 
     def engine():

@@ -19,6 +19,7 @@ from enum import IntEnum
 import torch
 
 from depthbench.serving.engine import Engine
+from depthbench.serving.exits import parse_exit
 
 MODES = ("static", "no_refill", "batch1", "cdb")
 
@@ -55,6 +56,8 @@ class Request:
 class Scheduler:
     def __init__(self, engine: Engine, mode: str, width: int):
         assert mode in MODES
+        if mode == "static":  # the baseline ignores the exit criterion: every token runs max_depth
+            engine.crit = parse_exit(f"fixed:{engine.max_depth}", engine.max_depth, engine.max_depth)
         self.engine, self.mode = engine, mode
         self.width = 1 if mode == "batch1" else width
         self.rows_free = list(range(self.width))[::-1]
@@ -93,7 +96,8 @@ class Scheduler:
         reqs = [self.active[r] for r in rows]
         trace = None
         if eng.crit.kind in ("replay", "trace"):
-            trace = torch.tensor([eng.crit.trace_depth(q.id, len(q.output)) for q in reqs],
+            # decoded token i of a request (its first output token comes from the prefill)
+            trace = torch.tensor([eng.crit.trace_depth(q.id, len(q.output) - 1) for q in reqs],
                                  device=eng.device)
         eng.start(torch.tensor(rows, device=eng.device),
                   torch.tensor([q.output[-1] for q in reqs], device=eng.device), trace)

@@ -1,0 +1,236 @@
+"""Depth-adaptive serving: KV-cached decode against the full forward, batching invariance for
+every KV policy and exit criterion, exits within bounds, scheduler behaviour, the ceiling."""
+
+import json
+
+import pytest
+import torch
+from click.testing import CliRunner
+
+from depthbench.cli import main
+from depthbench.config import ModelConfig
+from depthbench.flops import FlopModel
+from depthbench.model import LoopedTransformer
+from depthbench.serving.bench import BenchConfig, random_workload, serve_bench
+from depthbench.serving.engine import Engine
+from depthbench.serving.exits import ExitSpecError, parse_exit
+from depthbench.serving.kvcache import KV_POLICIES
+from depthbench.serving.scheduler import Request, Scheduler
+
+SHAPES = [dict(), dict(n_prelude=1, n_core=2, n_coda=1, init_state="random", injection="add"),
+          dict(n_prelude=1, injection="none", init_state="prelude", norm="sandwich", rope=False,
+               exit_gate=True)]
+
+
+def model_of(seed=0, **kw):
+    torch.manual_seed(seed)
+    return LoopedTransformer(ModelConfig(vocab_size=40, d_model=32, n_heads=4, max_seq_len=64,
+                                         **kw)).eval()
+
+
+def workload(n=5, new=6, seed=1):
+    g = torch.Generator().manual_seed(seed)
+    return [Request(i, torch.randint(3, 40, (4 + i % 3,), generator=g).tolist(), new)
+            for i in range(n)]
+
+
+def greedy(model, prompt, n, K):
+    ctx = torch.tensor([prompt])
+    for _ in range(n):
+        ctx = torch.cat([ctx, model(ctx, n_loops=K)[0, -1].argmax().view(1, 1)], 1)
+    return ctx[0, len(prompt):].tolist()
+
+
+def serve(model, spec, mode, policy="depth_indexed", width=3, max_depth=4, reqs=None, **kw):
+    eng = Engine(model, parse_exit(spec, max_depth=max_depth, **kw), policy, width, 64)
+    done = Scheduler(eng, mode, width).run([q.fresh() for q in (reqs or workload())])
+    return done, eng
+
+
+@pytest.mark.parametrize("kw", SHAPES)
+def test_full_depth_kv_cached_decode_equals_the_full_forward(kw):
+    model = model_of(**kw)
+    eng = Engine(model, parse_exit("fixed:3", max_depth=3), "depth_indexed", 2, 64)
+    prompt = [5, 9, 11, 3, 7]
+    toks = [eng.prefill([0], [prompt])[0]]
+    rows = torch.tensor([0])
+    for _ in range(5):
+        eng.start(rows, torch.tensor([toks[-1]]))
+        for _ in range(3):
+            exited = eng.core(rows)
+        assert exited.tolist() == [0]
+        # logits of the cached step against the full forward over the whole context
+        full = model(torch.tensor([prompt + toks]), n_loops=3)[0, -1]
+        mask, L = eng._decode_mask(rows)
+        cached = eng._readout(eng.S[rows], rows, eng.pos[rows], mask, L)[0]
+        torch.testing.assert_close(cached, full, rtol=1e-4, atol=1e-4)
+        tok, depth = eng.finish(exited)
+        assert int(depth) == 3 and int(tok) == int(full.argmax())
+        toks.append(int(tok))
+    assert toks == greedy(model, prompt, 6, 3)
+
+
+@pytest.mark.parametrize("kw", SHAPES[:2])
+def test_static_mode_equals_plain_greedy_generation_at_max_depth(kw):
+    model = model_of(**kw)
+    done, _ = serve(model, "latent:0.5", "static", max_depth=4)
+    for q in done:
+        assert q.output == greedy(model, q.prompt, 6, 4)
+        assert set(q.depths) == {4}
+
+
+CRITERIA = ["latent:0.3", "kl:0.05", "entropy:3.5", "argmax:2", "trace:2.5", "fixed:2", "gate:0.5"]
+
+
+@pytest.mark.parametrize("policy", KV_POLICIES)
+@pytest.mark.parametrize("spec", CRITERIA)
+def test_batching_never_changes_outputs(policy, spec):
+    model = model_of(**SHAPES[2]) if spec.startswith("gate") else model_of(**SHAPES[1])
+    reqs = workload(n=7, new=5)
+    outs = {}
+    for mode in ("batch1", "no_refill", "cdb"):
+        done, _ = serve(model, spec, mode, policy, width=3, reqs=reqs)
+        outs[mode] = [(q.output, q.depths) for q in done]
+    assert outs["cdb"] == outs["batch1"] == outs["no_refill"]
+
+
+@pytest.mark.parametrize("spec", CRITERIA[:5])
+def test_exits_stay_within_min_and_max_depth(spec):
+    model = model_of(**SHAPES[1])
+    done, _ = serve(model, spec, "cdb", max_depth=5, min_depth=2)
+    for q in done:
+        assert all(2 <= d <= 5 for d in q.depths[1:])
+
+
+def test_lookahead_exits_one_loop_after_the_signal():
+    model = model_of(**SHAPES[1])
+    now, _ = serve(model, "argmax:2", "cdb", max_depth=8)
+    ahead, _ = serve(model, "argmax:2", "cdb", max_depth=8, lookahead=True)
+    d_now = [d for q in now for d in q.depths[1:]]
+    d_ahead = [d for q in ahead for d in q.depths[1:]]
+    assert sum(d_ahead) / len(d_ahead) > sum(d_now) / len(d_now)
+    assert all(1 <= d <= 8 for d in d_ahead)
+
+
+def test_replay_trace_reproduces_depths(tmp_path):
+    model = model_of(**SHAPES[1])
+    done, _ = serve(model, "trace:2.5", "cdb", max_depth=4)
+    trace = {str(q.id): q.depths[1:] for q in done}
+    (tmp_path / "t.json").write_text(json.dumps(trace))
+    again, _ = serve(model, f"replay:{tmp_path / 't.json'}", "cdb", max_depth=4)
+    assert {str(q.id): q.depths[1:] for q in again} == trace
+
+
+class FakeEngine:
+    """Hand-made exit signals, no model: row r's tokens exit at the depths in ``plan``."""
+
+    def __init__(self, plan, max_depth=4):
+        from types import SimpleNamespace
+        self.plan, self.max_depth = plan, max_depth
+        self.crit = SimpleNamespace(kind="fixed")
+        self.device = torch.device("cpu")
+        self.loop, self.token, self.req_of_row = {}, {}, {}
+        self.launches = []
+
+    def prefill(self, rows, prompts):
+        for r, p in zip(rows, prompts):
+            self.req_of_row[r] = p[0]  # the prompt's first token is the request id
+            self.token[r] = 0
+        return [100] * len(rows)
+
+    def start(self, rows, tokens, trace=None):
+        for r in rows.tolist():
+            self.loop[r] = 0
+
+    def core(self, rows):
+        self.launches.append(sorted(rows.tolist()))
+        out = []
+        for r in rows.tolist():
+            self.loop[r] += 1
+            if self.loop[r] >= self.plan[self.req_of_row[r]][self.token[r]]:
+                out.append(r)
+        return torch.tensor(out, dtype=torch.long)
+
+    def finish(self, rows):
+        depths = [self.loop[r] for r in rows.tolist()]
+        for r in rows.tolist():
+            self.token[r] += 1
+        return torch.tensor([7] * len(depths)), torch.tensor(depths)
+
+
+def test_scheduler_refills_freed_places_at_once_and_respects_width():
+    # request i generates 1 (prefill) + 3 decoded tokens at these depths
+    plan = {0: [1, 1, 1], 1: [4, 4, 4], 2: [2, 2, 2], 3: [1, 3, 1]}
+    reqs = [Request(i, [i], 4) for i in range(4)]
+    eng = FakeEngine(plan)
+    done = Scheduler(eng, "cdb", width=2).run(reqs)
+    assert all(len(eng.launches[i]) <= 2 for i in range(len(eng.launches)))
+    assert [q.depths[1:] for q in done] == [plan[i] for i in range(4)]
+    # request 0 finishes after 3 launches; its row is taken by request 2 in the very next launch
+    assert eng.launches[:4] == [[0, 1], [0, 1], [0, 1], [0, 1]]
+    eng2 = FakeEngine(plan)
+    Scheduler(eng2, "no_refill", width=2).run([q.fresh() for q in reqs])
+    # no_refill: the batch of requests 0 and 1 waits for the depth-4 token each time
+    assert eng2.launches[:4] == [[0, 1], [1], [1], [1]]
+    assert len(eng2.launches) > len(eng.launches)
+
+
+def test_requests_that_finish_mid_batch_free_their_rows():
+    plan = {0: [2], 1: [2, 2, 2, 2, 2], 2: [1, 1]}
+    reqs = [Request(0, [0], 2), Request(1, [1], 6), Request(2, [2], 3)]
+    eng = FakeEngine(plan)
+    done = Scheduler(eng, "cdb", width=2).run(reqs)
+    assert [len(q.output) for q in done] == [2, 6, 3]
+    assert all(q.status.name == "FINISHED" for q in done)
+
+
+def test_ceiling_formula_on_hand_worked_cases():
+    fm = FlopModel(f0=10.0, fr=5.0, n_grad_loops=0, readout=0.0)
+    assert fm.ceiling(16, 16) == 1.0
+    assert fm.ceiling(16, 8) == pytest.approx((10 + 80) / (10 + 40))
+    assert FlopModel(0.0, 1.0, 0, 0.0).ceiling(16, 4) == pytest.approx(4.0)
+
+
+def test_serve_bench_reports_every_mode():
+    model = model_of(**SHAPES[1])
+    cfg = BenchConfig(width=4, requests=6, max_new_tokens=5, max_depth=4, exit="trace:2",
+                      warmup_requests=1)
+    res = serve_bench(model, random_workload(40, 6, 4, 5, 0), cfg, 10)
+    assert [r["mode"] for r in res["results"]] == ["static", "no_refill", "batch1", "cdb"]
+    assert res["adaptive_modes_agree"] is True
+    for r in res["results"]:
+        for k in ("tokens_per_s", "ttft_ms", "itl_ms", "mean_depth", "depth_histogram",
+                  "core_launches", "rows_per_launch", "padding_waste", "ceiling", "speedup",
+                  "fraction_of_ceiling", "fraction_of_gain"):
+            assert k in r
+        assert r["output_tokens"] == 30
+    assert res["results"][0]["speedup"] == 1.0 and res["results"][0]["mean_depth"] == 4
+
+
+@pytest.mark.parametrize("spec", ["", "fixed", "fixed:0", "fixed:99", "latent:-1", "kl:x",
+                                  "gate:1.5", "argmax:1.5", "trace:40", "replay:/nonexistent.json",
+                                  "warp:3", "latent:nan"])
+def test_bad_exit_specs_are_refused(spec):
+    with pytest.raises(ExitSpecError):
+        parse_exit(spec, 1, 16)
+
+
+def test_serve_bench_cli(trained_run, tmp_path):
+    r = CliRunner().invoke(main, ["serve-bench", str(trained_run), "--requests", "6", "--width",
+                                  "3", "--max-depth", "4", "--exit", "argmax:2", "--out",
+                                  str(tmp_path / "sb"), "--json"])
+    assert r.exit_code == 0, r.output
+    s = json.loads(r.stdout.strip().splitlines()[-1])
+    assert s["adaptive_modes_agree"] is True and len(s["results"]) == 4
+    assert (tmp_path / "sb.json").is_file() and (tmp_path / "sb.csv").is_file()
+    for args, needle in [(["--exit", "nope:1"], "not understood"),
+                         (["--kv-policy", "paged"], "kv-policy"),
+                         (["--modes", "static,warp"], "unknown mode"),
+                         (["--width", "0"], "width"),
+                         (["--exit", "gate:0.5"], "exit_gate")]:
+        r = CliRunner().invoke(main, ["serve-bench", str(trained_run), "--requests", "2", *args])
+        assert r.exit_code == 2 and len(r.stderr.strip().splitlines()) == 1, (args, r.output)
+        assert needle in r.stderr, (needle, r.stderr)
+    r = CliRunner().invoke(main, ["serve-bench", "--random", "tiny", "--requests", "3",
+                                  "--max-depth", "4", "--exit", "trace:2", "--max-new-tokens", "4"])
+    assert r.exit_code == 0, r.output
