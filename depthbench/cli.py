@@ -269,8 +269,11 @@ def flops(run, preset, schedule, steps, seed, as_json):
 @click.option("--max-people", type=int, help="Evaluate only the first N people of each split.")
 @click.option("--out", type=click.Path(), help="Result file base (.csv and .jsonl are written).")
 @click.option("--device", default="auto", show_default=True, help="auto, cpu or cuda.")
+@click.option("--harness", type=click.Choice(["native", "lm-eval"]), default="native",
+              show_default=True, help="lm-eval: run the sweep through lm_eval.simple_evaluate.")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON summary as the last line.")
-def eval_cmd(run, data, depths, splits, step, batch_size, max_people, out, device, as_json):
+def eval_cmd(run, data, depths, splits, step, batch_size, max_people, out, device, harness,
+             as_json):
     """Sweep serving depths: NLL, exact-match recall and recalled bits per person.
 
     \b
@@ -301,17 +304,25 @@ def eval_cmd(run, data, depths, splits, step, batch_size, max_people, out, devic
     if ck.get("dataset_hash") != ds.hash:
         fail(f"checkpoint {ck['path']} was trained on dataset {str(ck.get('dataset_hash'))[:12]}, "
              f"but {data} is {ds.hash[:12]}; pass the --data it was trained on")
-    rt = setup(device)
-    try:
-        model.to(rt.device)
-        rows = []
-        for split in splits or EVAL_SPLITS:
-            sums = sweep(model, ds, split, depth_list, rt, batch_size, max_people)
-            rows += result_rows(ck, meta, run_path.name, ds, split, sums)
-    finally:
-        teardown(rt)
-    if rt.rank != 0:
-        return
+    if harness == "lm-eval":
+        try:
+            from depthbench.lm_eval_adapter import harness_sweep
+        except ImportError:
+            fail("--harness lm-eval needs lm-eval: pip install 'depthbench[lmeval]'")
+        rows = harness_sweep(str(run_path), str(data), depth_list, list(splits or EVAL_SPLITS),
+                             step, max_people and max_people * len(ds.attributes), batch_size)
+    else:
+        rt = setup(device)
+        try:
+            model.to(rt.device)
+            rows = []
+            for split in splits or EVAL_SPLITS:
+                sums = sweep(model, ds, split, depth_list, rt, batch_size, max_people)
+                rows += result_rows(ck, meta, run_path.name, ds, split, sums)
+        finally:
+            teardown(rt)
+        if rt.rank != 0:
+            return
     out = Path(out) if out else run_path / "eval" / f"step_{ck['step']:07d}"
     csv, jsonl = write_rows(rows, out)
     _print_eval_table(rows, ds.ceiling_bits)
@@ -457,3 +468,29 @@ def serve_bench_cmd(run, random_preset, sets, data, modes, exit_spec, kv_policy,
     if as_json:
         emit_json({"results": res["results"], "adaptive_modes_agree": res["adaptive_modes_agree"],
                    "out": out})
+
+
+@main.command("lm-eval", context_settings={"ignore_unknown_options": True,
+                                          "allow_extra_args": True, "help_option_names": []})
+@click.pass_context
+def lm_eval_cmd(ctx):
+    """lm-eval's own command line with the `depthbench` model and tasks registered.
+
+    \b
+    Examples:
+      depthbench lm-eval run --model depthbench --model_args pretrained=runs/uniform,n_loops=4 \\
+          --tasks depthbench --metadata '{"data": "data/tiny"}'
+      depthbench lm-eval ls tasks
+    The depthbench task folder is added to --include_path unless one is given.
+    """
+    try:
+        import depthbench.lm_eval_adapter  # noqa: F401  registers the model
+        from lm_eval.__main__ import cli_evaluate
+    except ImportError:
+        fail("lm-eval is not installed: pip install 'depthbench[lmeval]'")
+    from depthbench.lm_eval_adapter import TASKS_DIR
+    args = list(ctx.args)
+    if args and args[0] not in ("-h", "--help") and "--include_path" not in args:
+        args += ["--include_path", str(TASKS_DIR)]
+    sys.argv = ["lm-eval", *args]
+    cli_evaluate()

@@ -1,0 +1,220 @@
+"""The ``depthbench`` model for the lm-evaluation-harness (a ``TemplateLM`` subclass).
+
+    lm-eval ... --model depthbench --model_args pretrained=RUN_OR_CKPT,n_loops=4
+    lm-eval ... --model depthbench --model_args pretrained=RUN,exit=latent:0.05,max_depth=16
+
+Text is the dataset's whitespace token form; the tokenizer is the dataset's vocabulary (found
+through the run's record, or ``data=DIR``). A sequence starts with ``<bos>``; ``<eos>`` ends it.
+With ``exit=SPEC`` generation runs through the depth-adaptive serving engine (batch-1
+decoding with the given criterion and KV policy); likelihoods always use ``n_loops``
+(default: ``max_depth``).
+
+lm-eval passes ``batch_size`` (a string from its CLI, possibly "auto"), ``max_batch_size`` and
+``device``; all are accepted. Any other unknown argument is an error.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from lm_eval.api.model import TemplateLM
+from lm_eval.api.registry import register_model
+
+from depthbench.checkpoint import load_model, read_run
+from depthbench.data import Dataset
+from depthbench.errors import UserError
+
+_ARGS = ("pretrained", "n_loops", "exit", "min_depth", "max_depth", "kv_policy", "data",
+         "checkpoint_step", "batch_size", "max_batch_size", "device", "max_length")
+
+
+def _int_arg(name: str, value, lo: int = 1) -> int:
+    try:
+        v = int(value)
+    except (TypeError, ValueError):
+        raise UserError(f"depthbench model argument {name}={value!r} is not an integer") from None
+    if v < lo or str(value).strip() not in (str(v), f"{v}.0"):
+        raise UserError(f"depthbench model argument {name}={value!r} must be an integer >= {lo}")
+    return v
+
+
+@register_model("depthbench")
+class DepthbenchLM(TemplateLM):
+    def __init__(self, pretrained: str | None = None, n_loops=None, exit: str | None = None,
+                 min_depth=1, max_depth=16, kv_policy: str = "depth_indexed",
+                 data: str | None = None, checkpoint_step=None, batch_size=16,
+                 max_batch_size=None, device: str | None = None, max_length=None, **unknown):
+        super().__init__()
+        if unknown:
+            raise UserError(f"unknown depthbench model argument(s) {', '.join(sorted(unknown))}; "
+                            f"known: {', '.join(_ARGS)}")
+        if not pretrained:
+            raise UserError("depthbench model needs pretrained=RUN_DIR_OR_CHECKPOINT")
+        self.max_depth = _int_arg("max_depth", max_depth)
+        self.min_depth = _int_arg("min_depth", min_depth)
+        self.n_loops = _int_arg("n_loops", n_loops) if n_loops is not None else self.max_depth
+        bs = str(batch_size).split(":")[0]
+        self.batch_size = 16 if bs == "auto" else _int_arg("batch_size", bs)
+        if max_batch_size is not None:
+            self.batch_size = min(self.batch_size, _int_arg("max_batch_size", max_batch_size))
+        # lm-eval's CLI passes device=cuda by default: fall back to the CPU where there is none
+        usable = device and (not str(device).startswith("cuda") or torch.cuda.is_available())
+        self._dev = torch.device(device if usable else "cpu")
+        step = _int_arg("checkpoint_step", checkpoint_step, 0) if checkpoint_step is not None else None
+        self.model, ck = load_model(pretrained, step, device=self._dev)
+        self.checkpoint = ck["path"]
+        run_dir = Path(pretrained) if Path(pretrained).is_dir() else Path(pretrained).parents[1]
+        data = data or (read_run(run_dir).get("data") if (run_dir / "run.json").is_file() else None)
+        if data is None:
+            raise UserError(f"cannot find the dataset of {pretrained}; pass data=DIR")
+        ds = Dataset(data, verify=False)
+        if ds.hash != ck.get("dataset_hash"):
+            raise UserError(f"{data} is not the dataset {pretrained} was trained on")
+        self.vocab = ds.vocab
+        self.max_len = _int_arg("max_length", max_length) if max_length else self.model.cfg.max_seq_len
+        self.exit_spec = exit
+        self.engine = None
+        if exit:
+            from depthbench.serving.engine import Engine
+            from depthbench.serving.exits import parse_exit
+            crit = parse_exit(exit, self.min_depth, self.max_depth)
+            self.engine = Engine(self.model, crit, kv_policy, 1, self.max_len + 1)
+        self.kv_policy = kv_policy
+
+    # ---- what lm-eval reads --------------------------------------------------------------------------
+    @property
+    def device(self):
+        return self._dev
+
+    @property
+    def eot_token_id(self) -> int:
+        return self.vocab.eos
+
+    @property
+    def prefix_token_id(self) -> int:
+        return self.vocab.bos
+
+    def tok_encode(self, string: str, add_special_tokens=None, **kwargs) -> list[int]:
+        return self.vocab.encode(string)
+
+    def tok_decode(self, tokens) -> str:
+        return self.vocab.decode(tokens)
+
+    def get_model_info(self) -> dict:
+        return {"model_checkpoint": self.checkpoint, "serving_depth": self.n_loops,
+                "exit": self.exit_spec, "max_depth": self.max_depth, "kv_policy": self.kv_policy}
+
+    # ---- scoring -------------------------------------------------------------------------------------
+    @torch.no_grad()
+    def _logprobs(self, seqs: list[list[int]]) -> list[torch.Tensor]:
+        """Per sequence, the (len-1, V) next-token log-probabilities at depth n_loops."""
+        out = []
+        for i in range(0, len(seqs), self.batch_size):
+            chunk = seqs[i:i + self.batch_size]
+            T = max(len(s) for s in chunk)
+            if T > self.max_len:
+                raise UserError(f"a request of {T} tokens exceeds the model's {self.max_len} positions")
+            x = torch.full((len(chunk), T), self.vocab.pad, dtype=torch.long)
+            for j, s in enumerate(chunk):  # right padding: causal attention never sees it
+                x[j, :len(s)] = torch.tensor(s)
+            logp = F.log_softmax(self.model(x.to(self._dev), n_loops=self.n_loops).float(), -1)
+            out += [logp[j, :len(s) - 1].cpu() for j, s in enumerate(chunk)]
+        return out
+
+    def _loglikelihood_tokens(self, requests, disable_tqdm: bool = False, **kwargs):
+        seqs = [ctx + cont for _, ctx, cont in requests]
+        res = []
+        for (_, ctx, cont), lp in zip(requests, self._logprobs(seqs)):
+            tgt = torch.tensor(cont)
+            rows = lp[len(ctx) - 1:len(ctx) - 1 + len(cont)]                 # (L, V)
+            ll = rows.gather(1, tgt[:, None]).sum().item()
+            res.append((float(ll), bool((rows.argmax(-1) == tgt).all())))
+        return res
+
+    def loglikelihood_rolling(self, requests, disable_tqdm: bool = False) -> list[float]:
+        seqs = [[self.vocab.bos] + self.tok_encode(r.args[0]) for r in requests]
+        return [float(lp.gather(1, torch.tensor(s[1:])[:, None]).sum()) for s, lp in
+                zip(seqs, self._logprobs(seqs))]
+
+    @torch.no_grad()
+    def generate_until(self, requests, disable_tqdm: bool = False) -> list[str]:
+        out = []
+        for r in requests:
+            context, gen = r.args
+            until = gen.get("until") or []
+            until = [until] if isinstance(until, str) else list(until)
+            n_new = int(gen.get("max_gen_toks", 16))
+            ids = [self.vocab.bos] + self.tok_encode(context)
+            toks = self._generate(ids, n_new)
+            words = []
+            for t in toks:
+                w = self.vocab.tokens[t]
+                if t == self.vocab.eos or any(u and u in w for u in until):
+                    break
+                words.append(w)
+            out.append(" ".join(words))
+        return out
+
+    def _generate(self, ids: list[int], n_new: int) -> list[int]:
+        n_new = min(n_new, self.max_len - len(ids))
+        if n_new <= 0:
+            return []
+        if self.engine is None:  # fixed depth: full forwards
+            ctx = torch.tensor([ids], device=self._dev)
+            toks = []
+            for _ in range(n_new):
+                nxt = self.model(ctx, n_loops=self.n_loops)[0, -1].argmax()
+                toks.append(int(nxt))
+                if toks[-1] == self.vocab.eos:
+                    break
+                ctx = torch.cat([ctx, nxt.view(1, 1)], dim=1)
+            return toks
+        from depthbench.serving.scheduler import Request, Scheduler
+        req = Request(0, ids, n_new, stop_token=self.vocab.eos)
+        Scheduler(self.engine, "batch1", 1).run([req])
+        return req.output
+
+
+TASKS_DIR = Path(__file__).resolve().parents[1] / "tasks"
+SPLIT_TASKS = {"eval_reordered": "reordered", "eval_seen_order": "seen_order",
+               "eval_unseen_people": "unseen_people"}
+
+
+def harness_sweep(run: str, data: str, depths: list[int], splits: list[str],
+                  step: int | None = None, limit: int | None = None, batch_size: int = 64) -> list[dict]:
+    """A depth sweep through ``lm_eval.simple_evaluate``: one fresh model per depth (no response
+    cache is ever shared across depths), one task manager for all, rows in the schema of
+    ``depthbench eval`` (whole-sequence NLL is not a harness task and stays empty)."""
+    import lm_eval
+    from lm_eval.tasks import TaskManager
+
+    ds = Dataset(data)
+    tm = TaskManager(include_path=str(TASKS_DIR), include_defaults=False,
+                     metadata={"data": str(Path(data).resolve())})
+    tasks = [f"depthbench_{kind}_{SPLIT_TASKS[s]}" for s in splits for kind in ("recall", "likelihood")]
+    rows = []
+    for k in depths:
+        lm = DepthbenchLM(pretrained=run, n_loops=k, max_depth=max(k, 1), data=data,
+                          checkpoint_step=step, batch_size=batch_size)
+        out = lm_eval.simple_evaluate(model=lm, tasks=tasks, task_manager=tm, limit=limit,
+                                      log_samples=False, bootstrap_iters=0, use_cache=None)
+        res = out["results"]
+        ck = torch.load(lm.checkpoint, map_location="cpu", weights_only=True)
+        meta = read_run(Path(run)) if (Path(run) / "run.json").is_file() else {}
+        for s in splits:
+            rec = res[f"depthbench_recall_{SPLIT_TASKS[s]}"]
+            lik = res[f"depthbench_likelihood_{SPLIT_TASKS[s]}"]
+            n_attr = len(ds.attributes)
+            rows.append({
+                "run": Path(run).name, "schedule": ck.get("schedule"), "seed": meta.get("seed"),
+                "step": ck["step"], "depth": k, "split": s, "nll": None,
+                "value_nll": lik["value_nll,none"],
+                "exact_match": rec["exact_match,none"],
+                "bits_per_person": lik["recalled_bits,none"] * n_attr,
+                "ceiling_bits": ds.ceiling_bits, "modeled_train_flops": ck.get("flops"),
+                "wall_clock_s": ck.get("wall_clock"), "dataset_hash": ds.hash,
+                "checkpoint": lm.checkpoint, "harness": "lm-eval",
+            })
+    return rows

@@ -1,0 +1,67 @@
+"""Loaders and metrics of the depthbench lm-eval tasks.
+
+The dataset directory comes from lm-eval's ``--metadata '{"data": "DIR"}'`` (or the
+TaskManager's metadata), else from the ``DEPTHBENCH_DATA`` environment variable; it is resolved
+to an absolute path, so nothing depends on the working directory. Files are read locally: no
+network.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+
+LN2 = math.log(2.0)
+
+
+def _data_dir(kwargs: dict) -> Path:
+    d = kwargs.get("data") or os.environ.get("DEPTHBENCH_DATA")
+    if not d:
+        raise ValueError("depthbench tasks need the dataset directory: pass --metadata "
+                         "'{\"data\": \"DIR\"}' or set DEPTHBENCH_DATA=DIR")
+    p = Path(d).expanduser().resolve()
+    if not (p / "manifest.json").is_file():
+        raise ValueError(f"{p} is not a depthbench dataset (no manifest.json)")
+    return p
+
+
+def _load(split: str, **kwargs):
+    import datasets
+
+    d = _data_dir(kwargs)
+    manifest = json.loads((d / "manifest.json").read_text())
+    n_values = {a["name"]: a["n_values"] for a in manifest["config"]["attributes"]}
+    f = d / f"{split}.jsonl"
+    rows = [json.loads(line) for line in f.read_text().splitlines() if line]
+    for r in rows:
+        r["n_values"] = n_values[r["attribute"]]
+    return {"test": datasets.Dataset.from_list(rows)}
+
+
+def load_eval_reordered(**kwargs):
+    return _load("eval_reordered", **kwargs)
+
+
+def load_eval_seen_order(**kwargs):
+    return _load("eval_seen_order", **kwargs)
+
+
+def load_eval_unseen_people(**kwargs):
+    return _load("eval_unseen_people", **kwargs)
+
+
+def process_recall(doc: dict, results: list[str]) -> dict:
+    """Greedy exact match of the value: the first L generated tokens against the L target
+    tokens (as ``depthbench eval`` counts it)."""
+    target = doc["target"].split()
+    return {"exact_match": float(results[0].split()[: len(target)] == target)}
+
+
+def process_likelihood(doc: dict, results: list) -> dict:
+    ll, is_greedy = results[0]
+    value_nll = -float(ll)
+    return {"value_nll": value_nll,
+            "recalled_bits": max(0.0, math.log2(doc["n_values"]) - value_nll / LN2),
+            "acc": float(is_greedy)}
