@@ -484,8 +484,9 @@ def lm_eval_cmd(ctx):
     The depthbench task folder is added to --include_path unless one is given.
     """
     try:
-        import depthbench.lm_eval_adapter  # noqa: F401  registers the model
         from lm_eval.__main__ import cli_evaluate
+
+        import depthbench.lm_eval_adapter  # noqa: F401  registers the model
     except ImportError:
         fail("lm-eval is not installed: pip install 'depthbench[lmeval]'")
     from depthbench.lm_eval_adapter import TASKS_DIR
