@@ -124,11 +124,14 @@ class DepthbenchLM(TemplateLM):
         return out
 
     def _loglikelihood_tokens(self, requests, disable_tqdm: bool = False, **kwargs):
-        seqs = [ctx + cont for _, ctx, cont in requests]
+        # every sequence starts with <bos>, as in training (lm-eval adds it only to empty contexts)
+        seqs = [([] if ctx[:1] == [self.vocab.bos] else [self.vocab.bos]) + ctx + cont
+                for _, ctx, cont in requests]
         res = []
-        for (_, ctx, cont), lp in zip(requests, self._logprobs(seqs)):
+        for (_, _, cont), seq, lp in zip(requests, seqs, self._logprobs(seqs)):
             tgt = torch.tensor(cont)
-            rows = lp[len(ctx) - 1:len(ctx) - 1 + len(cont)]                 # (L, V)
+            start = len(seq) - len(cont) - 1  # the prediction of the first continuation token
+            rows = lp[start:start + len(cont)]                                 # (L, V)
             ll = rows.gather(1, tgt[:, None]).sum().item()
             res.append((float(ll), bool((rows.argmax(-1) == tgt).all())))
         return res
