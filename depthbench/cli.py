@@ -495,3 +495,38 @@ def lm_eval_cmd(ctx):
         args += ["--include_path", str(TASKS_DIR)]
     sys.argv = ["lm-eval", *args]
     cli_evaluate()
+
+
+@main.command("probe-update")
+@click.argument("run", type=click.Path())
+@click.option("--step", type=int, help="Checkpoint step (default: the latest).")
+@click.option("--depths-a", "depth_a", type=int, default=4, show_default=True)
+@click.option("--depths-b", "depth_b", type=int, default=16, show_default=True)
+@click.option("--depths", default="1-16", show_default=True, help="Serving depths to evaluate.")
+@click.option("--batches", default=8, show_default=True, help="Batches to average over.")
+@click.option("--max-people", default=256, show_default=True)
+@click.option("--out", type=click.Path(), help="Result file base (.csv and .jsonl).")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON summary as the last line.")
+def probe_update_cmd(run, step, depth_a, depth_b, depths, batches, max_people, out, as_json):
+    """Update-benefit probe: NLL after one update at depth A minus after one at depth B.
+
+    \b
+    Examples:
+      depthbench probe-update runs/ff --step 480 --depths-a 4 --depths-b 16
+    """
+    from pathlib import Path
+
+    from depthbench.evaluate import probe_update, write_rows
+    from depthbench.schedules import parse_depths
+
+    if depth_a < 1 or depth_b < 1 or batches < 2:
+        fail("--depths-a and --depths-b must be >= 1 and --batches >= 2")
+    rows = probe_update(run, step, depth_a, depth_b, parse_depths(depths), batches, max_people)
+    out = Path(out) if out else Path(run) / "probe" / f"step_{rows[0]['step']:07d}_{depth_a}_vs_{depth_b}"
+    csv, jsonl = write_rows(rows, out)
+    for r in rows:
+        click.echo(f"depth {r['depth']:>3}: NLL(A={depth_a}) - NLL(B={depth_b}) = "
+                   f"{r['nll_diff']:+.4f} +- {r['ci95']:.4f}")
+    click.echo(f"wrote {csv} and {jsonl}")
+    if as_json:
+        emit_json({"csv": str(csv), "jsonl": str(jsonl), "rows": rows})

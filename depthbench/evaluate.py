@@ -103,3 +103,66 @@ def write_rows(rows: list[dict], out: str | Path) -> tuple[Path, Path]:
     atomic_write_text(csv, pd.DataFrame(rows).to_csv(index=False))
     atomic_write_text(jsonl, "".join(json.dumps(r) + "\n" for r in rows))
     return csv, jsonl
+
+
+def probe_update(run: str | Path, step: int | None, depth_a: int, depth_b: int,
+                 eval_depths: list[int], n_batches: int = 8, eval_people: int = 256,
+                 seed: int = 0, lr: float | None = None) -> list[dict]:
+    """The update-benefit probe: from a checkpoint, take ONE optimizer update at depth A and,
+    separately from the same state, one at depth B on the same batch; report, per serving
+    depth, NLL(after A) - NLL(after B) on eval_reordered (positive: the depth-B update helped
+    more), averaged over ``n_batches`` batches with a 95% confidence interval."""
+    import math
+
+    from depthbench.checkpoint import load, load_model, read_run
+    from depthbench.config import TrainConfig
+    from depthbench.data import TrainBatches
+    from depthbench.train import make_optimizer
+
+    model, ck = load_model(run, step)
+    meta = read_run(run)
+    ds = Dataset(meta["data"])
+    if ds.hash != ck.get("dataset_hash"):
+        from depthbench.errors import UserError
+        raise UserError(f"{meta['data']} no longer holds the dataset {run} was trained on")
+    tcfg = TrainConfig.from_dict(ck["train_config"])
+    state = ck["model"]
+    opt_state = load(ck["path"])["optimizer"]
+    batches = TrainBatches(ds.split("train"), tcfg.batch_size, seed + 7919)
+    from depthbench.schedules import parse_schedule
+    from depthbench.train import lr_at
+    # the LR the run's next update would have used; at the end of a decayed run that is 0,
+    # and a zero-LR update measures nothing, so the peak LR stands in
+    if lr is None:
+        lr = lr_at(ck["step"], tcfg, parse_schedule(ck["schedule"])) if ck["step"] < tcfg.steps else 0.0
+        lr = lr if lr > 0 else tcfg.lr
+    diffs = {k: [] for k in eval_depths}
+    for b in range(n_batches):
+        tok = torch.as_tensor(batches.batch(b))
+        nll = {}
+        for depth in (depth_a, depth_b):
+            model.load_state_dict(state)
+            opt = make_optimizer(model, tcfg, torch.device("cpu"))
+            opt.load_state_dict(opt_state)
+            for g in opt.param_groups:
+                g["lr"] = lr
+            model.train()
+            logits = model(tok[:, :-1], n_loops=depth)
+            loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]),
+                                                     tok[:, 1:].reshape(-1))
+            loss.backward()
+            if tcfg.grad_clip > 0:
+                torch.nn.utils.clip_grad_norm_(model.parameters(), tcfg.grad_clip)
+            opt.step()
+            res = sweep(model, ds, "eval_reordered", eval_depths, max_rows=eval_people)
+            nll[depth] = {k: s.result(ds.attributes)["nll"] for k, s in res.items()}
+        for k in eval_depths:
+            diffs[k].append(nll[depth_a][k] - nll[depth_b][k])
+    rows = []
+    for k, d in diffs.items():
+        d = np.asarray(d)
+        half = 1.96 * d.std(ddof=1) / math.sqrt(len(d)) if len(d) > 1 else float("nan")
+        rows.append({"run": Path(run).name, "schedule": ck.get("schedule"), "seed": meta.get("seed"),
+                     "step": ck["step"], "depth": k, "depth_a": depth_a, "depth_b": depth_b,
+                     "nll_diff": float(d.mean()), "ci95": float(half), "batches": len(d), "lr": lr})
+    return rows
