@@ -9,10 +9,9 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
-
-import tomllib
 
 DEFAULT_ATTRIBUTE_NAMES = (
     "birth_city", "employer", "university", "major", "birth_date",

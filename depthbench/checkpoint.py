@@ -45,6 +45,13 @@ def atomic_write_text(path: Path, text: str) -> None:
     atomic_write_bytes(path, text.encode())
 
 
+def remove_stale_temporaries(ckpt_dir: Path) -> None:
+    """Temporary files of writes that a crash interrupted (never read, safe to delete)."""
+    if Path(ckpt_dir).is_dir():
+        for f in Path(ckpt_dir).glob(".*.tmp-*"):
+            f.unlink(missing_ok=True)
+
+
 def ckpt_name(step: int) -> str:
     return f"step_{step:07d}.pt"
 

@@ -34,6 +34,11 @@ class _Group(click.Group):
         except UserError as e:
             click.echo(f"depthbench: error: {' '.join(str(e).split())}", err=True)
             sys.exit(2)
+        except OSError as e:  # a full disk, a read-only directory, a vanished file
+            where = f" ({e.filename})" if e.filename else ""
+            click.echo(f"depthbench: error: {e.strerror or e}{where}; fix the path or free space "
+                       "and run again", err=True)
+            sys.exit(2)
 
 
 def emit_json(obj: dict) -> None:
@@ -160,7 +165,8 @@ def resolve_configs(preset: str, sets: tuple[str, ...], **train_overrides):
 @click.option("--seed", type=int, help="Seed of init, data order and depth draws.")
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
               help="Override a model or training config key, e.g. --set lr=1e-3 --set d_model=128.")
-@click.option("--resume", is_flag=True, help="Continue the run in --out from its latest checkpoint.")
+@click.option("--resume", is_flag=True,
+              help="Continue the run in --out from its latest checkpoint (start it if there is none).")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON summary as the last line.")
 def train(data, out, preset, schedule, steps, match_flops, seed, sets, resume, as_json):
     """Train a looped transformer under a depth schedule.
@@ -530,3 +536,58 @@ def probe_update_cmd(run, step, depth_a, depth_b, depths, batches, max_people, o
     click.echo(f"wrote {csv} and {jsonl}")
     if as_json:
         emit_json({"csv": str(csv), "jsonl": str(jsonl), "rows": rows})
+
+
+@main.command("run")
+@click.argument("spec", required=False, type=click.Path())
+@click.option("--out", type=click.Path(file_okay=False),
+              help="Working directory of the experiment (default: runs/NAME).")
+@click.option("--plan", is_flag=True, help="Print every stage's command instead of running it.")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON summary as the last line.")
+def run_cmd(spec, out, plan, as_json):
+    """Run an experiment grid: generate, train, eval, probe, serve-bench, report.
+
+    Without SPEC, runs the embedded quickstart (experiments/quickstart.toml). Finished stages
+    are skipped on a rerun; an interrupted one continues.
+
+    \b
+    Examples:
+      depthbench run
+      depthbench run experiments/paper-200m.toml --plan
+      depthbench run my_grid.toml --out /scratch/grid
+    """
+    from pathlib import Path
+
+    from depthbench.pipeline import Pipeline, load_spec
+
+    s = load_spec(spec)
+    pipe = Pipeline(s, Path(out) if out else Path("runs") / s["name"], log=click.echo)
+    summary = pipe.run(plan=plan)
+    if not plan:
+        click.echo(f"report: {summary['report']}/index.html ({summary['seconds']:.0f}s)")
+    if as_json:
+        emit_json(summary)
+
+
+@main.command("report")
+@click.argument("results", nargs=-1, required=True, type=click.Path())
+@click.option("--out", required=True, type=click.Path(file_okay=False),
+              help="Report directory, e.g. reports/NAME.")
+@click.option("--title", default="depthbench report", show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON summary as the last line.")
+def report_cmd(results, out, title, as_json):
+    """Draw figures and tables from result rows into a self-contained report.
+
+    \b
+    Examples:
+      depthbench report runs/quickstart/results --out reports/quickstart
+      depthbench report runs/a/eval/step_0000800.jsonl runs/b/eval --out reports/ab
+    """
+    from pathlib import Path
+
+    from depthbench.report import build_report
+
+    files = build_report([Path(r) for r in results], out, title)
+    click.echo(f"wrote {len(files)} files to {out}")
+    if as_json:
+        emit_json({"out": str(out), "files": [str(f) for f in files]})

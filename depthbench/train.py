@@ -115,6 +115,8 @@ def _train(data: Path, out: Path, model_cfg: ModelConfig, train_cfg: TrainConfig
     record = _run_record(model_cfg, train_cfg, schedule, ds, fm, tokens_per_step)
     run_json, metrics_path = out / "run.json", out / "metrics.jsonl"
     start_ckpt = None
+    if resume and not run_json.is_file():
+        resume = False  # nothing to resume yet: start the run
     if resume:
         old = ckpt.read_run(out)
         diff = _same_run(old, record)
@@ -140,13 +142,12 @@ def _train(data: Path, out: Path, model_cfg: ModelConfig, train_cfg: TrainConfig
         if rt.device.type == "cuda" and "cuda" in ck["rng"]:
             torch.cuda.set_rng_state(ck["rng"]["cuda"], rt.device)
         step, flops, wall, tokens = ck["step"], ck["flops"], ck["wall_clock"], ck["tokens"]
-        if metrics_path.is_file():
-            rows = [json.loads(line) for line in metrics_path.read_text().splitlines() if line]
-            rows = [r for r in rows if r["step"] <= step]
+        rows = [r for r in _read_metrics(metrics_path) if r["step"] <= step]
         say(f"resuming {out} from step {step}")
     rt.barrier()  # every rank has checked --out before rank 0 writes to it
     if rt.is_main:
         out.mkdir(parents=True, exist_ok=True)
+        ckpt.remove_stale_temporaries(out / "checkpoints")
         ckpt.atomic_write_text(run_json, json.dumps(record, indent=2) + "\n")
         _write_metrics(metrics_path, rows)
     rt.barrier()
@@ -274,7 +275,22 @@ def _train(data: Path, out: Path, model_cfg: ModelConfig, train_cfg: TrainConfig
     return summary
 
 
+def _read_metrics(path: Path) -> list[dict]:
+    """Rows of metrics.jsonl; a last line cut short by a crash mid-write is dropped."""
+    if not path.is_file():
+        return []
+    rows = []
+    lines = path.read_text().splitlines()
+    for i, line in enumerate(lines):
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            if i != len(lines) - 1:
+                raise UserError(f"{path} is corrupt at line {i + 1}; delete the run or restore "
+                                "the file") from None
+    return rows
+
+
 def metrics_rows(run_dir: str | Path) -> list[dict]:
-    f = Path(run_dir) / "metrics.jsonl"
-    return [json.loads(line) for line in f.read_text().splitlines() if line] if f.is_file() else []
+    return _read_metrics(Path(run_dir) / "metrics.jsonl")
 

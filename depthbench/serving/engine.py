@@ -140,10 +140,9 @@ class Engine:
         self.loop[rows] = loops
         self.stats["core_launches"] += 1
         self.stats["core_rows"] += len(rows)
-        # ---- exit signals and decisions -------------------------------------------------------------
+        # ---- exit signals and decisions (items may be at different loops) ---------------------
         crit = self.crit
-        sig = {"n": len(rows), "state": s, "prev_state": s_prev,
-               "trace_depth": self.trace_depth[rows].cpu()}
+        sig = {"state": s, "prev_state": s_prev, "trace_depth": self.trace_depth[rows]}
         if crit.needs_gate:
             sig["gate"] = m.gate_logit(s)
         if crit.needs_logits:
@@ -154,29 +153,11 @@ class Engine:
             run = torch.where(am == self.argmax_prev[rows], self.argmax_run[rows] + 1,
                               torch.ones_like(am))
             self.argmax_prev[rows], self.argmax_run[rows] = am, run
-            sig["argmax_run"] = run.cpu()
+            sig["argmax_run"] = run
             sig["prev_logp"] = self.prev_logp[rows]
-            logp = torch.log_softmax(logits.float(), -1)
-            self.prev_logp[rows] = logp
-        fired = torch.zeros(len(rows), dtype=torch.bool)
-        # items of one launch may be at different loops: evaluate per loop index
-        loops_cpu = loops.cpu()
-        for lp in torch.unique(loops_cpu).tolist():
-            sel = (loops_cpu == lp).nonzero().squeeze(1)
-            sub = {k: (v[sel.to(v.device)] if isinstance(v, torch.Tensor) else v) for k, v in sig.items()
-                   if k != "n"}
-            sub["n"] = len(sel)
-            if crit.needs_logits and crit.kind == "kl" and lp == 1:
-                sub["prev_logp"] = None
-            fired[sel] = crit.fires(lp, sub)
-        stop = torch.zeros(len(rows), dtype=torch.bool)
-        pend = self.pending[rows].cpu()
-        new_pend = pend.clone()
-        for lp in torch.unique(loops_cpu).tolist():
-            sel = (loops_cpu == lp).nonzero().squeeze(1)
-            stop[sel], new_pend[sel] = crit.decide(lp, fired[sel], pend[sel])
-        self.pending[rows] = new_pend.to(self.device)
-        return rows[stop.to(self.device)]
+            self.prev_logp[rows] = torch.log_softmax(logits.float(), -1)
+        stop, self.pending[rows] = crit.decide(loops, crit.fires(loops, sig), self.pending[rows])
+        return rows[stop]
 
     @torch.no_grad()
     def finish(self, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -72,45 +72,38 @@ class ExitCriterion:
         p = (self.value - 1) / max(1, self.max_depth - 1)
         return 1 + int(rng.binomial(self.max_depth - 1, min(max(p, 0.0), 1.0)))
 
-    def fires(self, loop: int, sig: dict) -> torch.Tensor:
-        """(N,) bool: which items' signal at ``loop`` (1-based) says "stop"."""
-        n = sig["n"]
+    def fires(self, loops: torch.Tensor, sig: dict) -> torch.Tensor:
+        """(N,) bool: which items' signal at their loop ``loops`` (1-based, (N,)) says "stop"."""
         if self.kind == "fixed":
-            return torch.full((n,), loop >= self.value, dtype=torch.bool)
+            return loops >= self.value
         if self.kind in ("replay", "trace"):
-            return torch.as_tensor(loop >= sig["trace_depth"])
+            return loops >= sig["trace_depth"]
         if self.kind == "latent":
             delta = (sig["state"] - sig["prev_state"]).norm(dim=-1)
-            return (delta / sig["state"].norm(dim=-1).clamp(min=1e-12) < self.value).cpu()
+            return delta / sig["state"].norm(dim=-1).clamp(min=1e-12) < self.value
         if self.kind == "gate":
-            return (torch.sigmoid(sig["gate"]) > self.value).cpu()
+            return torch.sigmoid(sig["gate"]) > self.value
         logp = torch.log_softmax(sig["logits"].float(), dim=-1)
         if self.kind == "entropy":
-            return (-(logp.exp() * logp).sum(-1) < self.value).cpu()
+            return -(logp.exp() * logp).sum(-1) < self.value
         if self.kind == "kl":
-            prev = sig["prev_logp"]
-            if prev is None:
-                return torch.zeros(n, dtype=torch.bool)
-            return ((logp.exp() * (logp - prev)).sum(-1) < self.value).cpu()
+            kl = (logp.exp() * (logp - sig["prev_logp"])).sum(-1)
+            return (kl < self.value) & (loops > 1)  # no previous distribution at loop 1
         assert self.kind == "argmax"
-        return torch.as_tensor(sig["argmax_run"] >= self.value)
+        return sig["argmax_run"] >= self.value
 
-    def decide(self, loop: int, fired: torch.Tensor,
+    def decide(self, loops: torch.Tensor, fired: torch.Tensor,
                pending: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Exit mask after ``loop``, and the new pending flags (used with lookahead).
+        """Exit mask after each item's loop, and the new pending flags (used with lookahead).
 
         Without lookahead an item exits when its own signal fires; with lookahead it exits one
         loop after its signal fired. Either way the depth stays within [min_depth, max_depth]."""
-        if self.kind in ("fixed", "replay", "trace"):
-            stop = fired  # these depths are known in advance: looking ahead changes nothing
-            new_pending = pending
-        elif self.lookahead:
-            stop = pending.clone()
-            new_pending = fired
+        if self.lookahead and self.kind not in ("fixed", "replay", "trace"):
+            # (depths known in advance need no looking ahead)
+            stop, new_pending = pending, fired
         else:
-            stop = fired
-            new_pending = pending
-        stop = (stop & (loop >= self.min_depth)) | (loop >= self.max_depth)
+            stop, new_pending = fired, pending
+        stop = (stop & (loops >= self.min_depth)) | (loops >= self.max_depth)
         return stop, new_pending
 
 

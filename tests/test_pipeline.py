@@ -1,0 +1,185 @@
+"""`depthbench run` and `depthbench report`: spec validation, resumable stages, report files."""
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+
+from depthbench.cli import main
+from depthbench.report import build_report
+
+SMALL = """
+name = "mini"
+[data]
+preset = "tiny"
+set = { n_people = 40, n_unseen_people = 8, name_pool = 8 }
+[train]
+preset = "tiny"
+schedules = ["fixed:2", "fixed-first:0.5:2:1-4", "uniform:1-4"]
+seeds = [0]
+steps = 16
+set = { d_model = 32, batch_size = 16, warmup_steps = 2, log_every = 2 }
+matched_uniform = "fixed-first:0.5:2:1-4"
+matched_schedule = "uniform:1-4"
+[eval]
+depths = "1-4"
+splits = ["eval_reordered", "eval_unseen_people"]
+switch_checkpoints = [0, 4]
+[probe]
+batches = 2
+people = 16
+depth_a = 2
+depth_b = 4
+[serve]
+schedule = "uniform:1-4"
+requests = 4
+width = 2
+max_depth = 4
+exit = "argmax:2"
+[run]
+workers = 1
+"""
+
+
+def run_spec(tmp_path, text, *extra):
+    spec = tmp_path / "spec.toml"
+    spec.write_text(text)
+    return CliRunner().invoke(main, ["run", str(spec), "--out", str(tmp_path / "exp"), *extra])
+
+
+def test_pipeline_runs_every_stage_then_skips_them_and_resumes(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    r = run_spec(tmp_path, SMALL, "--json")
+    assert r.exit_code == 0, r.output
+    summary = json.loads(r.stdout.strip().splitlines()[-1])
+    assert summary["runs"] == 4  # three schedules and the compute-matched uniform run
+    report = tmp_path / "reports" / "mini"
+    for f in ("index.html", "README.md", "bits_vs_depth.png", "training_loss.png",
+              "update_probe.png", "serving_speedup.png", "nll_vs_flops.png"):
+        assert (report / f).is_file(), f
+    res = tmp_path / "exp" / "results"
+    evals = sorted((res / "eval").glob("*.jsonl"))
+    # fixed-first: the switch (8), switch + 4 and the final step are evaluated
+    assert [p.name for p in evals if "fixed-first" in p.name] == [
+        "fixed-first_0p5_2_1-4-s0_step0000008.jsonl", "fixed-first_0p5_2_1-4-s0_step0000012.jsonl",
+        "fixed-first_0p5_2_1-4-s0_step0000016.jsonl"]
+    runs = pd.read_json(res / "runs.jsonl", lines=True)
+    matched = runs[runs["run"].str.startswith("matched-")].iloc[0]
+    ff = runs[runs["schedule"] == "fixed-first:0.5:2:1-4"].iloc[0]
+    assert matched["modeled_train_flops"] <= ff["modeled_train_flops"]
+    assert matched["steps"] < 16
+
+    again = run_spec(tmp_path, SMALL)
+    assert again.exit_code == 0, again.output
+    ran = [line for line in again.stdout.splitlines() if line.startswith("run ")]
+    assert ran == [], ran
+    # an interrupted run: its final checkpoint and marker are gone, it resumes and only it reruns
+    run_dir = tmp_path / "exp" / "runs" / "fixed_2-s0"
+    (run_dir / "checkpoints" / "step_0000016.pt").unlink()
+    (tmp_path / "exp" / "stages" / "train-fixed_2-s0.json").unlink()
+    third = run_spec(tmp_path, SMALL)
+    assert third.exit_code == 0, third.output
+    ran = [line for line in third.stdout.splitlines() if line.startswith("run ")]
+    assert ran == ["run  train-fixed_2-s0"], ran
+
+
+def test_plan_prints_commands_without_running(tmp_path):
+    r = run_spec(tmp_path, SMALL, "--plan")
+    assert r.exit_code == 0, r.output
+    lines = r.stdout.splitlines()
+    assert lines[0].startswith("depthbench generate")
+    assert sum(line.startswith("torchrun") for line in lines) == 4
+    assert any(line.startswith("depthbench serve-bench") for line in lines)
+    assert not (tmp_path / "exp" / "runs").exists()
+
+
+BAD = [
+    ("[train]\nschedules = ['fixed:0']\n", "train.schedules"),
+    ("[train]\nseeds = []\n", "train.schedules"),
+    ("[train]\nsteps = 'many'\n", "train.steps must be an integer"),
+    ("[train]\nbogus = 1\n", "unknown key train.bogus"),
+    ("[nonsense]\nx = 1\n", "unknown key or section"),
+    ("[data]\nset = { n_people = -4 }\n", "data"),
+    ("[data]\npreset = 'huge'\n", "unknown preset"),
+    ("[train]\nset = { d_model = 30 }\n", "n_heads"),
+    ("[eval]\ndepths = '3-1'\n", "eval.depths"),
+    ("[eval]\nsplits = ['train']\n", "eval.splits"),
+    ("[serve]\nexit = 'warp:1'\n", "serve.exit"),
+    ("[serve]\nmodes = ['fast']\n", "serve.modes"),
+    ("[serve]\nschedule = 'fixed:9'\n", "serve.schedule"),
+    ("[train]\nmatched_uniform = 'fixed:3'\n", "matched_uniform"),
+    ("[probe]\nbatches = 1\n", "probe"),
+    ("name = 'a b'\n", "name"),
+    ("this is not toml", "not valid TOML"),
+]
+
+
+@pytest.mark.parametrize("text,needle", BAD)
+def test_bad_specs_exit_2_with_one_line(tmp_path, text, needle):
+    r = run_spec(tmp_path, text)
+    assert r.exit_code == 2, r.output
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and needle in lines[0], r.stderr
+    assert not (tmp_path / "exp").exists()
+
+
+def test_missing_spec_file(tmp_path):
+    r = CliRunner().invoke(main, ["run", str(tmp_path / "none.toml")])
+    assert r.exit_code == 2 and "does not exist" in r.stderr
+
+
+def _hand_made_rows(tmp_path):
+    rng = np.random.default_rng(0)
+    ev, curves, runs = [], [], []
+    for sched, flops in (("fixed:4", 1.0), ("fixed-first:0.8:4:1-16", 1.3), ("uniform:1-16", 2.0)):
+        for seed in (0, 1):
+            run = f"{sched}-{seed}"
+            for depth in range(1, 9):
+                for split in ("eval_reordered", "eval_unseen_people"):
+                    ev.append({"run": run, "schedule": sched, "seed": seed, "step": 100,
+                               "depth": depth, "split": split, "nll": 2 + rng.random(),
+                               "value_nll": 3.0, "exact_match": rng.random(),
+                               "bits_per_person": 50 * rng.random(), "ceiling_bits": 70.0,
+                               "modeled_train_flops": flops * 1e12, "wall_clock_s": 10 * flops})
+            for step in range(10, 101, 10):
+                curves.append({"run": run, "schedule": sched, "seed": seed, "step": step, "K": 4,
+                               "loss": 4 - step / 50, "switch_step": 80 if "first" in sched else None})
+            runs.append({"run": run, "schedule": sched, "seed": seed, "final_loss": 2.0,
+                         "modeled_train_flops": flops * 1e12, "wall_clock_s": 10 * flops})
+    probe = [{"run": "ff", "schedule": "fixed-first:0.8:4:1-16", "step": 80, "depth": d,
+              "depth_a": 4, "depth_b": 16, "nll_diff": 0.01 * d, "ci95": 0.005,
+              "updates_after_switch": 0} for d in range(1, 9)]
+    serve = [{"mode": m, "tokens_per_s": t, "speedup": t / 100, "ceiling": 1.8,
+              "fraction_of_ceiling": t / 180, "mean_depth": 8.0}
+             for m, t in (("static", 100), ("no_refill", 130), ("batch1", 20), ("cdb", 160))]
+    d = tmp_path / "rows"
+    d.mkdir()
+    for name, rows in (("eval", ev), ("curves", curves), ("runs", runs), ("probe", probe)):
+        (d / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    pd.DataFrame(serve).to_csv(d / "serve.csv", index=False)
+    return d
+
+
+def test_report_from_hand_made_rows_produces_every_file(tmp_path):
+    d = _hand_made_rows(tmp_path)
+    files = build_report([d], tmp_path / "rep", title="hand-made")
+    names = {f.name for f in files}
+    assert {"index.html", "README.md", "bits_vs_depth.png", "nll_minus_uniform.png",
+            "fixed_depth_recall.png", "nll_vs_flops.png", "training_loss.png", "update_probe.png",
+            "serving_speedup.png"} <= names
+    for f in files:
+        assert f.stat().st_size > 0
+    md = (tmp_path / "rep" / "README.md").read_text()
+    assert "modeled FLOPs (% of uniform)" in md and "± " in md
+    page = (tmp_path / "rep" / "index.html").read_text()
+    assert page.count("<img") == len([n for n in names if n.endswith(".png")])
+
+
+def test_report_errors(tmp_path):
+    r = CliRunner().invoke(main, ["report", str(tmp_path / "nothing"), "--out", str(tmp_path / "r")])
+    assert r.exit_code == 2 and "does not exist" in r.stderr
+    (tmp_path / "empty").mkdir()
+    r = CliRunner().invoke(main, ["report", str(tmp_path / "empty"), "--out", str(tmp_path / "r")])
+    assert r.exit_code == 2 and "no result files" in r.stderr

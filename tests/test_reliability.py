@@ -1,0 +1,232 @@
+"""Reliability: SIGKILL at random moments then resume, write failures, safe loading, and
+property-based tests of the parsers."""
+
+import json
+import os
+import pickle
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from click.testing import CliRunner
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from depthbench import checkpoint as ckpt
+from depthbench.checkpoint import CheckpointError, load_model
+from depthbench.cli import main, parse_sets
+from depthbench.errors import UserError
+from depthbench.serving.exits import ExitSpecError, parse_exit
+from depthbench.train import metrics_rows
+from depthbench.vocab import Vocab
+
+TRAIN = ["train", "--schedule", "uniform:1-4", "--steps", "400", "--seed", "2", "--set",
+         "d_model=32", "--set", "batch_size=16", "--set", "log_every=1", "--set", "ckpt_every=3",
+         "--set", "warmup_steps=2"]
+
+
+def _cli(*args):
+    return [sys.executable, "-m", "depthbench", *args]
+
+
+def _all_artifacts_readable(run: Path) -> None:
+    for p in ckpt.list_checkpoints(run).values():
+        ckpt.load(p)  # raises on a torn checkpoint
+    latest = ckpt.latest(run)
+    if latest is not None:
+        ckpt.load(latest)
+    metrics_rows(run)  # raises on a corrupt line (a torn last line is tolerated and dropped)
+
+
+def test_training_survives_ten_sigkills_and_ends_as_the_uninterrupted_run(small_data, tmp_path):
+    ref = tmp_path / "ref"
+    subprocess.run(_cli(*TRAIN, "--data", str(small_data), "--out", str(ref)), check=True,
+                   capture_output=True)
+    run = tmp_path / "run"
+    rng = random.Random(0)
+    kills = 0
+    while kills < 10:
+        done_before = len(metrics_rows(run)) if run.exists() else 0
+        p = subprocess.Popen(_cli(*TRAIN, "--data", str(small_data), "--out", str(run), "--resume"),
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        # once this attempt has made progress, kill it at a random moment: inside a step, a
+        # metrics append or a checkpoint write
+        deadline = time.time() + 60
+        while p.poll() is None and time.time() < deadline:
+            if run.exists() and len(metrics_rows(run)) > done_before:
+                break
+            time.sleep(0.01)
+        time.sleep(rng.uniform(0.0, 0.15))
+        if p.poll() is not None:
+            assert p.returncode == 0, p.stderr.read().decode()[-500:]
+            break  # it finished before the kill: nothing left to interrupt
+        os.kill(p.pid, signal.SIGKILL)
+        p.wait()
+        kills += 1
+        _all_artifacts_readable(run)
+    assert kills >= 10, f"the run finished after only {kills} kills"
+    r = subprocess.run(_cli(*TRAIN, "--data", str(small_data), "--out", str(run), "--resume"),
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert [x["loss"] for x in metrics_rows(run)] == [x["loss"] for x in metrics_rows(ref)]
+    a = ckpt.load(ckpt.latest(run))["model"]
+    b = ckpt.load(ckpt.latest(ref))["model"]
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert not list((run / "checkpoints").glob(".*.tmp-*"))
+
+
+def test_a_full_disk_during_checkpointing_keeps_the_previous_checkpoint(small_data, tmp_path,
+                                                                        monkeypatch):
+    run = tmp_path / "run"
+    args = [*TRAIN, "--data", str(small_data), "--out", str(run)]
+    args[args.index("400")] = "9"
+    real_save, calls = torch.save, []
+
+    def disk_full_on_second_save(obj, f, *a, **k):
+        calls.append(1)
+        real_save(obj, f, *a, **k)
+        if len(calls) == 2:
+            raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(torch, "save", disk_full_on_second_save)
+    r = CliRunner().invoke(main, args)
+    assert r.exit_code == 2 and "No space left" in r.stderr and "intact" in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
+    assert ckpt.latest(run).name == ckpt.ckpt_name(3)
+    assert ckpt.load(ckpt.latest(run))["step"] == 3
+    assert not list((run / "checkpoints").glob(".*.tmp-*"))
+
+
+def test_a_read_only_result_directory_gives_one_line(trained_run, tmp_path, monkeypatch):
+    import depthbench.checkpoint as c
+
+    def read_only(*a, **k):
+        raise OSError(30, "Read-only file system", str(tmp_path / "res.csv"))
+
+    monkeypatch.setattr(c, "atomic_write_text", read_only)
+    r = CliRunner().invoke(main, ["eval", str(trained_run), "--depths", "1", "--out",
+                                  str(tmp_path / "res")])
+    assert r.exit_code == 2 and "Read-only file system" in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "res.csv").exists()
+
+
+class _Payload:
+    def __reduce__(self):
+        return (os.system, (f"touch {_Payload.marker}",))
+
+
+def test_a_crafted_pickle_is_refused_and_never_runs(trained_run, tmp_path):
+    _Payload.marker = tmp_path / "pwned"
+    evil = tmp_path / "evil.pt"
+    with open(evil, "wb") as f:
+        pickle.dump({"format": 1, "model": _Payload()}, f)
+    with pytest.raises(CheckpointError, match="not a readable depthbench checkpoint"):
+        load_model(evil)
+    torch.save({"format": 1, "model": _Payload()}, tmp_path / "evil2.pt")
+    with pytest.raises(CheckpointError):
+        load_model(tmp_path / "evil2.pt")
+    assert not _Payload.marker.exists()
+    r = CliRunner().invoke(main, ["eval", str(evil), "--data", "x"])
+    assert r.exit_code == 2 and not _Payload.marker.exists()
+
+
+def test_truncated_checkpoint_is_refused(trained_run, tmp_path):
+    src = ckpt.latest(trained_run)
+    cut = tmp_path / "cut.pt"
+    cut.write_bytes(src.read_bytes()[: src.stat().st_size // 2])
+    with pytest.raises(CheckpointError, match="truncated"):
+        load_model(cut)
+
+
+# ---- property-based tests of the parsers ------------------------------------------------------------
+@given(st.text(max_size=40), st.integers(1, 4), st.integers(4, 20))
+def test_exit_specs_parse_or_are_refused_cleanly(text, lo, hi):
+    try:
+        c = parse_exit(text, lo, hi)
+    except ExitSpecError:
+        return
+    assert c.min_depth == lo and c.max_depth == hi
+
+
+@given(st.sampled_from(["latent", "kl", "entropy"]), st.floats(1e-6, 10, allow_nan=False))
+def test_threshold_exit_specs_round_trip(kind, tau):
+    c = parse_exit(f"{kind}:{tau!r}", 1, 16)
+    assert c.kind == kind and c.value == tau
+
+
+@given(st.lists(st.tuples(st.from_regex(r"[a-z_]{1,10}", fullmatch=True),
+                          st.one_of(st.integers(-10**6, 10**6), st.booleans(),
+                                    st.from_regex(r"[a-z]{1,8}", fullmatch=True))),
+                max_size=5))
+def test_set_overrides_parse_to_typed_values(pairs):
+    d = dict(pairs)
+    text = tuple(f"{k}={json.dumps(v) if not isinstance(v, str) else v}" for k, v in d.items())
+    assert parse_sets(text) == d
+
+
+@given(st.text(max_size=20))
+def test_malformed_set_overrides_are_refused(text):
+    if "=" in text and text.partition("=")[0].strip():
+        return
+    with pytest.raises(UserError):
+        parse_sets((text,))
+
+
+TOKENS = ["<pad>", "<bos>", "<eos>", "[a]", "[b]", "N0", "N1", "V0", "V1", "V2"]
+
+
+@given(st.lists(st.integers(0, len(TOKENS) - 1), max_size=30))
+def test_vocab_text_form_round_trips(ids):
+    v = Vocab(TOKENS)
+    assert v.encode(v.decode(ids)) == ids
+
+
+@settings(max_examples=50)
+@given(st.text(max_size=20))
+def test_vocab_rejects_unknown_tokens_with_a_user_error(text):
+    v = Vocab(TOKENS)
+    try:
+        ids = v.encode(text)
+    except UserError:
+        return
+    assert v.decode(ids) == " ".join(text.split())
+
+
+def test_depthbench_run_killed_between_and_inside_stages_finishes_with_the_same_results(tmp_path):
+    from test_pipeline import SMALL
+    spec = tmp_path / "spec.toml"
+    spec.write_text(SMALL.replace('matched_uniform = "fixed-first:0.5:2:1-4"\n', ""))
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])}
+
+    def run(out, **kw):
+        return subprocess.Popen(_cli("run", str(spec), "--out", str(out)), cwd=tmp_path, env=env,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, **kw)
+
+    ref = run(tmp_path / "ref")
+    assert ref.wait() == 0, ref.stderr.read().decode()[-500:]
+    out, rng, kills = tmp_path / "exp", random.Random(1), 0
+    for _ in range(4):
+        p = run(out)
+        time.sleep(rng.uniform(2.0, 5.0))  # past start-up: inside training, eval or serving
+        if p.poll() is not None:
+            break
+        os.kill(p.pid, signal.SIGKILL)
+        p.wait()
+        kills += 1
+        for r in (out / "runs").glob("*") if (out / "runs").exists() else []:
+            _all_artifacts_readable(r)
+    assert kills >= 2
+    p = run(out)
+    assert p.wait() == 0, p.stderr.read().decode()[-800:]
+    for f in sorted((tmp_path / "ref" / "results" / "eval").glob("*.jsonl")):
+        a = [json.loads(x) for x in f.read_text().splitlines()]
+        b = [json.loads(x) for x in (out / "results" / "eval" / f.name).read_text().splitlines()]
+        for x, y in zip(a, b, strict=True):
+            for k in ("nll", "value_nll", "exact_match", "bits_per_person", "step", "depth"):
+                assert x[k] == y[k], (f.name, k)
