@@ -107,7 +107,7 @@ class TrainConfig(_Plain):
     keep_steps: tuple[int, ...] = ()   # extra steps whose checkpoints are kept
     device: str = "auto"           # auto | cpu | cuda
     compile: bool = False
-    threads: int = 0               # CPU threads (0: 1, measured fastest for small matmuls on 2 cores)
+    threads: int = 0               # CPU threads (0: torch's default; pipeline workers use 1 each)
 
     def __post_init__(self):
         object.__setattr__(self, "eval_depths", tuple(self.eval_depths))
