@@ -202,7 +202,7 @@ def _matched_steps(ref_run, data, model_cfg, train_cfg, schedule) -> int:
 
     ref = read_run(ref_run)
     ref_sched = parse_schedule(ref["schedule"])
-    ref_fm = FlopModel(**{**ref["flop_model"]})
+    ref_fm = FlopModel(**ref["flop_model"])
     target = schedule_flops(ref_fm, ref_sched, ref["train"]["steps"], ref["seed"],
                             ref["tokens_per_step"])
     ds = Dataset(data)

@@ -10,7 +10,8 @@ Counting multiply-adds as 2 FLOPs, per token of a sequence of length T:
     forward(K)           F0 + K Fr
     training step(K)     3 (F0 + g Fr) + (K - g) Fr,  g = K or n_grad_loops (truncated backprop):
                          backward costs twice the forward of the layers that get gradients;
-                         loops run without autograd cost their forward only.
+                         loops run without autograd cost their forward only; with the exit
+                         gate, + (K - 1) readouts (coda + head) for the gate's targets.
     serving ceiling      (F0 + K_max Fr) / (F0 + d_mean Fr)
 
 Embedding lookups, norms and activations are not matmuls and are left out (a few % at most).
@@ -30,6 +31,7 @@ class FlopModel:
     fr: float   # per-token forward FLOPs of one loop
     n_grad_loops: int
     readout: float  # per-token FLOPs of one extra coda + head readout (all-depth sweeps)
+    gate_readouts: bool = False  # training reads out every loop to teach the exit gate
 
     @classmethod
     def of(cls, cfg: ModelConfig, seq_len: int) -> FlopModel:
@@ -41,7 +43,7 @@ class FlopModel:
         f0 = 2 * (cfg.n_prelude + cfg.n_coda) * block + 2 * d * V + attn * (cfg.n_prelude + cfg.n_coda)
         fr = 2 * (cfg.n_core * block + adapter + gate) + attn * cfg.n_core
         readout = 2 * cfg.n_coda * block + 2 * d * V + attn * cfg.n_coda
-        return cls(float(f0), float(fr), cfg.n_grad_loops, float(readout))
+        return cls(float(f0), float(fr), cfg.n_grad_loops, float(readout), cfg.exit_gate)
 
     def forward(self, k: int) -> float:
         return self.f0 + k * self.fr
@@ -52,7 +54,9 @@ class FlopModel:
 
     def train_step(self, k: int) -> float:
         g = min(k, self.n_grad_loops) if self.n_grad_loops else k
-        return 3 * (self.f0 + g * self.fr) + (k - g) * self.fr
+        # the gate's targets come from a forward-only readout after every earlier loop
+        extra = (k - 1) * self.readout if self.gate_readouts else 0.0
+        return 3 * (self.f0 + g * self.fr) + (k - g) * self.fr + extra
 
     def ceiling(self, k_max: int, mean_depth: float) -> float:
         return self.forward(k_max) / (self.f0 + mean_depth * self.fr)

@@ -187,8 +187,11 @@ class LoopedTransformer(nn.Module):
     def forward(self, idx: torch.Tensor, n_loops: int, all_depths: bool = False,
                 return_gates: bool = False):
         """idx: (B, T) token ids. Returns (B, T, V) logits at depth ``n_loops``, or with
-        ``all_depths`` a (K, B, T, V) tensor of every depth's logits. With ``return_gates``
-        also the (K, B, T) exit-gate logits (computed on the detached state)."""
+        ``all_depths`` a (K, B, T, V) tensor of every depth's logits.
+
+        With ``return_gates`` (training the exit gate) also returns the (K, B, T) gate logits,
+        computed on the detached state, and the (K, B, T) argmax prediction after every loop,
+        read out without autograd (the gate's targets)."""
         assert n_loops >= 1
         B, T = idx.shape
         pos = self.positions(T, idx.device)
@@ -196,17 +199,22 @@ class LoopedTransformer(nn.Module):
         s = self.initial_state(e, pos)
         g = self.cfg.n_grad_loops
         n_free = n_loops - g if g and self.training else 0
-        outs, gates = [], []
+        outs, gates, preds = [], [], []
         for k in range(n_loops):
+            last = k == n_loops - 1
             with torch.set_grad_enabled(torch.is_grad_enabled() and k >= n_free):
                 s = self.core_step(s, e, pos)
-                if all_depths or k == n_loops - 1:
+                if all_depths or last:
                     outs.append(self.readout(s, pos))
                 if return_gates:
                     gates.append(self.gate_logit(s.detach()))
+                    if not last:
+                        with torch.no_grad():
+                            preds.append((outs[-1] if all_depths else self.readout(s, pos)).argmax(-1))
         logits = torch.stack(outs) if all_depths else outs[-1]
         if return_gates:
-            return logits, torch.stack(gates)
+            preds.append(outs[-1].detach().argmax(-1))
+            return logits, torch.stack(gates), torch.stack(preds)
         return logits
 
     def num_params(self, exclude_embedding: bool = False) -> int:

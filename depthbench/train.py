@@ -8,6 +8,7 @@ model, optimizer and RNG states, so a resumed run continues exactly.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import sys
@@ -68,8 +69,7 @@ def _run_record(model_cfg, train_cfg, schedule, ds, fm, tokens_per_step) -> dict
         "dataset_hash": ds.hash,
         "seq_len": ds.seq_len - 1,
         "tokens_per_step": tokens_per_step,
-        "flop_model": {"f0": fm.f0, "fr": fm.fr, "n_grad_loops": fm.n_grad_loops,
-                       "readout": fm.readout},
+        "flop_model": dataclasses.asdict(fm),
         "switch_step": schedule.switch_step(train_cfg.steps),
     }
 
@@ -203,11 +203,9 @@ def _train(data: Path, out: Path, model_cfg: ModelConfig, train_cfg: TrainConfig
         x, y = tok[:, :-1], tok[:, 1:]
         with rt.autocast():
             if model_cfg.exit_gate:
-                logits_all, gates = net(x, n_loops=K, all_depths=True, return_gates=True)
-                logits = logits_all[-1]
+                logits, gates, preds = net(x, n_loops=K, return_gates=True)
                 # the gate learns P(this loop's prediction already equals the final one)
-                with torch.no_grad():
-                    target = (logits_all.argmax(-1) == logits.argmax(-1)).float()
+                target = (preds == preds[-1]).float()
                 gate_loss = torch.nn.functional.binary_cross_entropy_with_logits(
                     gates.float(), target)
             else:

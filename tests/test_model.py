@@ -146,3 +146,19 @@ def test_paper_presets_have_the_advertised_size(name, target):
     with torch.device("meta"):
         model = LoopedTransformer(cfg)
     assert model.num_params() == pytest.approx(target, rel=0.15)
+
+
+@pytest.mark.parametrize("K", [2, 5])
+def test_flops_of_a_training_step_with_the_exit_gate(K):
+    model = make(n_prelude=1, n_coda=1, exit_gate=True).train()
+    B, T = 4, 24
+    idx = torch.randint(0, 37, (B, T))
+    fm = FlopModel.of(model.cfg, T)
+
+    def step():  # what train.py does when the gate is on
+        logits, gates, preds = model(idx, n_loops=K, return_gates=True)
+        target = (preds == preds[-1]).float()
+        loss = logits.logsumexp(-1).sum() + torch.nn.functional.binary_cross_entropy_with_logits(
+            gates, target)
+        loss.backward()
+    assert _counted(step) == pytest.approx(fm.train_step(K) * B * T, rel=0.02)

@@ -234,3 +234,16 @@ def test_serve_bench_cli(trained_run, tmp_path):
     r = CliRunner().invoke(main, ["serve-bench", "--random", "tiny", "--requests", "3",
                                   "--max-depth", "4", "--exit", "trace:2", "--max-new-tokens", "4"])
     assert r.exit_code == 0, r.output
+
+
+def test_online_arrivals_give_the_offline_tokens():
+    from depthbench.serving.bench import with_arrivals
+    model = model_of(**SHAPES[1])
+    reqs = workload(n=5, new=4)
+    offline, _ = serve(model, "argmax:2", "cdb", reqs=reqs)
+    online_reqs = with_arrivals([q.fresh() for q in reqs], rate=40.0, seed=0)
+    assert all(b.arrival > a.arrival for a, b in zip(online_reqs, online_reqs[1:]))
+    online, _ = serve(model, "argmax:2", "cdb", reqs=online_reqs)
+    assert [q.output for q in online] == [q.output for q in offline]
+    for q in online:  # nothing is served before it arrives
+        assert q.token_times[0] >= q.arrival

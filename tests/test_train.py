@@ -199,3 +199,12 @@ def test_nan_loss_exits_2_and_keeps_the_last_good_checkpoint(data, tmp_path):
     assert kept is not None and kept.name in r.stderr
     weights = ckpt.load(kept)["model"]
     assert all(torch.isfinite(w).all() for w in weights.values())
+
+
+def test_training_with_the_exit_gate_and_truncated_backprop(data, tmp_path):
+    cfg = MODEL.replace(exit_gate=True, n_grad_loops=2)
+    s = train(data, tmp_path / "g", cfg, tcfg(steps=4), "uniform:1-5", progress=False, log=quiet)
+    assert s["steps"] == 4 and s["final_loss"] > 0
+    from depthbench.checkpoint import load_model
+    model, _ = load_model(tmp_path / "g")
+    assert model.cfg.exit_gate and "gate.weight" in model.state_dict()
