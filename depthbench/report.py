@@ -192,12 +192,15 @@ def build_report(paths: list[Path], out: str | Path, title: str = "depthbench re
                 ax.axvline(float(sw.iloc[0]), color=color.get(s, "k"), ls=":", lw=1)
         ax.legend(fontsize=8)
         figs.save(fig, "training_loss.png", "Training loss (smoothed) per run; dotted lines mark the "
-                  "switch from the fixed phase to the finishing phase.")
+                  "switch from the fixed phase to the finishing phase. Before the switch a "
+                  "fixed-first run is the fixed-depth run of the same seed (same init, data order "
+                  "and depth), so their curves coincide there.")
 
     pr = rows.get("probe")
     if pr is not None:
-        fig, ax = figs.new("Update-benefit probe", "serving depth K",
-                           "NLL(update at A) - NLL(update at B)")
+        a, b = int(pr["depth_a"].iloc[0]), int(pr["depth_b"].iloc[0])
+        fig, ax = figs.new(f"Update-benefit probe: one update at depth {a} vs depth {b}",
+                           "serving depth K", f"NLL(update at {a}) - NLL(update at {b})")
         key = "updates_after_switch" if "updates_after_switch" in pr.columns else "step"
         for i, (k, g) in enumerate(pr.groupby(key)):
             m = g.groupby("depth").agg(d=("nll_diff", "mean"), ci=("ci95", "mean"))
@@ -205,7 +208,6 @@ def build_report(paths: list[Path], out: str | Path, title: str = "depthbench re
             ax.errorbar(m.index, m["d"], yerr=m["ci"], fmt="-o", ms=3, color=c, capsize=2,
                         label=f"{key.replace('_', ' ')} = {k}")
         ax.axhline(0, color="k", lw=1)
-        a, b = int(pr["depth_a"].iloc[0]), int(pr["depth_b"].iloc[0])
         ax.legend(fontsize=8)
         figs.save(fig, "update_probe.png", f"One optimizer update at depth {a} vs one at depth {b} "
                   "from the same checkpoint and batch: NLL difference per serving depth (positive: "
