@@ -37,6 +37,10 @@ def show(title: str, res: dict) -> None:
               f"{r['fraction_of_ceiling']:6.3f} {r['decode_speedup']:9.3f} "
               f"{r['decode_fraction_of_ceiling']:9.3f} {r['mean_depth']:6.2f} "
               f"{r['rows_per_launch']:12.1f} {r['padding_waste']:6.3f} {em:>7}")
+    for r in res["results"]:
+        ts = r["time_split"]
+        print(f"{r['mode']:>10} time: " + ", ".join(f"{k} {100 * v:.0f}%" for k, v in ts.items())
+              + f", scheduler {100 * (1 - sum(ts.values())):.0f}%")
     by = {r["mode"]: r for r in res["results"]}
     if "cdb" in by and "no_refill" in by:
         c, n = by["cdb"], by["no_refill"]

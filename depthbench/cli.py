@@ -375,6 +375,9 @@ def _print_eval_table(rows: list[dict], ceiling: float) -> None:
 @click.option("--min-depth", default=1, show_default=True)
 @click.option("--max-depth", default=16, show_default=True)
 @click.option("--lookahead", is_flag=True, help="Take exit decisions one loop ahead.")
+@click.option("--admit-min", default=0, show_default=True,
+              help="cdb: free rows needed before new requests are admitted while busy "
+                   "(0: width/8; 1: refill every freed row at once).")
 @click.option("--seed", default=0, show_default=True)
 @click.option("--device", default="auto", show_default=True)
 @click.option("--out", type=click.Path(), help="Result file base (.json and .csv are written).")
@@ -382,8 +385,8 @@ def _print_eval_table(rows: list[dict], ceiling: float) -> None:
               help="Write the cdb mode's exit depths as a replay trace.")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON summary as the last line.")
 def serve_bench_cmd(run, random_preset, sets, data, modes, exit_spec, kv_policy, width, n_requests,
-                    rate, max_new_tokens, prompt_len, min_depth, max_depth, lookahead, seed, device,
-                    out, save_trace, as_json):
+                    rate, max_new_tokens, prompt_len, min_depth, max_depth, lookahead, admit_min,
+                    seed, device, out, save_trace, as_json):
     """Benchmark depth-adaptive serving under every batching mode on one workload.
 
     \b
@@ -413,7 +416,7 @@ def serve_bench_cmd(run, random_preset, sets, data, modes, exit_spec, kv_policy,
     cfg = BenchConfig(modes=tuple(m.strip() for m in modes.split(",") if m.strip()), exit=exit_spec,
                       kv_policy=kv_policy, width=width, requests=n_requests, rate=rate,
                       max_new_tokens=max_new_tokens, min_depth=min_depth, max_depth=max_depth,
-                      lookahead=lookahead, seed=seed)
+                      lookahead=lookahead, admit_min=admit_min, seed=seed)
     from depthbench.serving.exits import parse_exit
     parse_exit(exit_spec, min_depth, max_depth, lookahead, seed)
     rt = setup(device)
@@ -449,7 +452,9 @@ def serve_bench_cmd(run, random_preset, sets, data, modes, exit_spec, kv_policy,
                       progress=lambda m: click.echo(f"  {m} done", err=False))
     rows = [{"source": source, "exit": exit_spec, "kv_policy": kv_policy, "width": width,
              "lookahead": lookahead, "rate": rate,
-             **{k: v for k, v in r.items() if k not in ("ttft_ms", "itl_ms", "depth_histogram")},
+             **{k: v for k, v in r.items()
+                if k not in ("ttft_ms", "itl_ms", "depth_histogram", "time_split")},
+             **{f"time_{k}": v for k, v in r["time_split"].items()},
              **{f"ttft_{k}_ms": v for k, v in r["ttft_ms"].items()},
              **{f"itl_{k}_ms": v for k, v in r["itl_ms"].items()}} for r in res["results"]]
     df = pd.DataFrame(rows)

@@ -443,7 +443,8 @@ def _stage_serve(run: str, serve: dict, out: str):
              "kv_policy": serve["kv_policy"], "width": serve["width"],
              **{k: v for k, v in r.items() if not isinstance(v, (dict, list))},
              **{f"ttft_{k}_ms": v for k, v in r["ttft_ms"].items()},
-             **{f"itl_{k}_ms": v for k, v in r["itl_ms"].items()}} for r in res["results"]]
+             **{f"itl_{k}_ms": v for k, v in r["itl_ms"].items()},
+             **{f"time_{k}": v for k, v in r["time_split"].items()}} for r in res["results"]]
     from depthbench.evaluate import write_rows
     write_rows(rows, Path(out))
 

@@ -35,6 +35,7 @@ class BenchConfig:
     min_depth: int = 1
     max_depth: int = 16
     lookahead: bool = False
+    admit_min: int = 0            # cdb: free rows needed to admit while busy (0: width // 8)
     seed: int = 0
     warmup_requests: int = 4
 
@@ -46,8 +47,8 @@ class BenchConfig:
         for f in ("width", "requests", "max_depth", "min_depth"):
             if getattr(self, f) < 1:
                 raise UserError(f"--{f.replace('_', '-')} must be >= 1 (got {getattr(self, f)})")
-        if self.rate < 0 or self.max_new_tokens < 0:
-            raise UserError("--rate and --max-new-tokens must be >= 0")
+        if self.rate < 0 or self.max_new_tokens < 0 or self.admit_min < 0:
+            raise UserError("--rate, --max-new-tokens and --admit-min must be >= 0")
 
 
 def dataset_workload(ds, n: int, max_new_tokens: int, seed: int) -> list[Request]:
@@ -99,10 +100,11 @@ def run_mode(model: LoopedTransformer, crit: ExitCriterion, mode: str, cfg: Benc
         return Engine(model, crit, cfg.kv_policy, width, max_len)
 
     if cfg.warmup_requests:  # first-call allocations and kernel selection stay out of the timing
-        Scheduler(engine(), mode, width).run([q.fresh() for q in requests[: cfg.warmup_requests]])
+        Scheduler(engine(), mode, width, cfg.admit_min or None).run(
+            [q.fresh() for q in requests[: cfg.warmup_requests]])
     eng = engine()
     t0 = time.perf_counter()
-    done = Scheduler(eng, mode, width).run([q.fresh() for q in requests])
+    done = Scheduler(eng, mode, width, cfg.admit_min or None).run([q.fresh() for q in requests])
     wall = time.perf_counter() - t0
     n_tokens = sum(len(q.output) for q in done)
     decode_depths = [d for q in done for d in q.depths[1:]]  # the first token comes from prefill
@@ -124,6 +126,8 @@ def run_mode(model: LoopedTransformer, crit: ExitCriterion, mode: str, cfg: Benc
         "padding_waste": 1.0 - st["core_rows"] / max(1, st["core_launches"] * width),
         "exact_match": float(np.mean(recall)) if recall else None,
         "kv_cache_mb": eng.kv.nbytes() / 2**20,
+        # where the time went: engine launches by kind, the rest is scheduling
+        "time_split": {k: st[f"{k}_s"] / wall for k in ("prefill", "start", "core", "finish")},
     }, done
 
 

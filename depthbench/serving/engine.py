@@ -47,7 +47,8 @@ class Engine:
             self.argmax_prev = z(n_rows, dtype=torch.long)
             self.argmax_run = z(n_rows, dtype=torch.long)
         self.stats = {"core_launches": 0, "core_rows": 0, "start_launches": 0,
-                      "finish_launches": 0, "prefills": 0, "prefill_s": 0.0}
+                      "finish_launches": 0, "prefills": 0, "prefill_s": 0.0, "start_s": 0.0,
+                      "core_s": 0.0, "finish_s": 0.0}
 
     # ---- helpers ------------------------------------------------------------------------------------
     def _decode_mask(self, rows: torch.Tensor) -> tuple[torch.Tensor, int]:
@@ -108,6 +109,7 @@ class Engine:
     @torch.no_grad()
     def start(self, rows: torch.Tensor, tokens: torch.Tensor, trace_depths=None) -> None:
         """Embedding and prelude of each row's next token, at the row's position."""
+        t0 = time.perf_counter()
         m = self.model
         pos = self.pos[rows]
         mask, L = self._decode_mask(rows)
@@ -124,10 +126,12 @@ class Engine:
             self.argmax_run[rows] = 0
             self.argmax_prev[rows] = -1
         self.stats["start_launches"] += 1
+        self.stats["start_s"] += time.perf_counter() - t0
 
     @torch.no_grad()
     def core(self, rows: torch.Tensor) -> torch.Tensor:
         """One loop for each row (each at its own loop index); the rows that exit now."""
+        t0 = time.perf_counter()
         m = self.model
         pos = self.pos[rows]
         loops = self.loop[rows] + 1
@@ -157,11 +161,14 @@ class Engine:
             sig["prev_logp"] = self.prev_logp[rows]
             self.prev_logp[rows] = torch.log_softmax(logits.float(), -1)
         stop, self.pending[rows] = crit.decide(loops, crit.fires(loops, sig), self.pending[rows])
-        return rows[stop]
+        exited = rows[stop]
+        self.stats["core_s"] += time.perf_counter() - t0
+        return exited
 
     @torch.no_grad()
     def finish(self, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Coda + head of exited rows: (next tokens, exit depths)."""
+        t0 = time.perf_counter()
         pos = self.pos[rows]
         depth = self.loop[rows]
         if self.crit.needs_logits:
@@ -172,5 +179,7 @@ class Engine:
         self.kv.copy_on_exit(rows, pos, depth)
         self.pos[rows] = pos + 1
         self.stats["finish_launches"] += 1
-        return logits.argmax(-1), depth
+        tokens = logits.argmax(-1)
+        self.stats["finish_s"] += time.perf_counter() - t0
+        return tokens, depth
 

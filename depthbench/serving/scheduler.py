@@ -11,6 +11,7 @@ Modes (all over the same requests):
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -54,12 +55,18 @@ class Request:
 
 
 class Scheduler:
-    def __init__(self, engine: Engine, mode: str, width: int):
+    def __init__(self, engine: Engine, mode: str, width: int, admit_min: int | None = None):
         assert mode in MODES
         if mode == "static":  # the baseline ignores the exit criterion: every token runs max_depth
             engine.crit = parse_exit(f"fixed:{engine.max_depth}", engine.max_depth, engine.max_depth)
         self.engine, self.mode = engine, mode
         self.width = 1 if mode == "batch1" else width
+        # cdb frees rows one or two at a time; prefilling each newcomer alone costs more than
+        # the decode it enables, so while work is in flight new requests are admitted once
+        # ``admit_min`` rows are free (or all arrived requests fit). Token batches admit
+        # between tokens anyway.
+        self.admit_min = admit_min if admit_min is not None else (
+            max(1, self.width // 8) if mode == "cdb" else 1)
         self.rows_free = list(range(self.width))[::-1]
         self.active: dict[int, Request] = {}
         self.waiting: deque[Request] = deque()
@@ -78,8 +85,14 @@ class Scheduler:
             del self.active[req.row]
             self.rows_free.append(req.row)
 
-    def _admit(self) -> None:
+    def _admit(self, busy: bool = False) -> None:
         """Admit arrived requests into free rows; their prompts are prefilled together."""
+        if busy:
+            now = self.now()
+            arrived = sum(1 for q in itertools.islice(self.waiting, self.admit_min)
+                          if q.arrival <= now)
+            if not arrived or len(self.rows_free) < min(self.admit_min, arrived):
+                return
         new = []
         while self.waiting and self.rows_free and self.waiting[0].arrival <= self.now():
             req = self.waiting.popleft()
@@ -143,7 +156,7 @@ class Scheduler:
         dev = self.engine.device
         inflight: set[int] = set()
         while self.waiting or self.active:
-            self._admit()
+            self._admit(busy=bool(inflight))
             new = sorted(r for r in self.active if r not in inflight)
             if new:
                 self._start(new)
