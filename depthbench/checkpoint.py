@@ -24,7 +24,7 @@ FORMAT = 1
 
 
 class CheckpointError(UserError):
-    pass
+    """A checkpoint that is missing, truncated, corrupt or unsafe to load."""
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:

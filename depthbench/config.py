@@ -10,7 +10,7 @@ from depthbench.errors import UserError
 
 
 class ConfigError(UserError, ValueError):
-    pass
+    """A config value that is out of range or of the wrong kind."""
 
 
 def _check(cond: bool, field: str, msg: str) -> None:

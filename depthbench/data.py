@@ -22,7 +22,7 @@ EVAL_SPLITS = SPLITS[1:]
 
 
 class DatasetError(UserError):
-    pass
+    """A dataset directory that is missing, incomplete, corrupt or of another format."""
 
 
 def _sha256(path: Path) -> str:

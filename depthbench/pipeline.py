@@ -48,7 +48,7 @@ SCHEMA: dict[str, dict] = {
 
 
 class SpecError(UserError):
-    pass
+    """An experiment spec with an unknown key, a wrong type or an invalid value."""
 
 
 def _typename(v) -> str:

@@ -27,7 +27,7 @@ SPEC_HELP = ("fixed:K, uniform:A-B, fixed-first:FRACTION:K:A-B, "
 
 
 class ScheduleError(UserError, ValueError):
-    pass
+    """A schedule or depth spec that does not parse."""
 
 
 def _rng(seed: int, step: int) -> np.random.Generator:

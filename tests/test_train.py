@@ -45,7 +45,7 @@ def losses(run):
 
 
 def quiet(*a, **k):
-    pass
+    return None
 
 
 # Losses of the first steps of a seeded tiny CPU run (torch 2.13 CPU, one thread). A change to
@@ -208,3 +208,14 @@ def test_training_with_the_exit_gate_and_truncated_backprop(data, tmp_path):
     from depthbench.checkpoint import load_model
     model, _ = load_model(tmp_path / "g")
     assert model.cfg.exit_gate and "gate.weight" in model.state_dict()
+
+
+def test_in_training_eval_rows(data, tmp_path):
+    train(data, tmp_path / "e", MODEL, tcfg(steps=4, eval_every=2, eval_depths=(1, 3),
+                                            eval_people=8), "fixed:2", progress=False, log=quiet)
+    rows = [r for r in metrics_rows(tmp_path / "e") if "eval" in r]
+    assert [r["step"] for r in rows] == [2, 4]
+    assert set(rows[0]["eval"]) == {"1", "3"} and rows[0]["eval"]["1"]["nll"] > 0
+    # the losses are those of a run without the eval (it consumes no randomness)
+    train(data, tmp_path / "n", MODEL, tcfg(steps=4), "fixed:2", progress=False, log=quiet)
+    assert losses(tmp_path / "e") == losses(tmp_path / "n")

@@ -36,7 +36,7 @@ EXIT_HELP = ("fixed:K, latent:TAU, kl:TAU, entropy:TAU, argmax:N, gate:Q, replay
 
 
 class ExitSpecError(UserError, ValueError):
-    pass
+    """An exit-criterion spec that does not parse."""
 
 
 @dataclass(frozen=True)

@@ -82,10 +82,6 @@ class KVStore:
             return torch.full_like(loops, base)
         return base + (loops > 1).long()
 
-    # ---- views for the model's layers -------------------------------------------------------------
-    def views(self, slot_fn, n_layers: int, rows: torch.Tensor, pos: torch.Tensor, length: int):
-        return [SlotView(self, slot_fn(j), rows, pos, length) for j in range(n_layers)]
-
     def copy_on_exit(self, rows: torch.Tensor, pos: torch.Tensor, depth: torch.Tensor) -> None:
         """Fill the deeper core slots of tokens that exited early (depth_indexed: loops
         d+1..max_depth; first_then_shared: the shared slot after an exit at loop 1). ``single``
