@@ -123,30 +123,8 @@ def generate(out, preset, config_file, sets, seed, force, as_json):
                    "ceiling_bits": manifest["ceiling_bits"], "seconds": seconds})
 
 
-def split_sets(pairs: dict) -> tuple[dict, dict]:
-    """--set keys go to the model or the training config by field name."""
-    import dataclasses
-
-    from depthbench.config import ModelConfig, TrainConfig
-    mf = {f.name for f in dataclasses.fields(ModelConfig)}
-    tf = {f.name for f in dataclasses.fields(TrainConfig)}
-    model, train_ = {}, {}
-    for k, v in pairs.items():
-        key = k.split(".", 1)[1] if k.startswith(("model.", "train.")) else k
-        if k.startswith("model.") or (key in mf and not k.startswith("train.")):
-            if key not in mf:
-                fail(f"--set {k}: unknown model config key")
-            model[key] = v
-        elif key in tf:
-            train_[key] = v
-        else:
-            fail(f"--set {k}: unknown config key; model keys: {', '.join(sorted(mf))}; "
-                 f"training keys: {', '.join(sorted(tf))}")
-    return model, train_
-
-
 def resolve_configs(preset: str, sets: tuple[str, ...], **train_overrides):
-    from depthbench.config import model_preset, train_preset
+    from depthbench.config import model_preset, split_sets, train_preset
     m, t = split_sets(parse_sets(sets))
     t.update({k: v for k, v in train_overrides.items() if v is not None})
     return model_preset(preset).replace(**m), train_preset(preset).replace(**t)
@@ -186,30 +164,13 @@ def train(data, out, preset, schedule, steps, match_flops, seed, sets, resume, a
     parse_schedule(schedule)
     model_cfg, train_cfg = resolve_configs(preset, sets, steps=steps, seed=seed)
     if match_flops:
-        train_cfg = train_cfg.replace(steps=_matched_steps(match_flops, data, model_cfg, train_cfg,
-                                                           schedule))
+        from depthbench.train import matched_steps
+        train_cfg = train_cfg.replace(steps=matched_steps(
+            match_flops, schedule, data, model_cfg, train_cfg.batch_size, train_cfg.seed))
     summary = run_train(data, out, model_cfg, train_cfg, schedule, resume=resume,
                         log=click.echo)
     if as_json:
         emit_json(summary)
-
-
-def _matched_steps(ref_run, data, model_cfg, train_cfg, schedule) -> int:
-    from depthbench.checkpoint import read_run
-    from depthbench.data import Dataset
-    from depthbench.flops import FlopModel, match_steps, schedule_flops
-    from depthbench.schedules import parse_schedule
-
-    ref = read_run(ref_run)
-    ref_sched = parse_schedule(ref["schedule"])
-    ref_fm = FlopModel(**ref["flop_model"])
-    target = schedule_flops(ref_fm, ref_sched, ref["train"]["steps"], ref["seed"],
-                            ref["tokens_per_step"])
-    ds = Dataset(data)
-    m = model_cfg.replace(vocab_size=model_cfg.vocab_size or len(ds.vocab))
-    fm = FlopModel.of(m, ds.seq_len - 1)
-    return match_steps(fm, parse_schedule(schedule), target, ref["train"]["steps"],
-                       train_cfg.seed, train_cfg.batch_size * (ds.seq_len - 1))
 
 
 @main.command()
@@ -406,7 +367,13 @@ def serve_bench_cmd(run, random_preset, sets, data, modes, exit_spec, kv_policy,
     from depthbench.config import model_preset
     from depthbench.data import Dataset
     from depthbench.runtime import setup
-    from depthbench.serving.bench import BenchConfig, dataset_workload, random_workload, serve_bench
+    from depthbench.serving.bench import (
+        BenchConfig,
+        dataset_workload,
+        random_workload,
+        result_rows,
+        serve_bench,
+    )
     from depthbench.serving.kvcache import KV_POLICIES
 
     if (run is None) == (random_preset is None):
@@ -433,6 +400,7 @@ def serve_bench_cmd(run, random_preset, sets, data, modes, exit_spec, kv_policy,
         seq_len = ds.seq_len - 1
         source = str(ck["path"])
     else:
+        from depthbench.config import split_sets
         from depthbench.model import LoopedTransformer
         m_sets, _ = split_sets(parse_sets(sets))
         mcfg = model_preset(random_preset).replace(**m_sets)
@@ -450,13 +418,8 @@ def serve_bench_cmd(run, random_preset, sets, data, modes, exit_spec, kv_policy,
                f"{n_requests} requests, exit {exit_spec}, kv {kv_policy}, width {width}")
     res = serve_bench(model, requests, cfg, seq_len,
                       progress=lambda m: click.echo(f"  {m} done", err=False))
-    rows = [{"source": source, "exit": exit_spec, "kv_policy": kv_policy, "width": width,
-             "lookahead": lookahead, "rate": rate,
-             **{k: v for k, v in r.items()
-                if k not in ("ttft_ms", "itl_ms", "depth_histogram", "time_split")},
-             **{f"time_{k}": v for k, v in r["time_split"].items()},
-             **{f"ttft_{k}_ms": v for k, v in r["ttft_ms"].items()},
-             **{f"itl_{k}_ms": v for k, v in r["itl_ms"].items()}} for r in res["results"]]
+    rows = result_rows(res, source=source, exit=exit_spec, kv_policy=kv_policy, width=width,
+                       lookahead=lookahead, rate=rate)
     df = pd.DataFrame(rows)
     cols = [c for c in ("mode", "tokens_per_s", "speedup", "ceiling", "fraction_of_ceiling",
                         "mean_depth", "rows_per_launch", "padding_waste", "ttft_p50_ms",

@@ -182,6 +182,26 @@ TRAIN_PRESETS = {
 }
 
 
+def split_sets(pairs: dict) -> tuple[dict, dict]:
+    """``--set`` keys go to the model or the training config by field name (``model.`` or
+    ``train.`` prefixes decide where a name could be both)."""
+    mf = {f.name for f in dataclasses.fields(ModelConfig)}
+    tf = {f.name for f in dataclasses.fields(TrainConfig)}
+    model, train = {}, {}
+    for k, v in pairs.items():
+        key = k.split(".", 1)[1] if k.startswith(("model.", "train.")) else k
+        if k.startswith("model.") or (key in mf and not k.startswith("train.")):
+            if key not in mf:
+                raise ConfigError(f"--set {k}: unknown model config key")
+            model[key] = v
+        elif key in tf:
+            train[key] = v
+        else:
+            raise ConfigError(f"--set {k}: unknown config key; model keys: "
+                              f"{', '.join(sorted(mf))}; training keys: {', '.join(sorted(tf))}")
+    return model, train
+
+
 def model_preset(name: str) -> ModelConfig:
     if name not in MODEL_PRESETS:
         raise ConfigError(f"unknown model preset {name!r}; choose one of {', '.join(MODEL_PRESETS)}")

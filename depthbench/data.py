@@ -7,14 +7,13 @@ memory-mapped; batches are gathered from them on demand.
 
 from __future__ import annotations
 
-import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from data_gen.generate import FORMAT_VERSION, SPLITS, dataset_hash
+from data_gen.generate import FORMAT_VERSION, SPLITS, dataset_hash, sha256_file
 from depthbench.errors import UserError
 from depthbench.vocab import Vocab
 
@@ -23,14 +22,6 @@ EVAL_SPLITS = SPLITS[1:]
 
 class DatasetError(UserError):
     """A dataset directory that is missing, incomplete, corrupt or of another format."""
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(1 << 22):
-            h.update(block)
-    return h.hexdigest()
 
 
 @dataclass
@@ -75,7 +66,7 @@ class Dataset:
             if f.stat().st_size != rec["bytes"]:
                 raise DatasetError(f"dataset file {f} has {f.stat().st_size} bytes, the manifest "
                                    f"says {rec['bytes']} (truncated or replaced); {fix}")
-            if verify and _sha256(f) != rec["sha256"]:
+            if verify and sha256_file(f) != rec["sha256"]:
                 raise DatasetError(f"dataset file {f} does not match its sha256 in the manifest "
                                    f"(corrupt or tampered); {fix}")
         self.vocab = Vocab.load(self.path / "vocab.json")

@@ -94,8 +94,7 @@ def load_spec(path: str | Path | None) -> dict:
 
 def _validate(spec: dict, path: Path) -> None:
     from data_gen import resolve_config
-    from depthbench.cli import split_sets
-    from depthbench.config import model_preset, train_preset
+    from depthbench.config import model_preset, split_sets, train_preset
     from depthbench.data import EVAL_SPLITS
     from depthbench.schedules import parse_depths, parse_schedule
     from depthbench.serving.exits import parse_exit
@@ -237,9 +236,9 @@ class Pipeline:
     # ---- the grid ------------------------------------------------------------------------------
     def run(self, plan: bool = False) -> dict:
         from data_gen import resolve_config
-        from depthbench.cli import split_sets
-        from depthbench.config import model_preset, train_preset
+        from depthbench.config import model_preset, split_sets, train_preset
         from depthbench.schedules import parse_schedule
+        from depthbench.train import matched_steps
 
         spec, t0 = self.spec, time.perf_counter()
         d = spec["data"]
@@ -292,8 +291,8 @@ class Pipeline:
             matched = []
             for seed in t["seeds"]:
                 ref = runs[slug(t["matched_uniform"], seed)]
-                steps = base_tcfg.steps if plan else _matched_steps(ref["dir"], t["matched_schedule"],
-                                                                   self.data, mcfg, base_tcfg, seed)
+                steps = base_tcfg.steps if plan else matched_steps(
+                    ref["dir"], t["matched_schedule"], self.data, mcfg, base_tcfg.batch_size, seed)
                 matched.append(train_stage(t["matched_schedule"], seed, steps, tag="matched-"))
             self._run_stages(matched, plan)
 
@@ -352,20 +351,6 @@ class Pipeline:
         files = build_report([self.results], self.report_dir, title=spec["name"])
         return {"out": str(self.out), "report": str(self.report_dir), "files": len(files),
                 "runs": len(runs), "seconds": time.perf_counter() - t0}
-
-
-def _matched_steps(ref_dir: Path, schedule: str, data: Path, mcfg, tcfg, seed: int) -> int:
-    from depthbench.checkpoint import read_run
-    from depthbench.data import Dataset
-    from depthbench.flops import FlopModel, match_steps, schedule_flops
-    from depthbench.schedules import parse_schedule
-    ref = read_run(ref_dir)
-    target = schedule_flops(FlopModel(**ref["flop_model"]), parse_schedule(ref["schedule"]),
-                            ref["train"]["steps"], ref["seed"], ref["tokens_per_step"])
-    ds = Dataset(data, verify=False)
-    m = mcfg.replace(vocab_size=mcfg.vocab_size or len(ds.vocab))
-    return match_steps(FlopModel.of(m, ds.seq_len - 1), parse_schedule(schedule), target,
-                       ref["train"]["steps"], seed, tcfg.batch_size * (ds.seq_len - 1))
 
 
 # ---- stage bodies (run in worker processes) ---------------------------------------------------------
@@ -439,14 +424,10 @@ def _stage_serve(run: str, serve: dict, out: str):
     cfg = BenchConfig(modes=tuple(serve["modes"]), exit=serve["exit"], kv_policy=serve["kv_policy"],
                       width=serve["width"], requests=serve["requests"], max_depth=serve["max_depth"])
     res = serve_bench(model, dataset_workload(ds, serve["requests"], 0, 0), cfg, ds.seq_len - 1)
-    rows = [{"run": Path(run).name, "schedule": ck.get("schedule"), "exit": serve["exit"],
-             "kv_policy": serve["kv_policy"], "width": serve["width"],
-             **{k: v for k, v in r.items() if not isinstance(v, (dict, list))},
-             **{f"ttft_{k}_ms": v for k, v in r["ttft_ms"].items()},
-             **{f"itl_{k}_ms": v for k, v in r["itl_ms"].items()},
-             **{f"time_{k}": v for k, v in r["time_split"].items()}} for r in res["results"]]
     from depthbench.evaluate import write_rows
-    write_rows(rows, Path(out))
+    from depthbench.serving.bench import result_rows
+    write_rows(result_rows(res, run=Path(run).name, schedule=ck.get("schedule"), exit=serve["exit"],
+                           kv_policy=serve["kv_policy"], width=serve["width"]), Path(out))
 
 
 def _export_training(runs: dict, results: Path) -> None:

@@ -131,6 +131,18 @@ def run_mode(model: LoopedTransformer, crit: ExitCriterion, mode: str, cfg: Benc
     }, done
 
 
+def result_rows(res: dict, **keys) -> list[dict]:
+    """Flat result rows (one per mode) of a serve_bench result, led by grouping ``keys``."""
+    rows = []
+    for r in res["results"]:
+        row = {**keys, **{k: v for k, v in r.items() if not isinstance(v, (dict, list))}}
+        for name, fmt in (("ttft_ms", "ttft_{}_ms"), ("itl_ms", "itl_{}_ms"),
+                          ("time_split", "time_{}")):
+            row.update({fmt.format(k): v for k, v in r[name].items()})
+        rows.append(row)
+    return rows
+
+
 def serve_bench(model: LoopedTransformer, requests: list[Request], cfg: BenchConfig,
                 seq_len_for_flops: int, progress=None) -> dict:
     model.eval()
