@@ -7,11 +7,15 @@ one line on stderr: ``depthbench: error: ...``, and no traceback.
 from __future__ import annotations
 
 import json
+import math
+import signal
 import sys
+import threading
 import time
 
 import click
 
+from depthbench.config import MAX_DEPTH
 from depthbench.errors import UserError
 
 
@@ -19,8 +23,48 @@ def fail(message: str) -> None:
     raise UserError(message)
 
 
+class _FiniteFloat(click.ParamType):
+    """A float in [lo, hi]; unlike click.FloatRange it refuses nan and inf."""
+    name = "float"
+
+    def __init__(self, lo: float, hi: float):
+        self.lo, self.hi = lo, hi
+
+    def convert(self, value, param, ctx):
+        try:
+            v = float(value)
+        except (TypeError, ValueError):
+            self.fail(f"{value!r} is not a number", param, ctx)
+        if not (math.isfinite(v) and self.lo <= v <= self.hi):
+            self.fail(f"{value!r} is not a finite number in [{self.lo:g}, {self.hi:g}]", param, ctx)
+        return v
+
+
+# every numeric option is bounded where it is parsed; the limits are far beyond real use
+SEED = click.IntRange(0, 2**32 - 1)
+STEPS = click.IntRange(1, 10**9)
+BATCH = click.IntRange(1, 1 << 20)
+COUNT = click.IntRange(1, 1 << 30)
+DEPTH = click.IntRange(1, MAX_DEPTH)
+WIDTH = click.IntRange(1, 1 << 16)
+
+
+def _terminated(signum, frame):
+    # unwinds like an interrupt, so every temporary output is removed on the way out
+    raise SystemExit(128 + signum)
+
+
 class _Group(click.Group):
     def main(self, args=None, prog_name=None, **extra):
+        on_main_thread = threading.current_thread() is threading.main_thread()
+        previous = signal.signal(signal.SIGTERM, _terminated) if on_main_thread else None
+        try:
+            return self._main(args, prog_name, **extra)
+        finally:
+            if on_main_thread:
+                signal.signal(signal.SIGTERM, previous)
+
+    def _main(self, args, prog_name, **extra):
         try:
             return super().main(args=args, prog_name=prog_name, standalone_mode=False, **extra)
         except click.exceptions.Exit as e:
@@ -81,7 +125,7 @@ def main():
               help="TOML file whose keys replace the preset's.")
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
               help="Override one config key (repeatable), e.g. --set n_people=1000000.")
-@click.option("--seed", type=int, help="Random seed (replaces the config's).")
+@click.option("--seed", type=SEED, help="Random seed (replaces the config's).")
 @click.option("--force", is_flag=True, help="Replace a non-empty --out directory.")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON summary as the last line.")
 def generate(out, preset, config_file, sets, seed, force, as_json):
@@ -137,10 +181,10 @@ def resolve_configs(preset: str, sets: tuple[str, ...], **train_overrides):
               help="Model and training preset: tiny, small, paper-200m, paper-1b.")
 @click.option("--schedule", default="uniform:1-16", show_default=True,
               help="Depth schedule, e.g. fixed:4, uniform:1-16, fixed-first:0.8:4:1-16.")
-@click.option("--steps", type=int, help="Training steps (replaces the preset's).")
+@click.option("--steps", type=STEPS, help="Training steps (replaces the preset's).")
 @click.option("--match-flops", type=click.Path(), metavar="RUN",
               help="Train for as many steps as spend RUN's modeled FLOPs.")
-@click.option("--seed", type=int, help="Seed of init, data order and depth draws.")
+@click.option("--seed", type=SEED, help="Seed of init, data order and depth draws.")
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
               help="Override a model or training config key, e.g. --set lr=1e-3 --set d_model=128.")
 @click.option("--resume", is_flag=True,
@@ -177,8 +221,8 @@ def train(data, out, preset, schedule, steps, match_flops, seed, sets, resume, a
 @click.argument("run", required=False, type=click.Path())
 @click.option("--preset", help="Model preset (with the dataset preset of the same size).")
 @click.option("--schedule", required=True, help="Depth schedule spec.")
-@click.option("--steps", type=int, help="Steps (default: the preset's or the run's).")
-@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--steps", type=STEPS, help="Steps (default: the preset's or the run's).")
+@click.option("--seed", type=SEED, default=0, show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON summary as the last line.")
 def flops(run, preset, schedule, steps, seed, as_json):
     """Modeled training FLOPs of a schedule, and its fraction of uniform training.
@@ -231,9 +275,10 @@ def flops(run, preset, schedule, steps, seed, as_json):
 @click.option("--depths", default="1-16", show_default=True, help="Serving depths, e.g. 1-16 or 1,4,16.")
 @click.option("--split", "splits", multiple=True,
               help="Split(s) to evaluate (repeatable; default: all four eval splits).")
-@click.option("--checkpoint", "step", type=int, help="Checkpoint step (default: the latest).")
-@click.option("--batch-size", type=int, default=256, show_default=True)
-@click.option("--max-people", type=int, help="Evaluate only the first N people of each split.")
+@click.option("--checkpoint", "step", type=click.IntRange(0, 10**9),
+              help="Checkpoint step (default: the latest).")
+@click.option("--batch-size", type=BATCH, default=256, show_default=True)
+@click.option("--max-people", type=COUNT, help="Evaluate only the first N people of each split.")
 @click.option("--out", type=click.Path(), help="Result file base (.csv and .jsonl are written).")
 @click.option("--device", default="auto", show_default=True, help="auto, cpu or cuda.")
 @click.option("--harness", type=click.Choice(["native", "lm-eval"]), default="native",
@@ -326,20 +371,22 @@ def _print_eval_table(rows: list[dict], ceiling: float) -> None:
                    "replay:FILE.json, trace:MEAN.")
 @click.option("--kv-policy", default="depth_indexed", show_default=True,
               help="depth_indexed, single or first_then_shared.")
-@click.option("--width", default=64, show_default=True, help="Rows per core launch at most.")
-@click.option("--requests", "n_requests", default=256, show_default=True)
-@click.option("--rate", default=0.0, show_default=True,
+@click.option("--width", type=WIDTH, default=64, show_default=True, help="Rows per core launch at most.")
+@click.option("--requests", "n_requests", type=click.IntRange(1, 1 << 20), default=256,
+              show_default=True)
+@click.option("--rate", type=_FiniteFloat(0.0, 1e9), default=0.0, show_default=True,
               help="Poisson arrival rate in requests/s (0: all requests at t=0).")
-@click.option("--max-new-tokens", default=0, show_default=True,
+@click.option("--max-new-tokens", type=click.IntRange(0, 1 << 16), default=0, show_default=True,
               help="Tokens to generate per request (0: the rest of the dataset sequence; 32 for --random).")
-@click.option("--prompt-len", default=8, show_default=True, help="Prompt length for --random.")
-@click.option("--min-depth", default=1, show_default=True)
-@click.option("--max-depth", default=16, show_default=True)
+@click.option("--prompt-len", type=click.IntRange(1, 1 << 16), default=8, show_default=True,
+              help="Prompt length for --random.")
+@click.option("--min-depth", type=DEPTH, default=1, show_default=True)
+@click.option("--max-depth", type=DEPTH, default=16, show_default=True)
 @click.option("--lookahead", is_flag=True, help="Take exit decisions one loop ahead.")
-@click.option("--admit-min", default=0, show_default=True,
+@click.option("--admit-min", type=click.IntRange(0, 1 << 16), default=0, show_default=True,
               help="cdb: free rows needed before new requests are admitted while busy "
                    "(0: width/8; 1: refill every freed row at once).")
-@click.option("--seed", default=0, show_default=True)
+@click.option("--seed", type=SEED, default=0, show_default=True)
 @click.option("--device", default="auto", show_default=True)
 @click.option("--out", type=click.Path(), help="Result file base (.json and .csv are written).")
 @click.option("--save-trace", type=click.Path(dir_okay=False),
@@ -363,9 +410,10 @@ def serve_bench_cmd(run, random_preset, sets, data, modes, exit_spec, kv_policy,
     import pandas as pd
     import torch
 
-    from depthbench.checkpoint import atomic_write_text, load_model, read_run
+    from depthbench.checkpoint import load_model, read_run
     from depthbench.config import model_preset
     from depthbench.data import Dataset
+    from depthbench.fsio import atomic_write_text
     from depthbench.runtime import setup
     from depthbench.serving.bench import (
         BenchConfig,
@@ -473,12 +521,13 @@ def lm_eval_cmd(ctx):
 
 @main.command("probe-update")
 @click.argument("run", type=click.Path())
-@click.option("--step", type=int, help="Checkpoint step (default: the latest).")
-@click.option("--depths-a", "depth_a", type=int, default=4, show_default=True)
-@click.option("--depths-b", "depth_b", type=int, default=16, show_default=True)
+@click.option("--step", type=click.IntRange(0, 10**9), help="Checkpoint step (default: the latest).")
+@click.option("--depths-a", "depth_a", type=DEPTH, default=4, show_default=True)
+@click.option("--depths-b", "depth_b", type=DEPTH, default=16, show_default=True)
 @click.option("--depths", default="1-16", show_default=True, help="Serving depths to evaluate.")
-@click.option("--batches", default=8, show_default=True, help="Batches to average over.")
-@click.option("--max-people", default=256, show_default=True)
+@click.option("--batches", type=click.IntRange(2, 1 << 16), default=8, show_default=True,
+              help="Batches to average over.")
+@click.option("--max-people", type=COUNT, default=256, show_default=True)
 @click.option("--out", type=click.Path(), help="Result file base (.csv and .jsonl).")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON summary as the last line.")
 def probe_update_cmd(run, step, depth_a, depth_b, depths, batches, max_people, out, as_json):
@@ -542,8 +591,11 @@ def run_cmd(spec, out, plan, as_json):
 @click.option("--out", required=True, type=click.Path(file_okay=False),
               help="Report directory, e.g. reports/NAME.")
 @click.option("--title", default="depthbench report", show_default=True)
+@click.option("--reference", default=None,
+              help="Schedule the others are compared with on paired seeds (default: the first "
+                   "uniform schedule).")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON summary as the last line.")
-def report_cmd(results, out, title, as_json):
+def report_cmd(results, out, title, reference, as_json):
     """Draw figures and tables from result rows into a self-contained report.
 
     \b
@@ -555,7 +607,7 @@ def report_cmd(results, out, title, as_json):
 
     from depthbench.report import build_report
 
-    files = build_report([Path(r) for r in results], out, title)
+    files = build_report([Path(r) for r in results], out, title, reference)
     click.echo(f"wrote {len(files)} files to {out}")
     if as_json:
         emit_json({"out": str(out), "files": [str(f) for f in files]})

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 
 from depthbench.errors import UserError
@@ -18,8 +19,46 @@ def _check(cond: bool, field: str, msg: str) -> None:
         raise ConfigError(f"{field}: {msg}")
 
 
+# the deepest loop count any spec or option may name: far beyond the field's models (Huginn
+# serves at up to 64-128 loops), small enough that no depth can ask for an absurd allocation
+MAX_DEPTH = 1024
+
+
+def _bounded(cfg, limits: dict[str, int]) -> None:
+    """Upper bounds far above any real use, so that no value can ask for an absurd allocation
+    or a run of centuries."""
+    for f, hi in limits.items():
+        _check(getattr(cfg, f) <= hi, f, f"must be at most {hi} (got {getattr(cfg, f)})")
+
+
+def _type_problem(value, annotation: str) -> str | None:
+    """Why ``value`` does not fit the field annotation (strictly: no bool for int, no string
+    for bool, finite floats only), or None."""
+    if annotation == "bool":
+        return None if isinstance(value, bool) else "must be true or false"
+    if annotation == "int":
+        return None if type(value) is int else "must be an integer"
+    if annotation == "float":
+        ok = type(value) in (int, float) and math.isfinite(value)
+        return None if ok else "must be a finite number"
+    if annotation == "str":
+        return None if isinstance(value, str) else "must be a string"
+    if annotation == "tuple[int, ...]":
+        ok = isinstance(value, (list, tuple)) and all(type(v) is int for v in value)
+        return None if ok else "must be a list of integers"
+    raise AssertionError(f"no type check for {annotation}")
+
+
 class _Plain:
-    """JSON round trip with unknown keys refused."""
+    """JSON round trip with unknown keys refused and every field's type checked."""
+
+    def _check_types(self) -> None:
+        for f in dataclasses.fields(self):
+            problem = _type_problem(getattr(self, f.name), f.type)
+            if problem:
+                raise ConfigError(f"{f.name}: {problem} (got {getattr(self, f.name)!r})")
+            if f.type == "float":
+                object.__setattr__(self, f.name, float(getattr(self, f.name)))
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -52,6 +91,7 @@ class ModelConfig(_Plain):
     injection: str = "concat"      # concat | add | none: how the prelude output enters each loop
     init_state: str = "zeros"      # zeros | random | prelude: the state before the first loop
     norm: str = "pre"              # pre | sandwich
+    qk_norm: bool = False          # RMSNorm on queries and keys per head (bounds attention logits)
     rope: bool = True              # rotary positions; else learned absolute positions
     max_seq_len: int = 256
     tie_embeddings: bool = False
@@ -60,6 +100,7 @@ class ModelConfig(_Plain):
     init_std: float = 0.02
 
     def __post_init__(self):
+        self._check_types()
         for f in ("d_model", "n_heads", "n_core", "max_seq_len"):
             _check(isinstance(getattr(self, f), int) and getattr(self, f) >= 1, f,
                    f"must be a positive integer (got {getattr(self, f)!r})")
@@ -77,7 +118,10 @@ class ModelConfig(_Plain):
         _check(self.injection != "none" or self.init_state == "prelude", "injection",
                "'none' needs init_state='prelude', or the loop never sees the input")
         _check(self.norm in ("pre", "sandwich"), "norm", f"must be pre or sandwich (got {self.norm!r})")
-        _check(self.init_std > 0, "init_std", "must be > 0")
+        _check(0 < self.init_std <= 1, "init_std", "must be in (0, 1]")
+        _bounded(self, {"d_model": 1 << 16, "n_heads": 1024, "d_ff": 1 << 20, "n_prelude": 1024,
+                        "n_core": 1024, "n_coda": 1024, "max_seq_len": 1 << 20,
+                        "vocab_size": 1 << 24, "n_grad_loops": MAX_DEPTH})
 
     @property
     def ff(self) -> int:
@@ -110,6 +154,7 @@ class TrainConfig(_Plain):
     threads: int = 0               # CPU threads (0: torch's default; pipeline workers use 1 each)
 
     def __post_init__(self):
+        self._check_types()
         object.__setattr__(self, "eval_depths", tuple(self.eval_depths))
         object.__setattr__(self, "keep_steps", tuple(self.keep_steps))
         for f in ("steps", "batch_size", "log_every"):
@@ -129,6 +174,11 @@ class TrainConfig(_Plain):
         _check(all(isinstance(d, int) and d >= 1 for d in self.eval_depths), "eval_depths",
                "must be positive integers")
         _check(self.device in ("auto", "cpu", "cuda"), "device", "must be auto, cpu or cuda")
+        _check(all(k <= MAX_DEPTH for k in self.eval_depths), "eval_depths",
+               f"must be at most {MAX_DEPTH}")
+        _bounded(self, {"steps": 10**9, "batch_size": 1 << 20, "log_every": 10**9,
+                        "warmup_steps": 10**9, "eval_every": 10**9, "ckpt_every": 10**9,
+                        "seed": 2**32 - 1, "threads": 1024, "eval_people": 1 << 30})
 
 
 # ---- presets -----------------------------------------------------------------------------------

@@ -17,6 +17,8 @@ Design choices:
 - Truncated backprop: the first K - n_grad_loops loops run without autograd.
 - Attention takes an optional ``cache`` (anything with ``extend(k, v) -> (k_all, v_all)``) and
   an explicit mask, so the serving engine can run the same modules on KV-cached decode steps.
+- ``qk_norm`` normalizes queries and keys per head, so attention logits stay bounded however
+  large the recurrent state grows over many loops.
 - All initialization is in ``_init_weights``.
 """
 
@@ -56,12 +58,17 @@ class Attention(nn.Module):
         self.n_heads, self.head_dim = cfg.n_heads, cfg.d_model // cfg.n_heads
         self.qkv = nn.Linear(cfg.d_model, 3 * cfg.d_model, bias=False)
         self.proj = nn.Linear(cfg.d_model, cfg.d_model, bias=False)
+        if cfg.qk_norm:
+            self.q_norm, self.k_norm = nn.RMSNorm(self.head_dim), nn.RMSNorm(self.head_dim)
+        self.qk_norm = cfg.qk_norm
 
     def forward(self, x, rotary, pos, cache=None, mask=None):
         B, T, C = x.shape
         q, k, v = self.qkv(x).split(C, dim=2)
         q, k, v = (t.view(B, T, self.n_heads, self.head_dim).transpose(1, 2)
                    for t in (q, k, v))                                     # (B, H, T, dh)
+        if self.qk_norm:
+            q, k = self.q_norm(q), self.k_norm(k)
         if rotary is not None:
             q, k = rotary(q, pos), rotary(k, pos)
         if cache is not None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import shlex
 import shutil
@@ -23,8 +24,9 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from depthbench.checkpoint import atomic_write_text
+from depthbench.config import MAX_DEPTH
 from depthbench.errors import UserError
+from depthbench.fsio import DirLock, atomic_write_text
 
 EXPERIMENTS = Path(__file__).resolve().parents[1] / "experiments"
 
@@ -33,7 +35,8 @@ SCHEMA: dict[str, dict] = {
     "": {"name": "experiment"},
     "data": {"preset": "tiny", "seed": 0, "set": {}},
     "train": {"preset": "tiny", "schedules": ["uniform:1-16"], "seeds": [0], "steps": 0,
-              "set": {}, "matched_uniform": "", "matched_schedule": "uniform:1-16"},
+              "set": {}, "matched_uniform": "", "matched_schedule": "uniform:1-16",
+              "budgets": [], "budget_schedule": "uniform:1-16"},
     "eval": {"depths": "1-16", "splits": ["eval_reordered", "eval_seen_order",
                                          "eval_unseen_people"],
              "switch_checkpoints": [0, 16, 64, 256], "batch_size": 256},
@@ -88,8 +91,43 @@ def load_spec(path: str | Path | None) -> dict:
             if not ok:
                 raise SpecError(f"{path}: {sec}.{key} must be {_typename(default)} (got {value!r})")
             spec[sec][key] = value
+    _check_shapes(spec, path)
     _validate(spec, path)
     return spec
+
+
+# list keys -> the type every element must have; number keys -> inclusive bounds
+_ELEMENTS = {("train", "schedules"): str, ("train", "seeds"): int, ("train", "budgets"): float,
+             ("eval", "splits"): str, ("eval", "switch_checkpoints"): int, ("serve", "modes"): str}
+_BOUNDS = {("data", "seed"): (0, 2**32 - 1), ("train", "steps"): (0, 10**9),
+           ("eval", "batch_size"): (1, 1 << 20), ("probe", "depth_a"): (1, MAX_DEPTH),
+           ("probe", "depth_b"): (1, MAX_DEPTH), ("probe", "batches"): (2, 1 << 16),
+           ("probe", "people"): (1, 1 << 30), ("serve", "requests"): (1, 1 << 20),
+           ("serve", "width"): (1, 1 << 16), ("serve", "max_depth"): (1, MAX_DEPTH),
+           ("run", "workers"): (0, 1024)}
+
+
+def _check_shapes(spec: dict, path: Path) -> None:
+    """Element types of lists, scalar values in ``set`` tables, and numeric bounds."""
+    for (sec, key), typ in _ELEMENTS.items():
+        for x in spec[sec][key]:
+            ok = (isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)) \
+                if typ is float else (isinstance(x, typ) and not isinstance(x, bool))
+            if not ok:
+                what = {str: "strings", int: "integers", float: "numbers"}[typ]
+                raise SpecError(f"{path}: {sec}.{key} must be a list of {what} (got {x!r})")
+    for sec in ("data", "train"):
+        for k, v in spec[sec]["set"].items():
+            if isinstance(v, (dict, list)) and not (isinstance(v, list) and all(
+                    isinstance(i, (int, float, str)) for i in v)):
+                raise SpecError(f"{path}: {sec}.set.{k} must be a plain value (got {v!r})")
+    for (sec, key), (lo, hi) in _BOUNDS.items():
+        if not lo <= spec[sec][key] <= hi:
+            raise SpecError(f"{path}: {sec}.{key} must be between {lo} and {hi} "
+                            f"(got {spec[sec][key]})")
+    for seed in spec["train"]["seeds"]:
+        if not 0 <= seed <= 2**32 - 1:
+            raise SpecError(f"{path}: train.seeds must be between 0 and {2**32 - 1} (got {seed})")
 
 
 def _validate(spec: dict, path: Path) -> None:
@@ -124,6 +162,18 @@ def _validate(spec: dict, path: Path) -> None:
             parse_schedule(s)
         except UserError as e:
             bad("train.schedules", str(e))
+    b = t["budgets"]
+    if any(isinstance(x, bool) or not isinstance(x, (int, float)) or not 0 < x <= 1 for x in b) \
+            or len(set(b)) != len(b):
+        bad("train.budgets", "must be distinct fractions of the full FLOP budget in (0, 1], e.g. "
+            "[0.15, 0.45, 1.0]")
+    if b:
+        try:
+            parse_schedule(t["budget_schedule"])
+        except UserError as e:
+            bad("train.budget_schedule", str(e))
+        if t["matched_uniform"]:
+            bad("train.budgets", "budgets and matched_uniform do not combine; use one of them")
     if t["matched_uniform"] and t["matched_uniform"] not in t["schedules"]:
         bad("train.matched_uniform", f"{t['matched_uniform']!r} is not one of train.schedules")
     if any(not isinstance(x, int) or x < 0 for x in t["seeds"]) or t["steps"] < 0:
@@ -235,6 +285,12 @@ class Pipeline:
 
     # ---- the grid ------------------------------------------------------------------------------
     def run(self, plan: bool = False) -> dict:
+        if plan:
+            return self._run(plan)
+        with DirLock(self.out, "experiment directory"):
+            return self._run(plan)
+
+    def _run(self, plan: bool) -> dict:
         from data_gen import resolve_config
         from depthbench.config import model_preset, split_sets, train_preset
         from depthbench.schedules import parse_schedule
@@ -285,7 +341,17 @@ class Pipeline:
         # the most expensive runs (deepest mean depth) first, so the pool finishes together
         by_cost = sorted(t["schedules"], key=lambda s: -parse_schedule(s).depths(
             base_tcfg.steps, 0).mean())
-        trains = [train_stage(s, seed, base_tcfg.steps) for s in by_cost for seed in t["seeds"]]
+        if t["budgets"]:
+            steps_of = budget_steps(gen_cfg, mcfg, base_tcfg, t["budget_schedule"])
+            trains = []
+            for b in sorted(t["budgets"], reverse=True):
+                for s in by_cost:
+                    for seed in t["seeds"]:
+                        trains.append(train_stage(s, seed, steps_of(s, b, seed),
+                                                  tag=f"b{round(100 * b):03d}-"))
+                        runs[trains[-1].id.removeprefix("train-")]["budget"] = b
+        else:
+            trains = [train_stage(s, seed, base_tcfg.steps) for s in by_cost for seed in t["seeds"]]
         self._run_stages(trains, plan)
         if t["matched_uniform"]:
             matched = []
@@ -309,7 +375,8 @@ class Pipeline:
                      str(step), "--out", str(out), *sum((["--split", s] for s in ev["splits"]), [])],
                     "_stage_eval", {"run": str(r["dir"]), "step": step, "depths": ev["depths"],
                                     "splits": ev["splits"], "out": str(out),
-                                    "batch_size": ev["batch_size"]}))
+                                    "batch_size": ev["batch_size"],
+                                    "tags": {"budget": r["budget"]} if "budget" in r else {}}))
             p = spec["probe"]
             if p["enabled"] and r["switch"] is not None:
                 for step in r["keep"]:
@@ -353,6 +420,23 @@ class Pipeline:
                 "runs": len(runs), "seconds": time.perf_counter() - t0}
 
 
+def budget_steps(gen_cfg, mcfg, tcfg, budget_schedule: str):
+    """``steps_of(schedule, fraction, seed)``: the steps at which ``schedule`` spends ``fraction``
+    of the full budget, the modeled training FLOPs of ``budget_schedule`` over ``tcfg.steps``
+    steps (its seed-0 draws). Computed from the generator config, so ``--plan`` needs no data."""
+    from data_gen import build_vocab
+    from depthbench.flops import FlopModel, match_steps, schedule_flops
+    from depthbench.schedules import parse_schedule
+    seq = gen_cfg.seq_len - 1
+    fm = FlopModel.of(mcfg.replace(vocab_size=mcfg.vocab_size or len(build_vocab(gen_cfg))), seq)
+    tps = tcfg.batch_size * seq
+    full = schedule_flops(fm, parse_schedule(budget_schedule), tcfg.steps, 0, tps)
+
+    def steps_of(schedule: str, fraction: float, seed: int) -> int:
+        return match_steps(fm, parse_schedule(schedule), fraction * full, tcfg.steps, seed, tps)
+    return steps_of
+
+
 # ---- stage bodies (run in worker processes) ---------------------------------------------------------
 def _worker_init():
     import torch
@@ -390,7 +474,8 @@ def _stage_train(data: str, out: str, model: dict, train: dict, schedule: str):
                   resume=resume, progress=False, log=lambda m: print(m, file=logf, flush=True))
 
 
-def _stage_eval(run: str, step: int, depths: str, splits: list[str], out: str, batch_size: int):
+def _stage_eval(run: str, step: int, depths: str, splits: list[str], out: str, batch_size: int,
+                tags: dict | None = None):
     from depthbench.checkpoint import load_model, read_run
     from depthbench.data import Dataset
     from depthbench.evaluate import result_rows, sweep, write_rows
@@ -402,7 +487,7 @@ def _stage_eval(run: str, step: int, depths: str, splits: list[str], out: str, b
     for split in splits:
         sums = sweep(model, ds, split, parse_depths(depths), None, batch_size)
         rows += result_rows(ck, meta, Path(run).name, ds, split, sums)
-    write_rows(rows, out)
+    write_rows([{**r, **(tags or {})} for r in rows], out)
 
 
 def _stage_probe(run: str, step: int, probe: dict, depths: str, out: str, switch: int):
@@ -439,13 +524,14 @@ def _export_training(runs: dict, results: Path) -> None:
     for name, r in runs.items():
         rec = read_run(r["dir"])
         rows = [x for x in metrics_rows(r["dir"]) if "loss" in x]
+        tags = {"budget": r["budget"]} if "budget" in r else {}
         for x in rows:
             curves.append({"run": name, "schedule": r["schedule"], "seed": r["seed"],
-                           "switch_step": r["switch"], **x})
+                           "switch_step": r["switch"], **tags, **x})
         last = rows[-1]
         summary.append({"run": name, "schedule": r["schedule"], "seed": r["seed"],
                         "steps": r["steps"], "final_loss": last["loss"],
                         "modeled_train_flops": last["flops"], "wall_clock_s": last["wall_clock"],
-                        "switch_step": r["switch"], "dataset_hash": rec["dataset_hash"]})
+                        "switch_step": r["switch"], "dataset_hash": rec["dataset_hash"], **tags})
     write_rows(curves, results / "train_curves")
     write_rows(summary, results / "runs")

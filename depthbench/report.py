@@ -18,8 +18,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from depthbench.checkpoint import atomic_write_text
 from depthbench.errors import UserError
+from depthbench.fsio import atomic_write_text, replaced_dir
+from depthbench.stats import describe_runs, mean_ci, paired_differences
 
 PALETTE = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2",
            "#17becf", "#7f7f7f", "#bcbd22"]
@@ -48,26 +49,56 @@ def load_rows(paths: list[Path]) -> dict[str, pd.DataFrame]:
             raise UserError(f"result path {p} does not exist")
     if not files:
         raise UserError(f"no result files (.jsonl or .csv) under {', '.join(map(str, paths))}")
-    kinds: dict[str, list[pd.DataFrame]] = {k: [] for k in ("eval", "probe", "serve", "curves", "runs")}
+    kinds: dict[str, list[pd.DataFrame]] = {k: [] for k in SCHEMA}
     for f in files:
         df = _read(f)
         if df.empty:
             continue
-        cols = set(df.columns)
-        if {"nll_diff", "depth"} <= cols:
-            kinds["probe"].append(df)
-        elif {"mode", "tokens_per_s"} <= cols:
-            kinds["serve"].append(df)
-        elif {"depth", "split", "bits_per_person"} <= cols:
-            kinds["eval"].append(df)
-        elif {"loss", "step", "K"} <= cols:
-            kinds["curves"].append(df)
-        elif {"final_loss", "modeled_train_flops"} <= cols:
-            kinds["runs"].append(df)
+        kind = _kind(set(df.columns))
+        if kind is None:
+            continue
+        kinds[kind].append(_checked(df, kind, f))
     out = {k: pd.concat(v, ignore_index=True) for k, v in kinds.items() if v}
     if not out:
         raise UserError("none of the given files holds depthbench result rows")
     return out
+
+
+# kind -> (the columns that identify it, the columns it must have, which of those are numbers)
+SCHEMA = {
+    "probe": ({"nll_diff", "depth"}, ["run", "step", "depth", "depth_a", "depth_b", "nll_diff",
+                                       "ci95"], ["step", "depth", "depth_a", "depth_b", "nll_diff"]),
+    "serve": ({"mode", "tokens_per_s"}, ["mode", "tokens_per_s", "speedup", "ceiling"],
+              ["tokens_per_s", "speedup", "ceiling"]),
+    "eval": ({"depth", "split", "bits_per_person"},
+             ["run", "schedule", "seed", "step", "depth", "split", "nll", "bits_per_person",
+              "exact_match", "ceiling_bits", "modeled_train_flops"],
+             ["seed", "step", "depth", "nll", "bits_per_person", "exact_match", "ceiling_bits"]),
+    "curves": ({"loss", "step", "K"}, ["run", "schedule", "step", "K", "loss", "switch_step"],
+               ["step", "K", "loss"]),
+    "runs": ({"final_loss", "modeled_train_flops"}, ["run", "schedule", "seed", "final_loss",
+                                                     "modeled_train_flops"], ["seed", "final_loss"]),
+}
+
+
+def _kind(cols: set) -> str | None:
+    for kind, (ident, _, _) in SCHEMA.items():
+        if ident <= cols:
+            return kind
+    return None
+
+
+def _checked(df: pd.DataFrame, kind: str, path: Path) -> pd.DataFrame:
+    _, required, numeric = SCHEMA[kind]
+    missing = [c for c in required if c not in df.columns]
+    if missing:
+        raise UserError(f"result file {path} looks like {kind} rows but lacks the column(s) "
+                        f"{', '.join(missing)}; regenerate it with depthbench")
+    for c in numeric:
+        if not pd.api.types.is_numeric_dtype(df[c]) or not np.isfinite(df[c].astype(float)).all():
+            raise UserError(f"result file {path}: column {c} must hold finite numbers; "
+                            "regenerate it with depthbench")
+    return df
 
 
 def _colors(schedules) -> dict[str, str]:
@@ -108,176 +139,296 @@ class _Figures:
         self.items.append((name, caption))
 
 
-def build_report(paths: list[Path], out: str | Path, title: str = "depthbench report") -> list[Path]:
-    rows = load_rows(paths)
+def _reference(schedules, reference: str | None) -> str | None:
+    """The schedule others are compared with: the one asked for, else the first uniform one."""
+    if reference is not None:
+        if reference not in set(schedules):
+            raise UserError(f"reference schedule {reference!r} has no eval rows; choose one of "
+                            f"{', '.join(sorted(map(str, set(schedules))))}")
+        return reference
+    uni = sorted(s for s in set(schedules) if str(s).startswith("uniform"))
+    return uni[0] if uni else None
+
+
+def _ci_lines(ax, df: pd.DataFrame, value: str, color: dict, label_n: bool = True) -> None:
+    """Mean over seeds per schedule and depth, with its 95% t-interval as a band."""
+    for s, g in df.groupby("schedule"):
+        c = mean_ci(g, ["depth"], value)
+        label = f"{s} (n={g['seed'].nunique()})" if label_n else s
+        ax.plot(c["depth"], c["mean"], "-o", ms=3, color=color[s], label=label)
+        ax.fill_between(c["depth"], c["lo"], c["hi"], color=color[s], alpha=0.18, lw=0)
+
+
+def _fig_bits(figs, re: pd.DataFrame, color: dict) -> None:
+    fig, ax = figs.new("Recalled bits per person vs serving depth (held-out order)",
+                       "serving depth K", "bits per person")
+    _ci_lines(ax, re, "bits_per_person", color)
+    ax.axhline(float(re["ceiling_bits"].iloc[0]), ls="--", color="k", lw=1, label="task ceiling")
+    ax.set_ylim(bottom=0)
+    ax.legend(fontsize=8)
+    figs.save(fig, "bits_vs_depth.png", "Recalled bits per person at every serving depth "
+              "(eval_reordered, final checkpoints). Lines: mean over seeds; bands: 95% confidence "
+              "intervals over seeds (t-interval); dashed: the task ceiling.")
+
+
+def _fig_budgets(figs, re: pd.DataFrame, color: dict) -> None:
+    """The paper's Figure 1: one panel per matched FLOP budget."""
+    budgets = sorted(re["budget"].dropna().unique())
+    fig, axes = figs.plt.subplots(1, len(budgets), figsize=(4.2 * len(budgets), 4.0), dpi=110,
+                                  sharey=True, squeeze=False)
+    ceiling = float(re["ceiling_bits"].iloc[0])
+    for ax, b in zip(axes[0], budgets):
+        _ci_lines(ax, re[re["budget"] == b], "bits_per_person", color)
+        ax.axhline(ceiling, ls="--", color="k", lw=1, label="task ceiling")
+        ax.set_title(f"{100 * b:.0f}% of the FLOP budget", fontsize=11)
+        ax.set_xlabel("serving depth K")
+        ax.set_ylim(0, ceiling * 1.05)
+        ax.grid(alpha=0.3)
+    axes[0][0].set_ylabel("bits per person")
+    axes[0][-1].legend(fontsize=7)
+    figs.save(fig, "bits_vs_depth_by_budget.png", "Recalled bits per person vs serving depth at "
+              "each matched training budget (modeled FLOPs; each run's steps derived from its "
+              "schedule's cost). Mean over seeds with 95% confidence intervals (t-interval); "
+              "dashed: the task ceiling.")
+
+
+def _fig_paired(figs, pd_bits: pd.DataFrame, pd_nll: pd.DataFrame, ref: str, color: dict) -> None:
+    fig, axes = figs.plt.subplots(1, 2, figsize=(11, 4.2), dpi=110, squeeze=False)
+    for ax, d, ylabel in ((axes[0][0], pd_bits, "bits/person - reference"),
+                          (axes[0][1], pd_nll, "NLL - reference [nats/token]")):
+        for s, g in d.groupby("schedule"):
+            ax.plot(g["depth"], g["diff"], "-o", ms=3, color=color[s], label=s)
+            ax.fill_between(g["depth"], g["lo"], g["hi"], color=color[s], alpha=0.18, lw=0)
+        ax.axhline(0, color="k", lw=1)
+        ax.set_xlabel("serving depth K")
+        ax.set_ylabel(ylabel)
+        ax.grid(alpha=0.3)
+    axes[0][0].set_title(f"Paired difference to {ref}: bits", fontsize=11)
+    axes[0][1].set_title(f"Paired difference to {ref}: NLL", fontsize=11)
+    axes[0][0].legend(fontsize=8)
+    figs.save(fig, "paired_difference.png", f"Per-seed difference of each schedule to {ref} "
+              "(same seed: same initialization and data order), mean over seeds and 95% "
+              "confidence interval (t-interval) at every serving depth. An interval that excludes "
+              "0 is a difference the seeds agree on.")
+
+
+def _paired_words(d: pd.DataFrame, what: str, higher: str) -> list[str]:
+    """One sentence per schedule: at which depths its interval lies above / below 0 / spans it."""
+    out = []
+    for s, g in d.groupby("schedule"):
+        ref = g["reference"].iloc[0]
+        up = describe_runs(g.loc[g["sign"] > 0, "depth"].astype(int).tolist())
+        down = describe_runs(g.loc[g["sign"] < 0, "depth"].astype(int).tolist())
+        zero = describe_runs(g.loc[g["sign"] == 0, "depth"].astype(int).tolist())
+        out.append(f"`{s}` vs `{ref}` ({what}, {int(g['pairs'].min())} paired seeds): the 95% CI "
+                   f"lies above 0 ({higher} for `{s}`) at depths {up}; below 0 at depths {down}; "
+                   f"includes 0 (no difference the seeds agree on) at depths {zero}.")
+    return out
+
+
+def _paired_table(d: pd.DataFrame) -> pd.DataFrame:
+    t = d.copy()
+    t["difference [95% CI]"] = [f"{m:+.2f} [{lo:+.2f}, {hi:+.2f}]" if np.isfinite(h) else f"{m:+.2f}"
+                                for m, lo, hi, h in zip(t["diff"], t["lo"], t["hi"], t["ci95"])]
+    t["CI excludes 0"] = np.where(t["sign"] != 0, "yes", "no")
+    return t.pivot_table(index="depth", columns="schedule", values="difference [95% CI]",
+                         aggfunc="first").reset_index()
+
+
+def _eval_sections(figs, ev: pd.DataFrame, color: dict, reference: str | None, tables, notes):
+    fin = _final(ev)
+    re = fin[fin["split"] == "eval_reordered"]
+    if re.empty:
+        return
+    if "budget" in re.columns and re["budget"].notna().any():
+        _fig_budgets(figs, re, color)
+        for b, g in re.groupby("budget"):
+            ref = _reference(g["schedule"], reference)
+            if ref is not None and g["schedule"].nunique() > 1:
+                d = paired_differences(g, "bits_per_person", ref)
+                notes += [f"At {100 * b:.0f}% of the budget: " + w
+                          for w in _paired_words(d, "bits per person", "more bits")]
+        re = re[re["budget"] == re["budget"].max()]  # the other figures: the full budget
+    _fig_bits(figs, re, color)
+    ref = _reference(re["schedule"], reference)
+    if ref is not None and re["schedule"].nunique() > 1:
+        d_bits = paired_differences(re, "bits_per_person", ref)
+        d_nll = paired_differences(re, "nll", ref)
+        if not d_bits.empty:
+            _fig_paired(figs, d_bits, d_nll, ref, color)
+            notes += _paired_words(d_bits, "bits per person", "more bits")
+            tables.append((f"Paired difference to {ref}: bits per person (per seed, then mean and "
+                           "95% CI over seeds)", _paired_table(d_bits)))
+    _fig_fixed(figs, re, color)
+    # ---- NLL vs modeled FLOPs ------------------------------------------------------------------
+    mean_nll = re.groupby(["run", "schedule"]).agg(
+        nll=("nll", "mean"), flops=("modeled_train_flops", "first")).reset_index()
+    fig, ax = figs.new("Mean serving-depth NLL vs modeled training FLOPs",
+                       "modeled training FLOPs", "mean NLL over serving depths")
+    for s, g in mean_nll.groupby("schedule"):
+        ax.scatter(g["flops"], g["nll"], color=color[s], label=s, s=30)
+    ax.set_xscale("log")
+    ax.legend(fontsize=8)
+    figs.save(fig, "nll_vs_flops.png", "Each marker is one run: mean NLL over all serving "
+              "depths against the run's modeled training FLOPs.")
+    tables[:0] = _summary_tables(re, ref)
+    ctrl = fin[fin["split"] == "eval_unseen_people"]
+    if not ctrl.empty:
+        tables.append(("Control: unseen people (recalled bits must be about 0)",
+                       ctrl.groupby("schedule")["bits_per_person"].agg(["mean", "max"]).round(2)
+                       .reset_index()))
+
+
+def _fig_fixed(figs, re: pd.DataFrame, color: dict) -> None:
+    """The paper's Figure 5: recall of fixed-depth models normalized by each model's peak."""
+    fixed = re[re["schedule"].astype(str).str.startswith("fixed:")]
+    if fixed.empty:
+        return
+    fig, ax = figs.new("Exact-match recall of fixed-depth models, normalized by peak",
+                       "serving depth K", "recall / peak recall")
+    order = sorted(fixed["schedule"].unique(), key=lambda s: int(str(s).split(":")[1]))
+    for s in order:
+        m = fixed[fixed["schedule"] == s].groupby("depth")["exact_match"].mean()
+        ax.plot(m.index, (m / max(m.max(), 1e-12)).values, "-o", ms=3, color=color[s],
+                label=f"{s} (peak at {int(m.idxmax())})")
+        ax.axvline(int(str(s).split(":")[1]), color=color[s], ls=":", lw=1)
+    ax.legend(fontsize=8)
+    figs.save(fig, "fixed_depth_recall.png", "Exact-match recall across serving depths for models "
+              "trained at one fixed depth, mean over seeds, normalized by each model's peak "
+              "(dotted: the training depth).")
+
+
+def _summary_tables(re: pd.DataFrame, ref: str | None) -> list[tuple[str, pd.DataFrame]]:
+    per_run = re.groupby(["run", "schedule"]).apply(lambda g: pd.Series({
+        "terminal_nll": g.loc[g["depth"].idxmax(), "nll"],
+        "mean_serving_nll": g["nll"].mean(),
+        "exact_match": g.loc[g["depth"].idxmax(), "exact_match"],
+        "best_bits": g["bits_per_person"].max(),
+        "flops": g["modeled_train_flops"].iloc[0],
+        "wall": g["wall_clock_s"].iloc[0] if "wall_clock_s" in g else np.nan,
+    }), include_groups=False).reset_index()
+    base = per_run[per_run["schedule"] == ref] if ref is not None else per_run.iloc[:0]
+    ref_flops = base["flops"].mean() if not base.empty else np.nan
+    ref_wall = base["wall"].mean() if not base.empty else np.nan
+    ref_name = ref or "reference"
+    summary = []
+    for s, g in per_run.groupby("schedule"):
+        summary.append({
+            "schedule": s, "seeds": len(g),
+            "terminal NLL": _fmt(g["terminal_nll"].mean(), g["terminal_nll"].std()),
+            "mean serving NLL": _fmt(g["mean_serving_nll"].mean(), g["mean_serving_nll"].std()),
+            f"modeled FLOPs (% of {ref_name})": _fmt(100 * g["flops"].mean() / ref_flops,
+                                                    100 * g["flops"].std() / ref_flops, 1),
+            f"wall-clock reduction vs {ref_name} (%)": _fmt(100 * (1 - g["wall"].mean() / ref_wall),
+                                                           100 * g["wall"].std() / ref_wall, 1),
+            "exact match at max depth": _fmt(g["exact_match"].mean(), g["exact_match"].std()),
+            "best bits/person": _fmt(g["best_bits"].mean(), g["best_bits"].std(), 1),
+        })
+    ci = mean_ci(re, ["depth", "schedule"], "bits_per_person")
+    ci["cell"] = [f"{m:.1f} ± {h:.1f}" if np.isfinite(h) else f"{m:.1f}"
+                  for m, h in zip(ci["mean"], ci["ci95"])]
+    depth_tab = ci.pivot_table(index="depth", columns="schedule", values="cell",
+                               aggfunc="first").reset_index()
+    return [("Schedules (mean ± SD over seeds, eval_reordered, final checkpoints)",
+             pd.DataFrame(summary)),
+            ("Recalled bits per person by serving depth (mean ± 95% CI half-width over seeds, "
+             "t-interval)", depth_tab)]
+
+
+def build_report(paths: list[Path], out: str | Path, title: str = "depthbench report",
+                 reference: str | None = None) -> list[Path]:
     out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
+    for p in map(Path, paths):
+        if p.exists() and (out.resolve() == p.resolve() or out.resolve() in p.resolve().parents):
+            raise UserError(f"--out {out} would replace the result rows {p}; choose another --out")
+    if out.is_dir() and any(out.iterdir()) and not (out / "report.json").is_file():
+        raise UserError(f"--out {out} exists and is not a depthbench report; choose an empty or "
+                        "new directory")
+    rows = load_rows(paths)
+    with replaced_dir(out) as tmp:
+        names = _build(rows, tmp, title, reference, paths)
+    return [out / n for n in names]
+
+
+def _build(rows: dict, out: Path, title: str, reference: str | None, paths) -> list[str]:
     figs = _Figures(out)
-    ev = rows.get("eval")
     schedules = set()
     for df in rows.values():
         if "schedule" in df.columns:
             schedules |= set(df["schedule"].dropna())
     color = _colors(schedules)
     tables: list[tuple[str, pd.DataFrame]] = []
-
-    if ev is not None:
-        fin = _final(ev)
-        re = fin[fin["split"] == "eval_reordered"]
-        if not re.empty:
-            # ---- bits per person vs serving depth ----------------------------------------------
-            fig, ax = figs.new("Recalled bits per person vs serving depth (held-out order)",
-                               "serving depth K", "bits per person")
-            for s, g in re.groupby("schedule"):
-                by = g.groupby("depth")["bits_per_person"]
-                m, lo, hi = by.mean(), by.min(), by.max()
-                ax.plot(m.index, m.values, "-o", ms=3, color=color[s], label=f"{s} (n={g['run'].nunique()})")
-                ax.fill_between(m.index, lo.values, hi.values, color=color[s], alpha=0.18)
-            ax.axhline(float(re["ceiling_bits"].iloc[0]), ls="--", color="k", lw=1, label="task ceiling")
-            ax.set_ylim(bottom=0)
-            ax.legend(fontsize=8)
-            figs.save(fig, "bits_vs_depth.png", "Recalled bits per person at every serving depth "
-                      "(eval_reordered, final checkpoints). Lines: mean over seeds; bands: min-max "
-                      "over seeds; dashed: the task ceiling.")
-            # ---- NLL minus uniform -----------------------------------------------------------
-            uni = [s for s in re["schedule"].unique() if str(s).startswith("uniform")]
-            if uni:
-                base = re[re["schedule"] == uni[0]].groupby("depth")["nll"].mean()
-                fig, ax = figs.new(f"NLL difference from {uni[0]} per serving depth",
-                                   "serving depth K", "NLL - NLL(uniform) [nats/token]")
-                for s, g in re.groupby("schedule"):
-                    if s == uni[0]:
-                        continue
-                    m = g.groupby("depth")["nll"].mean()
-                    ax.plot(m.index, (m - base.reindex(m.index)).values, "-o", ms=3, color=color[s], label=s)
-                ax.axhline(0, color="k", lw=1)
-                ax.legend(fontsize=8)
-                figs.save(fig, "nll_minus_uniform.png", f"Next-token NLL minus that of {uni[0]} at "
-                          "each serving depth (mean over seeds; below 0 is better than uniform).")
-            # ---- normalized recall of fixed-depth models ---------------------------------------
-            fixed = re[re["schedule"].astype(str).str.startswith("fixed:")]
-            if not fixed.empty:
-                fig, ax = figs.new("Exact-match recall of fixed-depth models, normalized by peak",
-                                   "serving depth K", "recall / peak recall")
-                for s, g in fixed.groupby("schedule"):
-                    m = g.groupby("depth")["exact_match"].mean()
-                    ax.plot(m.index, (m / max(m.max(), 1e-12)).values, "-o", ms=3, color=color[s], label=s)
-                    ax.axvline(int(str(s).split(":")[1]), color=color[s], ls=":", lw=1)
-                ax.legend(fontsize=8)
-                figs.save(fig, "fixed_depth_recall.png", "Exact-match recall across serving depths "
-                          "for models trained at one fixed depth (dotted: the training depth).")
-        # ---- NLL vs modeled FLOPs ------------------------------------------------------------
-        mean_nll = fin[fin["split"] == "eval_reordered"].groupby(["run", "schedule"]).agg(
-            nll=("nll", "mean"), flops=("modeled_train_flops", "first")).reset_index()
-        if not mean_nll.empty:
-            fig, ax = figs.new("Mean serving-depth NLL vs modeled training FLOPs",
-                               "modeled training FLOPs", "mean NLL over serving depths")
-            for s, g in mean_nll.groupby("schedule"):
-                ax.scatter(g["flops"], g["nll"], color=color[s], label=s, s=30)
-            ax.set_xscale("log")
-            ax.legend(fontsize=8)
-            figs.save(fig, "nll_vs_flops.png", "Each marker is one run: mean NLL over all serving "
-                      "depths against the run's modeled training FLOPs.")
-
-    cur = rows.get("curves")
-    if cur is not None:
-        fig, ax = figs.new("Training loss", "step", "loss (nats/token)")
-        for (s, run), g in cur.groupby(["schedule", "run"]):
-            g = g.sort_values("step")
-            smooth = g["loss"].rolling(max(1, len(g) // 40), min_periods=1).mean()
-            ax.plot(g["step"], smooth, color=color.get(s, "k"), lw=1, alpha=0.8,
-                    label=s if run == cur[cur["schedule"] == s]["run"].iloc[0] else None)
-            sw = g["switch_step"].dropna()
-            if len(sw):
-                ax.axvline(float(sw.iloc[0]), color=color.get(s, "k"), ls=":", lw=1)
-        ax.legend(fontsize=8)
-        figs.save(fig, "training_loss.png", "Training loss (smoothed) per run; dotted lines mark the "
-                  "switch from the fixed phase to the finishing phase. Before the switch a "
-                  "fixed-first run is the fixed-depth run of the same seed (same init, data order "
-                  "and depth), so their curves coincide there.")
-
-    pr = rows.get("probe")
-    if pr is not None:
-        a, b = int(pr["depth_a"].iloc[0]), int(pr["depth_b"].iloc[0])
-        fig, ax = figs.new(f"Update-benefit probe: one update at depth {a} vs depth {b}",
-                           "serving depth K", f"NLL(update at {a}) - NLL(update at {b})")
-        key = "updates_after_switch" if "updates_after_switch" in pr.columns else "step"
-        for i, (k, g) in enumerate(pr.groupby(key)):
-            m = g.groupby("depth").agg(d=("nll_diff", "mean"), ci=("ci95", "mean"))
-            c = PALETTE[i % len(PALETTE)]
-            ax.errorbar(m.index, m["d"], yerr=m["ci"], fmt="-o", ms=3, color=c, capsize=2,
-                        label=f"{key.replace('_', ' ')} = {k}")
-        ax.axhline(0, color="k", lw=1)
-        ax.legend(fontsize=8)
-        figs.save(fig, "update_probe.png", f"One optimizer update at depth {a} vs one at depth {b} "
-                  "from the same checkpoint and batch: NLL difference per serving depth (positive: "
-                  f"the depth-{b} update helped more), mean and 95% CI over batches.")
-
-    sv = rows.get("serve")
-    if sv is not None:
-        fig, ax = figs.new("Realized speedup vs FLOP ceiling per batching mode", "batching mode",
-                           "speedup over static")
-        x = np.arange(len(sv))
-        ax.bar(x - 0.2, sv["speedup"], 0.4, label="realized", color="#1f77b4")
-        ax.bar(x + 0.2, sv["ceiling"], 0.4, label="FLOP ceiling", color="#bbbbbb")
-        ax.set_xticks(x, sv["mode"])
-        ax.axhline(1, color="k", lw=1)
-        ax.legend(fontsize=8)
-        figs.save(fig, "serving_speedup.png", "Tokens/s over the static baseline for each batching "
-                  "mode, next to the FLOP ceiling (F0 + K_max Fr) / (F0 + mean depth Fr).")
-        cols = [c for c in ("mode", "tokens_per_s", "speedup", "ceiling", "fraction_of_ceiling",
-                            "fraction_of_gain", "mean_depth", "rows_per_launch", "padding_waste",
-                            "ttft_p50_ms", "itl_p50_ms", "itl_p99_ms", "exact_match") if c in sv.columns]
-        tables.append(("Serving benchmark", sv[cols].round(3)))
-
-    # ---- the summary table over seeds ------------------------------------------------------------
-    if ev is not None:
-        fin = _final(ev)
-        re = fin[fin["split"] == "eval_reordered"]
-        per_run = re.groupby(["run", "schedule"]).apply(lambda g: pd.Series({
-            "terminal_nll": g.loc[g["depth"].idxmax(), "nll"],
-            "mean_serving_nll": g["nll"].mean(),
-            "exact_match": g.loc[g["depth"].idxmax(), "exact_match"],
-            "best_bits": g["bits_per_person"].max(),
-            "flops": g["modeled_train_flops"].iloc[0],
-            "wall": g["wall_clock_s"].iloc[0] if "wall_clock_s" in g else np.nan,
-        }), include_groups=False).reset_index()
-        uni = per_run[per_run["schedule"].astype(str).str.startswith("uniform")]
-        uni_flops = uni["flops"].mean() if not uni.empty else np.nan
-        uni_wall = uni["wall"].mean() if not uni.empty else np.nan
-        summary = []
-        for s, g in per_run.groupby("schedule"):
-            summary.append({
-                "schedule": s, "seeds": len(g),
-                "terminal NLL": _fmt(g["terminal_nll"].mean(), g["terminal_nll"].std()),
-                "mean serving NLL": _fmt(g["mean_serving_nll"].mean(), g["mean_serving_nll"].std()),
-                "modeled FLOPs (% of uniform)": _fmt(100 * g["flops"].mean() / uni_flops,
-                                                     100 * g["flops"].std() / uni_flops, 1),
-                "wall-clock reduction vs uniform (%)": _fmt(100 * (1 - g["wall"].mean() / uni_wall),
-                                                            100 * g["wall"].std() / uni_wall, 1),
-                "exact match at max depth": _fmt(g["exact_match"].mean(), g["exact_match"].std()),
-                "best bits/person": _fmt(g["best_bits"].mean(), g["best_bits"].std(), 1),
-            })
-        tables.insert(0, ("Schedules (mean ± SD over seeds, eval_reordered, final checkpoints)",
-                          pd.DataFrame(summary)))
-        depth_tab = re.pivot_table(index="depth", columns="schedule", values="bits_per_person",
-                                   aggfunc="mean").round(1)
-        tables.insert(1, ("Recalled bits per person by serving depth (mean over seeds)",
-                          depth_tab.reset_index()))
-        ctrl = fin[fin["split"] == "eval_unseen_people"]
-        if not ctrl.empty:
-            tables.append(("Control: unseen people (recalled bits must be about 0)",
-                           ctrl.groupby("schedule")["bits_per_person"].agg(["mean", "max"]).round(2)
-                           .reset_index()))
-
-    files = _write(out, title, figs.items, tables, paths)
-    return files
+    notes: list[str] = []
+    if rows.get("eval") is not None:
+        _eval_sections(figs, rows["eval"], color, reference, tables, notes)
+    if rows.get("curves") is not None:
+        _fig_curves(figs, rows["curves"], color)
+    if rows.get("probe") is not None:
+        _fig_probe(figs, rows["probe"])
+    if rows.get("serve") is not None:
+        tables.append(_serve_section(figs, rows["serve"]))
+    return _write(out, title, figs.items, tables, paths, notes)
 
 
-def _write(out: Path, title: str, figures, tables, sources) -> list[Path]:
+def _fig_curves(figs, cur: pd.DataFrame, color: dict) -> None:
+    fig, ax = figs.new("Training loss", "step", "loss (nats/token)")
+    for (s, run), g in cur.groupby(["schedule", "run"]):
+        g = g.sort_values("step")
+        smooth = g["loss"].rolling(max(1, len(g) // 40), min_periods=1).mean()
+        ax.plot(g["step"], smooth, color=color.get(s, "k"), lw=1, alpha=0.8,
+                label=s if run == cur[cur["schedule"] == s]["run"].iloc[0] else None)
+        sw = g["switch_step"].dropna()
+        if len(sw):
+            ax.axvline(float(sw.iloc[0]), color=color.get(s, "k"), ls=":", lw=1)
+    ax.legend(fontsize=8)
+    figs.save(fig, "training_loss.png", "Training loss (smoothed) per run; dotted lines mark the "
+              "switch from the fixed phase to the finishing phase. Before the switch a "
+              "fixed-first run is the fixed-depth run of the same seed (same init, data order "
+              "and depth), so their curves coincide there.")
+
+
+def _fig_probe(figs, pr: pd.DataFrame) -> None:
+    a, b = int(pr["depth_a"].iloc[0]), int(pr["depth_b"].iloc[0])
+    fig, ax = figs.new(f"Update-benefit probe: one update at depth {a} vs depth {b}",
+                       "serving depth K", f"NLL(update at {a}) - NLL(update at {b})")
+    key = "updates_after_switch" if "updates_after_switch" in pr.columns else "step"
+    for i, (k, g) in enumerate(pr.groupby(key)):
+        m = g.groupby("depth").agg(d=("nll_diff", "mean"), ci=("ci95", "mean"))
+        c = PALETTE[i % len(PALETTE)]
+        ax.errorbar(m.index, m["d"], yerr=m["ci"], fmt="-o", ms=3, color=c, capsize=2,
+                    label=f"{key.replace('_', ' ')} = {k}")
+    ax.axhline(0, color="k", lw=1)
+    ax.legend(fontsize=8)
+    figs.save(fig, "update_probe.png", f"One optimizer update at depth {a} vs one at depth {b} "
+              "from the same checkpoint and batch: NLL difference per serving depth (positive: "
+              f"the depth-{b} update helped more), mean and 95% CI over batches.")
+
+
+def _serve_section(figs, sv: pd.DataFrame) -> tuple[str, pd.DataFrame]:
+    fig, ax = figs.new("Realized speedup vs FLOP ceiling per batching mode", "batching mode",
+                       "speedup over static")
+    x = np.arange(len(sv))
+    ax.bar(x - 0.2, sv["speedup"], 0.4, label="realized", color="#1f77b4")
+    ax.bar(x + 0.2, sv["ceiling"], 0.4, label="FLOP ceiling", color="#bbbbbb")
+    ax.set_xticks(x, sv["mode"])
+    ax.axhline(1, color="k", lw=1)
+    ax.legend(fontsize=8)
+    figs.save(fig, "serving_speedup.png", "Tokens/s over the static baseline for each batching "
+              "mode, next to the FLOP ceiling (F0 + K_max Fr) / (F0 + mean depth Fr).")
+    cols = [c for c in ("mode", "tokens_per_s", "speedup", "ceiling", "fraction_of_ceiling",
+                        "fraction_of_gain", "mean_depth", "rows_per_launch", "padding_waste",
+                        "ttft_p50_ms", "itl_p50_ms", "itl_p99_ms", "exact_match") if c in sv.columns]
+    return ("Serving benchmark", sv[cols].round(3))
+
+
+def _write(out: Path, title: str, figures, tables, sources, notes=()) -> list[Path]:
     md = [f"# {title}", "", "Generated by `depthbench report` from result rows: "
           + ", ".join(f"`{s}`" for s in sources) + ".", ""]
     body = [f"<h1>{html.escape(title)}</h1>"]
+    if notes:
+        md += ["## Paired comparisons", ""] + [f"- {n}" for n in notes] + [""]
+        body += ["<h2>Paired comparisons</h2><ul>"] + [f"<li>{html.escape(n)}</li>" for n in notes] \
+            + ["</ul>"]
     for name, df in tables:
         md += [f"## {name}", "", df.to_markdown(index=False), ""]
         body += [f"<h2>{html.escape(name)}</h2>", df.to_html(index=False, border=0, classes="t")]
@@ -296,6 +447,7 @@ def _write(out: Path, title: str, figures, tables, sources) -> list[Path]:
     atomic_write_text(out / "index.html", page)
     atomic_write_text(out / "README.md", "\n".join(md) + "\n")
     atomic_write_text(out / "report.json", json.dumps(
-        {"title": title, "figures": [f for f, _ in figures], "tables": [t for t, _ in tables]},
+        {"title": title, "figures": [f for f, _ in figures], "tables": [t for t, _ in tables],
+         "paired_comparisons": list(notes)},
         indent=2) + "\n")
-    return [out / "index.html", out / "README.md"] + [out / f for f, _ in figures]
+    return ["index.html", "README.md"] + [f for f, _ in figures]

@@ -166,13 +166,14 @@ def test_report_from_hand_made_rows_produces_every_file(tmp_path):
     d = _hand_made_rows(tmp_path)
     files = build_report([d], tmp_path / "rep", title="hand-made")
     names = {f.name for f in files}
-    assert {"index.html", "README.md", "bits_vs_depth.png", "nll_minus_uniform.png",
+    assert {"index.html", "README.md", "bits_vs_depth.png", "paired_difference.png",
             "fixed_depth_recall.png", "nll_vs_flops.png", "training_loss.png", "update_probe.png",
             "serving_speedup.png"} <= names
     for f in files:
         assert f.stat().st_size > 0
     md = (tmp_path / "rep" / "README.md").read_text()
-    assert "modeled FLOPs (% of uniform)" in md and "± " in md
+    assert "modeled FLOPs (% of uniform" in md and "± " in md
+    assert "Paired comparisons" in md and "95% CI" in md
     page = (tmp_path / "rep" / "index.html").read_text()
     assert page.count("<img") == len([n for n in names if n.endswith(".png")])
 
@@ -183,3 +184,57 @@ def test_report_errors(tmp_path):
     (tmp_path / "empty").mkdir()
     r = CliRunner().invoke(main, ["report", str(tmp_path / "empty"), "--out", str(tmp_path / "r")])
     assert r.exit_code == 2 and "no result files" in r.stderr
+
+
+BUDGETS = """
+name = "budgets-mini"
+[data]
+preset = "tiny"
+set = { n_people = 40, n_unseen_people = 8, name_pool = 8 }
+[train]
+preset = "tiny"
+schedules = ["fixed:2", "uniform:1-4"]
+seeds = [0, 1]
+steps = 12
+budgets = [0.5, 1.0]
+budget_schedule = "uniform:1-4"
+set = { d_model = 32, batch_size = 16, warmup_steps = 2, log_every = 2 }
+[eval]
+depths = "1-4"
+splits = ["eval_reordered"]
+[probe]
+enabled = false
+[serve]
+enabled = false
+[run]
+workers = 1
+"""
+
+
+def test_budget_grid_spends_each_share_of_the_flop_budget(tmp_path, monkeypatch):
+    from depthbench.checkpoint import read_run
+    from depthbench.flops import FlopModel, schedule_flops
+    from depthbench.schedules import parse_schedule
+    monkeypatch.chdir(tmp_path)
+    r = run_spec(tmp_path, BUDGETS, "--json")
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout.strip().splitlines()[-1])["runs"] == 8
+    ref = read_run(tmp_path / "exp" / "runs" / "b100-uniform_1-4-s0")
+    fm = FlopModel(**ref["flop_model"])
+    full = schedule_flops(fm, parse_schedule("uniform:1-4"), 12, 0, ref["tokens_per_step"])
+    assert ref["train"]["steps"] == 12  # the reference schedule at 100% is the budget itself
+    for run in (tmp_path / "exp" / "runs").iterdir():
+        rec = read_run(run)
+        frac = int(run.name[1:4]) / 100
+        sched, n = parse_schedule(rec["schedule"]), rec["train"]["steps"]
+        spent = schedule_flops(fm, sched, n, rec["seed"], rec["tokens_per_step"])
+        more = schedule_flops(fm, sched, n + 1, rec["seed"], rec["tokens_per_step"])
+        assert spent <= frac * full < more, run.name
+    ev = pd.read_json(tmp_path / "exp" / "results" / "eval" /
+                      "b050-fixed_2-s1_step{:07d}.jsonl".format(
+                          read_run(tmp_path / "exp" / "runs" / "b050-fixed_2-s1")["train"]["steps"]),
+                      lines=True)
+    assert set(ev["budget"]) == {0.5}
+    assert (tmp_path / "reports" / "budgets-mini" / "bits_vs_depth_by_budget.png").stat().st_size > 0
+    r = run_spec(tmp_path, BUDGETS.replace("budgets = [0.5, 1.0]", "budgets = [0.5, 1.5]"))
+    assert r.exit_code == 2 and "train.budgets" in r.stderr

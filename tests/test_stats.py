@@ -1,0 +1,71 @@
+"""Confidence intervals and paired differences, checked against direct computations."""
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from depthbench.stats import describe_runs, mean_ci, paired_differences, t_interval
+
+# two-sided 95% t quantiles from a printed table (df: value)
+T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 7: 2.365, 30: 2.042}
+
+
+@pytest.mark.parametrize("n", [2, 3, 4, 5, 8, 31])
+def test_t_interval_matches_the_textbook_formula(n):
+    x = np.random.default_rng(n).normal(3.0, 2.0, n)
+    m, h, k = t_interval(x)
+    sd = math.sqrt(sum((v - x.mean()) ** 2 for v in x) / (n - 1))
+    assert k == n and m == pytest.approx(x.mean())
+    assert h == pytest.approx(T975[n - 1] * sd / math.sqrt(n), rel=1e-3)
+
+
+def test_t_interval_of_fewer_than_two_values_has_no_width():
+    assert math.isnan(t_interval([1.0])[1]) and t_interval([1.0])[0] == 1.0
+    assert t_interval([])[2] == 0
+    assert t_interval([2.0, float("nan"), 4.0])[2] == 2  # non-finite values are dropped
+
+
+def _rows(effect, noise_sd=0.0, seeds=range(6), depths=range(1, 5)):
+    rng = np.random.default_rng(0)
+    rows = []
+    for seed in seeds:
+        luck = rng.normal(0, 10)  # a seed's own luck, shared by both schedules
+        for d in depths:
+            base = 20 + d + luck
+            rows.append({"schedule": "uniform", "seed": seed, "depth": d, "bits": base})
+            rows.append({"schedule": "ff", "seed": seed, "depth": d,
+                         "bits": base + effect(d) + rng.normal(0, noise_sd)})
+    return pd.DataFrame(rows)
+
+
+def test_paired_difference_removes_the_seed_luck():
+    # a constant effect per depth: every paired difference is exact, whatever the seed's luck
+    d = paired_differences(_rows(lambda k: k - 2.5), "bits", "uniform")
+    assert list(d["depth"]) == [1, 2, 3, 4] and set(d["pairs"]) == {6}
+    assert np.allclose(d["diff"], [-1.5, -0.5, 0.5, 1.5])
+    assert np.allclose(d["ci95"], 0.0, atol=1e-9)
+    assert list(d["sign"]) == [-1, -1, 1, 1]
+    # unpaired, the same effect drowns in the seed luck: the per-schedule CIs are wide
+    per = mean_ci(_rows(lambda k: k - 2.5), ["schedule", "depth"], "bits")
+    assert (per["ci95"] > 3).all()  # wider than the largest effect (1.5)
+
+
+def test_paired_difference_of_pure_noise_mostly_spans_zero():
+    d = paired_differences(_rows(lambda k: 0.0, noise_sd=1.0, depths=range(1, 41)), "bits",
+                           "uniform")
+    # a 95% interval excludes 0 for about 5% of depths when there is no effect
+    assert (d["sign"] == 0).mean() >= 0.8
+
+
+def test_paired_difference_uses_only_seeds_both_schedules_have():
+    df = _rows(lambda k: 1.0)
+    df = df[~((df["schedule"] == "ff") & (df["seed"] == 0))]
+    d = paired_differences(df, "bits", "uniform")
+    assert set(d["pairs"]) == {5} and np.allclose(d["diff"], 1.0)
+
+
+def test_describe_runs():
+    assert describe_runs([1, 2, 3, 5, 7, 8]) == "1-3, 5, 7-8"
+    assert describe_runs([]) == "none" and describe_runs([4]) == "4"
