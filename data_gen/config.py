@@ -30,8 +30,15 @@ class Attribute:
     value_tokens: int = 2
 
     def __post_init__(self):
-        if not self.name or not self.name.replace("_", "").isalnum():
+        if not isinstance(self.name, str) or not self.name or not self.name.isascii() \
+                or not self.name.replace("_", "").isalnum():
             raise ValueError(f"attributes: name {self.name!r} must be letters, digits and '_'")
+        for f in ("n_values", "value_tokens"):
+            if type(getattr(self, f)) is not int:
+                raise ValueError(f"attributes.{self.name}.{f} must be an integer "
+                                 f"(got {getattr(self, f)!r})")
+        if self.value_tokens > 64:
+            raise ValueError(f"attributes.{self.name}.value_tokens must be at most 64")
         if self.n_values < 2:
             raise ValueError(f"attributes.{self.name}.n_values must be >= 2 (got {self.n_values})")
         if self.value_tokens < 1:
@@ -79,11 +86,18 @@ class GenConfig:
         object.__setattr__(self, "attributes", attrs)
         for name in ("n_people", "name_tokens", "name_pool", "value_pool", "orders_per_person",
                      "shard_people"):
-            if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
+            if type(getattr(self, name)) is not int or getattr(self, name) < 1:
                 raise ValueError(f"{name} must be a positive integer (got {getattr(self, name)!r})")
         for name in ("n_unseen_people", "text_eval_people", "seed"):
-            if not isinstance(getattr(self, name), int) or getattr(self, name) < 0:
+            if type(getattr(self, name)) is not int or getattr(self, name) < 0:
                 raise ValueError(f"{name} must be an integer >= 0 (got {getattr(self, name)!r})")
+        # far beyond paper scale; person ids are stored as uint32
+        for name, hi in (("n_people", 2**31), ("n_unseen_people", 2**31), ("name_tokens", 64),
+                         ("name_pool", 1 << 20), ("value_pool", 1 << 20),
+                         ("orders_per_person", 1 << 16), ("shard_people", 1 << 24),
+                         ("seed", 2**32 - 1)):
+            if getattr(self, name) > hi:
+                raise ValueError(f"{name} must be at most {hi} (got {getattr(self, name)})")
         if len(attrs) < 2:
             raise ValueError("attributes: need at least 2 attributes so that an evaluation order "
                              "can start with an attribute never first in training")

@@ -28,7 +28,7 @@ import numpy as np
 
 from data_gen.config import GenConfig
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: dataset_hash covers the whole manifest
 SPECIAL_TOKENS = ("<pad>", "<bos>", "<eos>")
 SPLITS = ("train", "eval_reordered", "eval_seen_order", "eval_unseen_people")
 
@@ -215,9 +215,58 @@ def sha256_file(path: Path, chunk: int = 1 << 22) -> str:
 
 
 def dataset_hash(manifest: dict) -> str:
-    """Identity of a dataset: its generator config and the hash of every file."""
-    ident = {"config": manifest["config"], "files": {k: v["sha256"] for k, v in manifest["files"].items()}}
+    """Identity of a dataset: every manifest field but the hash itself (config, derived sizes,
+    ceiling, and the sha256 of every file), so no field can be edited unnoticed."""
+    ident = {k: v for k, v in manifest.items() if k != "dataset_hash"}
     return hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()
+
+
+def split_rows(cfg: GenConfig) -> dict[str, int]:
+    return {"train": cfg.n_people * cfg.orders_per_person, "eval_reordered": cfg.n_people,
+            "eval_seen_order": cfg.n_people, "eval_unseen_people": cfg.n_unseen_people}
+
+
+def array_specs(cfg: GenConfig) -> dict[str, tuple[np.dtype, tuple[int, ...]]]:
+    """file name -> (dtype, shape) of every token array a dataset of ``cfg`` holds."""
+    dtype = token_dtype(len(build_vocab(cfg)))
+    out = {}
+    for name, n in split_rows(cfg).items():
+        out[f"{name}_tokens.npy"] = (dtype, (n, cfg.seq_len))
+        out[f"{name}_person.npy"] = (np.dtype(np.uint32), (n,))
+        out[f"{name}_order.npy"] = (np.dtype(np.uint8), (n, cfg.n_attributes))
+    return out
+
+
+def expected_files(cfg: GenConfig) -> set[str]:
+    return set(array_specs(cfg)) | {f"{s}.jsonl" for s in SPLITS[1:]} | {"vocab.json"}
+
+
+def manifest_fields(cfg: GenConfig) -> dict:
+    """Every manifest field that follows from the generator config (all but the file hashes)."""
+    A, vocab = cfg.n_attributes, build_vocab(cfg)
+    rows = split_rows(cfg)
+    n_text = {s: rows[s] if not cfg.text_eval_people else min(rows[s], cfg.text_eval_people)
+              for s in SPLITS[1:]}
+    return {
+        "format_version": FORMAT_VERSION,
+        "generator": "data_gen",
+        "config": json.loads(json.dumps(cfg.to_dict())),
+        "seed": cfg.seed,
+        "vocab_size": len(vocab),
+        "token_dtype": token_dtype(len(vocab)).name,
+        "seq_len": cfg.seq_len,
+        "counts": {
+            "people": cfg.n_people,
+            "unseen_people": cfg.n_unseen_people,
+            "attributes": A,
+            "train_sequences": rows["train"],
+            "train_tokens": rows["train"] * cfg.seq_len,
+            "facts": {s: rows[s] * A for s in SPLITS[1:]},
+            "text_facts": {s: n * A for s, n in n_text.items()},
+        },
+        "ceiling_bits_per_attribute": {a.name: a.bits for a in cfg.attributes},
+        "ceiling_bits": cfg.ceiling_bits,
+    }
 
 
 class _Split:
@@ -334,32 +383,7 @@ def _generate_into(cfg: GenConfig, out: Path, progress: Callable[[int], None] | 
     files["vocab.json"] = {"sha256": hashlib.sha256(vocab_bytes).hexdigest(),
                            "bytes": len(vocab_bytes)}
 
-    n_text = {s: (cfg.n_unseen_people if s == "eval_unseen_people" else cfg.n_people)
-              for s in SPLITS[1:]}
-    if text:
-        n_text = {s: min(n, text) for s, n in n_text.items()}
-    manifest = {
-        "format_version": FORMAT_VERSION,
-        "generator": "data_gen",
-        "config": cfg.to_dict(),
-        "seed": cfg.seed,
-        "vocab_size": len(vocab),
-        "token_dtype": dtype.name,
-        "seq_len": cfg.seq_len,
-        "counts": {
-            "people": cfg.n_people,
-            "unseen_people": cfg.n_unseen_people,
-            "attributes": A,
-            "train_sequences": cfg.n_people * r,
-            "train_tokens": cfg.n_people * r * cfg.seq_len,
-            "facts": {"eval_reordered": cfg.n_people * A, "eval_seen_order": cfg.n_people * A,
-                      "eval_unseen_people": cfg.n_unseen_people * A},
-            "text_facts": {s: n * A for s, n in n_text.items()},
-        },
-        "ceiling_bits_per_attribute": {a.name: a.bits for a in cfg.attributes},
-        "ceiling_bits": cfg.ceiling_bits,
-        "files": dict(sorted(files.items())),
-    }
+    manifest = {**manifest_fields(cfg), "files": dict(sorted(files.items()))}
     manifest["dataset_hash"] = dataset_hash(manifest)
     (out / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
     return manifest
@@ -378,6 +402,9 @@ def generate(cfg: GenConfig, out: str | Path, *, force: bool = False,
     if out.is_dir() and any(out.iterdir()) and not force:
         raise FileExistsError(f"{out} is not empty; pass --force to replace it or choose "
                               "another --out")
+    if out.is_dir() and any(out.iterdir()) and not (out / "manifest.json").is_file():
+        raise FileExistsError(f"{out} is not empty and not a depthbench dataset; --force only "
+                              "replaces a dataset: choose another --out")
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)

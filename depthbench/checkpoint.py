@@ -10,8 +10,10 @@ the ``latest`` pointer is replaced the same way: a crash leaves the previous che
 from __future__ import annotations
 
 import json
+import math
 import os
 import pickle
+import re
 import zipfile
 from pathlib import Path
 
@@ -19,30 +21,13 @@ import torch
 
 from depthbench import __version__
 from depthbench.errors import UserError
+from depthbench.fsio import atomic_write_text
 
 FORMAT = 1
 
 
 class CheckpointError(UserError):
     """A checkpoint that is missing, truncated, corrupt or unsafe to load."""
-
-
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-
-
-def atomic_write_text(path: Path, text: str) -> None:
-    atomic_write_bytes(path, text.encode())
 
 
 def remove_stale_temporaries(ckpt_dir: Path) -> None:
@@ -89,7 +74,46 @@ def load(path: Path, map_location="cpu") -> dict:
                               "retrain") from None
     if not isinstance(ck, dict) or ck.get("format") != FORMAT or "model" not in ck:
         raise CheckpointError(f"{path} is not a depthbench checkpoint (format {FORMAT})")
+    problem = _checkpoint_problem(ck)
+    if problem:
+        raise CheckpointError(f"{path} is not a valid depthbench checkpoint ({problem}); use "
+                              "another checkpoint or retrain")
     return ck
+
+
+def _is_int(x) -> bool:
+    return type(x) is int
+
+
+def _is_num(x) -> bool:
+    return type(x) in (int, float) and math.isfinite(x)
+
+
+# the fields a checkpoint written by the trainer holds, and what each must be
+_CKPT_FIELDS = {
+    "step": lambda v: _is_int(v) and v >= 0,
+    "model": lambda v: isinstance(v, dict) and all(isinstance(k, str) and isinstance(t, torch.Tensor)
+                                                   for k, t in v.items()),
+    "model_config": lambda v: isinstance(v, dict),
+    "train_config": lambda v: isinstance(v, dict),
+    "optimizer": lambda v: isinstance(v, dict) and isinstance(v.get("state"), dict)
+    and isinstance(v.get("param_groups"), list),
+    "rng": lambda v: isinstance(v, dict) and isinstance(v.get("torch"), torch.Tensor)
+    and v["torch"].dtype == torch.uint8,
+    "schedule": lambda v: isinstance(v, str),
+    "dataset_hash": lambda v: isinstance(v, str),
+    "flops": _is_num, "wall_clock": _is_num,
+    "tokens": lambda v: _is_int(v) and v >= 0,
+}
+
+
+def _checkpoint_problem(ck: dict) -> str | None:
+    for key, ok in _CKPT_FIELDS.items():
+        if key not in ck:
+            return f"no {key!r}"
+        if not ok(ck[key]):
+            return f"{key!r} has the wrong type or value"
+    return None
 
 
 def list_checkpoints(run_dir: Path) -> dict[int, Path]:
@@ -107,7 +131,14 @@ def latest(run_dir: Path) -> Path | None:
     d = Path(run_dir) / "checkpoints"
     pointer = d / "latest"
     if pointer.is_file():
-        p = d / pointer.read_text().strip()
+        try:
+            name = pointer.read_text().strip()
+        except (UnicodeDecodeError, OSError):
+            name = ""
+        if not re.fullmatch(r"step_\d{7}\.pt", name):
+            raise CheckpointError(f"{pointer} is corrupt (it must name a checkpoint file such as "
+                                  "step_0000800.pt); delete it to use the newest checkpoint")
+        p = d / name
         if p.is_file():
             return p
     ckpts = list_checkpoints(run_dir)
@@ -134,13 +165,44 @@ def resolve(run_or_ckpt: str | Path, step: int | None = None) -> Path:
 
 
 def read_run(run_dir: Path) -> dict:
+    """The run record ``run.json``, checked against its schema (every field the trainer writes)."""
+    from depthbench.config import ModelConfig, TrainConfig
+    from depthbench.schedules import parse_schedule
+
     f = Path(run_dir) / "run.json"
+    if not Path(run_dir).is_dir():
+        raise CheckpointError(f"{run_dir} is not a run directory (it does not exist or is a file)")
     try:
-        return json.loads(f.read_text())
+        rec = json.loads(f.read_text())
     except FileNotFoundError:
         raise CheckpointError(f"{run_dir} is not a run directory (no run.json)") from None
-    except json.JSONDecodeError:
+    except (json.JSONDecodeError, UnicodeDecodeError, OSError):
         raise CheckpointError(f"{f} is corrupt; retrain the run") from None
+    fields = {
+        "version": lambda v: isinstance(v, str),
+        "model": lambda v: isinstance(v, dict) and ModelConfig.from_dict(v) is not None,
+        "train": lambda v: isinstance(v, dict) and TrainConfig.from_dict(v) is not None,
+        "schedule": lambda v: isinstance(v, str) and parse_schedule(v) is not None,
+        "seed": lambda v: _is_int(v) and v >= 0,
+        "data": lambda v: isinstance(v, str),
+        "dataset_hash": lambda v: isinstance(v, str),
+        "seq_len": lambda v: _is_int(v) and v >= 1,
+        "tokens_per_step": lambda v: _is_int(v) and v >= 1,
+        "flop_model": lambda v: isinstance(v, dict) and {"f0", "fr", "n_grad_loops", "readout"}
+        <= set(v) and all(_is_num(v[k]) for k in ("f0", "fr", "readout")),
+        "switch_step": lambda v: v is None or (_is_int(v) and v >= 0),
+    }
+    if not isinstance(rec, dict):
+        raise CheckpointError(f"{f} must hold a JSON object; retrain the run")
+    for key, ok in fields.items():
+        try:
+            good = key in rec and ok(rec[key])
+        except UserError as e:
+            raise CheckpointError(f"{f}: field {key!r} is invalid ({e}); retrain the run") from None
+        if not good:
+            raise CheckpointError(f"{f}: field {key!r} is missing or has the wrong type; retrain "
+                                  "the run")
+    return rec
 
 
 def load_model(run_or_ckpt: str | Path, step: int | None = None, device="cpu"):

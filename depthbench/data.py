@@ -13,11 +13,23 @@ from pathlib import Path
 
 import numpy as np
 
-from data_gen.generate import FORMAT_VERSION, SPLITS, dataset_hash, sha256_file
+from data_gen.config import GenConfig
+from data_gen.generate import (
+    FORMAT_VERSION,
+    SPLITS,
+    array_specs,
+    build_vocab,
+    dataset_hash,
+    expected_files,
+    manifest_fields,
+    sha256_file,
+)
 from depthbench.errors import UserError
 from depthbench.vocab import Vocab
 
 EVAL_SPLITS = SPLITS[1:]
+FIX = "regenerate it with `depthbench generate`"
+_HEX = set("0123456789abcdef")
 
 
 class DatasetError(UserError):
@@ -40,56 +52,61 @@ class Dataset:
 
     def __init__(self, path: str | Path, verify: bool = True):
         self.path = Path(path)
-        fix = "regenerate it with `depthbench generate`"
         mpath = self.path / "manifest.json"
-        if not self.path.is_dir():
+        if not self.path.exists():
             raise DatasetError(f"dataset directory {self.path} does not exist; create it with "
                                "`depthbench generate --out DIR`")
+        if not self.path.is_dir():
+            raise DatasetError(f"{self.path} is a file, not a dataset directory; pass the directory "
+                               "that `depthbench generate --out DIR` wrote")
         if not mpath.is_file():
-            raise DatasetError(f"{self.path} has no manifest.json: not a depthbench dataset; {fix}")
-        try:
-            self.manifest = json.loads(mpath.read_text())
-            version = self.manifest["format_version"]
-            files = self.manifest["files"]
-            self.hash = self.manifest["dataset_hash"]
-        except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError):
-            raise DatasetError(f"{mpath} is corrupt or incomplete; {fix}") from None
-        if version != FORMAT_VERSION:
-            raise DatasetError(f"{self.path} has dataset format {version}, this depthbench reads "
-                               f"format {FORMAT_VERSION}; {fix}")
-        if dataset_hash(self.manifest) != self.hash:
-            raise DatasetError(f"{mpath} was edited (its dataset_hash does not match); {fix}")
+            raise DatasetError(f"{self.path} has no manifest.json: not a depthbench dataset; {FIX}")
+        self.manifest, self.config = _read_manifest(mpath)
+        self.hash = self.manifest["dataset_hash"]
+        files = self.manifest["files"]
         for name, rec in files.items():
             f = self.path / name
             if not f.is_file():
-                raise DatasetError(f"dataset file {f} is missing; {fix}")
+                raise DatasetError(f"dataset file {f} is missing; {FIX}")
             if f.stat().st_size != rec["bytes"]:
                 raise DatasetError(f"dataset file {f} has {f.stat().st_size} bytes, the manifest "
-                                   f"says {rec['bytes']} (truncated or replaced); {fix}")
+                                   f"says {rec['bytes']} (truncated or replaced); {FIX}")
             if verify and sha256_file(f) != rec["sha256"]:
                 raise DatasetError(f"dataset file {f} does not match its sha256 in the manifest "
-                                   f"(corrupt or tampered); {fix}")
-        self.vocab = Vocab.load(self.path / "vocab.json")
-        cfg = self.manifest["config"]
-        self.attributes = [a["name"] for a in cfg["attributes"]]
-        self.value_tokens = np.array([a["value_tokens"] for a in cfg["attributes"]])
-        self.n_values = np.array([a["n_values"] for a in cfg["attributes"]])
-        self.name_tokens = cfg["name_tokens"]
-        self.seq_len = self.manifest["seq_len"]
-        self.ceiling_bits = float(self.manifest["ceiling_bits"])
+                                   f"(corrupt or tampered); {FIX}")
+        self.vocab = _read_vocab(self.path / "vocab.json", self.config)
+        cfg = self.config
+        self.attributes = [a.name for a in cfg.attributes]
+        self.value_tokens = np.array([a.value_tokens for a in cfg.attributes])
+        self.n_values = np.array([a.n_values for a in cfg.attributes])
+        self.name_tokens = cfg.name_tokens
+        self.seq_len = cfg.seq_len
+        self.ceiling_bits = float(cfg.ceiling_bits)
         self._splits: dict[str, Split] = {}
 
     def split(self, name: str) -> Split:
         if name not in SPLITS:
             raise UserError(f"unknown split {name!r}; choose one of {', '.join(SPLITS)}")
         if name not in self._splits:
+            specs = array_specs(self.config)
+            limits = {"tokens": len(self.vocab),
+                      "person": self.config.n_people + self.config.n_unseen_people,
+                      "order": self.config.n_attributes}
             arrays = {}
             for part in ("tokens", "person", "order"):
                 f = self.path / f"{name}_{part}.npy"
                 try:
-                    arrays[part] = np.load(f, mmap_mode="r", allow_pickle=False)
-                except (ValueError, OSError) as e:
-                    raise DatasetError(f"cannot read {f} ({e}); regenerate the dataset") from None
+                    a = np.load(f, mmap_mode="r", allow_pickle=False)
+                except (ValueError, OSError, EOFError) as e:
+                    raise DatasetError(f"cannot read {f} ({str(e)[:100]}); {FIX}") from None
+                dtype, shape = specs[f.name]
+                if a.dtype != dtype or a.shape != shape:
+                    raise DatasetError(f"{f} holds a {a.dtype} array of shape {a.shape}, the "
+                                       f"manifest's config needs {dtype} {shape}; {FIX}")
+                if a.size and int(a.max()) >= limits[part]:
+                    raise DatasetError(f"{f} holds the value {int(a.max())}, out of range "
+                                       f"(must be < {limits[part]}); {FIX}")
+                arrays[part] = a
             self._splits[name] = Split(name, **arrays)
         return self._splits[name]
 
@@ -131,6 +148,62 @@ class TrainBatches:
             m = j // n == epoch
             rows[m] = self._perm_for(int(epoch))[j[m] % n]
         return np.asarray(self.split.tokens[rows], dtype=np.int64)
+
+
+def _read_manifest(mpath: Path) -> tuple[dict, GenConfig]:
+    """The manifest, checked field by field: everything that follows from the generator config
+    must equal what the config gives, the file table must name exactly the dataset's files (plain
+    names inside the directory), and the hash must cover the whole manifest."""
+    def bad(msg: str) -> DatasetError:
+        return DatasetError(f"{mpath}: {msg}; {FIX}")
+    try:
+        m = json.loads(mpath.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError, OSError):
+        raise bad("not valid JSON (corrupt or truncated)") from None
+    if not isinstance(m, dict):
+        raise bad("must hold a JSON object")
+    version = m.get("format_version")
+    if type(version) is not int:
+        raise bad(f"format_version must be an integer (got {version!r})")
+    if version != FORMAT_VERSION:
+        raise bad(f"dataset format {version}, but this depthbench reads format {FORMAT_VERSION}")
+    if not isinstance(m.get("config"), dict):
+        raise bad("has no generator config")
+    try:
+        cfg = GenConfig.from_dict(m["config"])
+    except (ValueError, TypeError, KeyError) as e:
+        raise bad(f"invalid generator config ({str(e)[:120]})") from None
+    for key, want in manifest_fields(cfg).items():
+        if m.get(key) != want:
+            raise bad(f"field {key!r} does not follow from the manifest's generator config "
+                      "(edited)")
+    extra = sorted(set(m) - set(manifest_fields(cfg)) - {"files", "dataset_hash"})
+    if extra:
+        raise bad(f"unknown field(s) {', '.join(extra)}")
+    files = m.get("files")
+    if not isinstance(files, dict) or set(files) != expected_files(cfg):
+        raise bad("its file table must list exactly the dataset's files: "
+                  + ", ".join(sorted(expected_files(cfg))))
+    for name, rec in files.items():
+        ok = (isinstance(rec, dict) and set(rec) == {"sha256", "bytes"}
+              and isinstance(rec["sha256"], str) and len(rec["sha256"]) == 64
+              and set(rec["sha256"]) <= _HEX and type(rec["bytes"]) is int and rec["bytes"] >= 0)
+        if not ok:
+            raise bad(f"file entry {name!r} must be {{sha256: 64 hex digits, bytes: integer}}")
+    if not isinstance(m.get("dataset_hash"), str) or dataset_hash(m) != m["dataset_hash"]:
+        raise bad("was edited (its dataset_hash does not match its content)")
+    return m, cfg
+
+
+def _read_vocab(path: Path, cfg: GenConfig) -> Vocab:
+    try:
+        tokens = json.loads(path.read_text()).get("tokens")
+    except (json.JSONDecodeError, UnicodeDecodeError, OSError, AttributeError):
+        tokens = None
+    if tokens != build_vocab(cfg):
+        raise DatasetError(f"{path} is not the vocabulary of the manifest's generator config "
+                           f"(corrupt or edited); {FIX}")
+    return Vocab(tokens)
 
 
 def shard_range(n: int, rank: int, world: int) -> tuple[int, int]:

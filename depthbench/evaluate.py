@@ -95,7 +95,7 @@ def write_rows(rows: list[dict], out: str | Path) -> tuple[Path, Path]:
 
     import pandas as pd
 
-    from depthbench.checkpoint import atomic_write_text
+    from depthbench.fsio import atomic_write_text
     out = Path(out)
     base = out.with_suffix("") if out.suffix in (".csv", ".jsonl") else out
     base.parent.mkdir(parents=True, exist_ok=True)

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from depthbench.config import MAX_DEPTH
 from depthbench.errors import UserError
 
 SPEC_HELP = ("fixed:K, uniform:A-B, fixed-first:FRACTION:K:A-B, "
@@ -80,12 +81,12 @@ class Schedule:
 
 
 def _int(text: str, spec: str, what: str) -> int:
-    if not re.fullmatch(r"\d+", text.strip()):
+    if not re.fullmatch(r"[0-9]+", text.strip()):
         raise ScheduleError(f"spec {spec!r}: {what} {text!r} is not a positive integer; "
                             f"specs: {SPEC_HELP}")
     v = int(text)
-    if v < 1:
-        raise ScheduleError(f"spec {spec!r}: {what} must be >= 1")
+    if not 1 <= v <= MAX_DEPTH:
+        raise ScheduleError(f"spec {spec!r}: {what} must be between 1 and {MAX_DEPTH} (got {v})")
     return v
 
 

@@ -8,9 +8,11 @@ model, optimizer and RNG states, so a resumed run continues exactly.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import math
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -25,6 +27,7 @@ from depthbench.data import Dataset, TrainBatches
 from depthbench.errors import UserError
 from depthbench.evaluate import sweep
 from depthbench.flops import FlopModel
+from depthbench.fsio import DirLock, atomic_write_text, is_empty_dir
 from depthbench.model import LoopedTransformer
 from depthbench.runtime import Runtime, setup, teardown
 from depthbench.schedules import Schedule, parse_schedule
@@ -82,18 +85,32 @@ def _same_run(old: dict, new: dict) -> list[str]:
 
 
 def _write_metrics(path: Path, rows: list[dict]) -> None:
-    ckpt.atomic_write_text(path, "".join(json.dumps(r) + "\n" for r in rows))
+    atomic_write_text(path, "".join(json.dumps(r) + "\n" for r in rows))
 
 
 def train(data: str | Path, out: str | Path, model_cfg: ModelConfig, train_cfg: TrainConfig,
           schedule_spec: str, resume: bool = False, progress: bool = True,
           log=print) -> dict:
     schedule = parse_schedule(schedule_spec)
+    out = Path(out)
     rt = setup(train_cfg.device, train_cfg.threads)
+    fresh, existed = not (out / "run.json").is_file(), out.exists()
+    lock = DirLock(out, "run directory") if rt.is_main else contextlib.nullcontext()
     try:
-        return _train(Path(data), Path(out), model_cfg, train_cfg, schedule, resume, progress,
-                      log, rt)
+        with lock:
+            try:
+                return _train(Path(data), out, model_cfg, train_cfg, schedule, resume, progress,
+                              log, rt)
+            except BaseException:
+                # a new run that failed before its first checkpoint leaves nothing behind
+                if rt.is_main and fresh and (out / "run.json").is_file() and ckpt.latest(out) is None:
+                    for p in out.iterdir():
+                        if p.name != ".lock":
+                            shutil.rmtree(p) if p.is_dir() else p.unlink()
+                raise
     finally:
+        if rt.is_main and fresh and not existed and out.is_dir() and is_empty_dir(out):
+            shutil.rmtree(out, ignore_errors=True)
         teardown(rt)
 
 
@@ -116,6 +133,11 @@ def _train(data: Path, out: Path, model_cfg: ModelConfig, train_cfg: TrainConfig
     run_json, metrics_path = out / "run.json", out / "metrics.jsonl"
     start_ckpt = None
     if resume and not run_json.is_file():
+        if out.exists() and not out.is_dir():
+            raise UserError(f"--out {out} is a file; choose a directory for the run")
+        if out.is_dir() and not is_empty_dir(out):
+            raise UserError(f"{out} is not a run directory (no run.json) and not empty; "
+                            "choose another --out")
         resume = False  # nothing to resume yet: start the run
     if resume:
         old = ckpt.read_run(out)
@@ -124,7 +146,9 @@ def _train(data: Path, out: Path, model_cfg: ModelConfig, train_cfg: TrainConfig
             raise UserError(f"cannot resume {out}: its {', '.join(diff)} differ from this "
                             "command's; resume with the same settings or train into a new --out")
         start_ckpt = ckpt.latest(out)
-    elif out.exists() and any(out.iterdir()):
+    elif out.exists() and not out.is_dir():
+        raise UserError(f"--out {out} is a file; choose a directory for the run")
+    elif out.exists() and not is_empty_dir(out):
         raise UserError(f"{out} is not empty; pass --resume to continue that run or choose "
                         "another --out")
 
@@ -148,7 +172,7 @@ def _train(data: Path, out: Path, model_cfg: ModelConfig, train_cfg: TrainConfig
     if rt.is_main:
         out.mkdir(parents=True, exist_ok=True)
         ckpt.remove_stale_temporaries(out / "checkpoints")
-        ckpt.atomic_write_text(run_json, json.dumps(record, indent=2) + "\n")
+        atomic_write_text(run_json, json.dumps(record, indent=2) + "\n")
         _write_metrics(metrics_path, rows)
     rt.barrier()
     say(f"device: {rt.reason}; model: {model.num_params():,} parameters; schedule "
@@ -182,9 +206,11 @@ def _train(data: Path, out: Path, model_cfg: ModelConfig, train_cfg: TrainConfig
         }
         try:
             ckpt.save(out / "checkpoints", at, state)
-        except OSError as e:
-            raise UserError(f"cannot write a checkpoint to {out / 'checkpoints'}: "
-                            f"{e.strerror or e}; the previous checkpoint is intact") from None
+        except (OSError, RuntimeError) as e:  # torch reports a full disk as a RuntimeError
+            why = getattr(e, "strerror", None) or str(e).strip().splitlines()[0][:100]
+            raise UserError(f"cannot write a checkpoint to {out / 'checkpoints'} ({why}); free "
+                            "space or fix the path, then run again with --resume; the previous "
+                            "checkpoint is intact") from None
         # periodic checkpoints are superseded by the next one; kept steps stay
         for s, p in ckpt.list_checkpoints(out).items():
             if s != at and s not in keep:

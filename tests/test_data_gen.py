@@ -152,7 +152,7 @@ def test_corrupt_or_missing_files_are_detected(tmp_path):
     with pytest.raises(DatasetError, match="train_tokens.npy is missing"):
         Dataset(d)
     (d / "manifest.json").write_text("{not json")
-    with pytest.raises(DatasetError, match="manifest.json is corrupt"):
+    with pytest.raises(DatasetError, match="manifest.json: not valid JSON"):
         Dataset(d)
     with pytest.raises(DatasetError, match="does not exist"):
         Dataset(tmp_path / "nowhere")

@@ -17,6 +17,9 @@ less memory (slots per core layer: max_depth, 1 and 2).
 
 from __future__ import annotations
 
+import math
+import os
+
 import torch
 
 from depthbench.config import ModelConfig
@@ -47,6 +50,12 @@ class SlotView:
         return st.k[self.slots, self.rows, :, :L], st.v[self.slots, self.rows, :, :L]  # (B, H, L, dh)
 
 
+def _free_bytes(device: torch.device) -> int:
+    if device.type == "cuda":
+        return torch.cuda.mem_get_info(device)[0]
+    return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+
+
 class KVStore:
     def __init__(self, cfg: ModelConfig, policy: str, max_depth: int, n_rows: int, max_len: int,
                  device, dtype=torch.float32):
@@ -59,6 +68,13 @@ class KVStore:
         self.n_slots = cfg.n_prelude + cfg.n_core * per_core + cfg.n_coda
         H, dh = cfg.n_heads, cfg.d_model // cfg.n_heads
         shape = (self.n_slots, n_rows, H, max_len, dh)
+        need = 2 * math.prod(shape) * torch.empty((), dtype=dtype).element_size()
+        free = _free_bytes(torch.device(device))
+        if need > 0.8 * free:
+            from depthbench.errors import UserError
+            raise UserError(f"the KV store needs {need / 2**30:.1f} GiB ({self.n_slots} slots x "
+                            f"{n_rows} rows x {max_len} positions) but {free / 2**30:.1f} GiB is "
+                            "free; lower --width, --max-depth or the sequence length")
         self.k = torch.zeros(shape, device=device, dtype=dtype)
         self.v = torch.zeros(shape, device=device, dtype=dtype)
         self.max_len = max_len
