@@ -33,22 +33,39 @@ TABLE = ROOT / "docs" / "calibration.md"
 SCHEDULES = ["fixed:4", "fixed-first:0.8:4:1-16", "uniform:1-16"]
 DEPTHS = list(range(1, 17))
 
+# The presets before calibration, which the screening recipes below start from: 512 people,
+# batch 128, 800 steps. The calibrated presets (256 people, batch 64, 1000 steps) are `stable`.
+OLD = {"data": {"n_people": 512}, "train": {"batch_size": 128, "steps": 800}}
+
+
+def _on_old(**over) -> dict:
+    return {k: {**OLD.get(k, {}), **over.get(k, {})} for k in ("data", "model", "train")}
+
+
 # name -> (what it changes, {"data": GenConfig overrides, "model": ..., "train": ...})
 RECIPES: dict[str, tuple[str, dict]] = {
-    "base": ("the tiny presets before calibration (pre-norm, lr 3e-3, 800 steps)", {}),
-    "sandwich": ("sandwich norm (as in Huginn)", {"model": {"norm": "sandwich"}}),
-    "qknorm": ("QK-norm", {"model": {"qk_norm": True}}),
-    "sandwich-qknorm": ("sandwich norm + QK-norm",
-                        {"model": {"norm": "sandwich", "qk_norm": True}}),
-    "people256": ("256 people instead of 512", {"data": {"n_people": 256}}),
-    "sandwich-people256": ("sandwich norm, 256 people",
-                           {"model": {"norm": "sandwich"}, "data": {"n_people": 256}}),
-    "b64": ("batch 64, 1200 steps (0.75x the FLOPs, 1.5x the updates)",
-            {"train": {"batch_size": 64, "steps": 1200}}),
-    "b64-people256": ("batch 64, 1200 steps, 256 people",
-                      {"train": {"batch_size": 64, "steps": 1200}, "data": {"n_people": 256}}),
-    "b32-people256": ("batch 32, 2400 steps, 256 people",
-                      {"train": {"batch_size": 32, "steps": 2400}, "data": {"n_people": 256}}),
+    "base": ("the tiny presets before calibration (512 people, pre-norm, lr 3e-3, batch 128, "
+             "800 steps, no weight decay)", _on_old()),
+    "sandwich": ("base + sandwich norm (as in Huginn)", _on_old(model={"norm": "sandwich"})),
+    "qknorm": ("base + QK-norm", _on_old(model={"qk_norm": True})),
+    "sandwich-qknorm": ("base + sandwich norm + QK-norm",
+                        _on_old(model={"norm": "sandwich", "qk_norm": True})),
+    "people256": ("base with 256 people", _on_old(data={"n_people": 256})),
+    "sandwich-people256": ("base + sandwich norm, 256 people",
+                           _on_old(model={"norm": "sandwich"}, data={"n_people": 256})),
+    "b64": ("base with batch 64, 1200 steps (0.75x the FLOPs, 1.5x the updates)",
+            _on_old(train={"batch_size": 64, "steps": 1200})),
+    "b64-people256": ("base with batch 64, 1200 steps, 256 people",
+                      _on_old(train={"batch_size": 64, "steps": 1200}, data={"n_people": 256})),
+    "b32-people256": ("base with batch 32, 2400 steps, 256 people",
+                      _on_old(train={"batch_size": 32, "steps": 2400}, data={"n_people": 256})),
+    "p256-b64-tbptt4": ("256 people, batch 64, 1000 steps, truncated backprop through the last 4 "
+                        "loops", {"model": {"n_grad_loops": 4}, "data": {"n_people": 256},
+                                  "train": {"batch_size": 64, "steps": 1000}}),
+    "p256-b32": ("256 people, batch 32, 2000 steps (the FLOPs of batch 64 x 1000)",
+                 {"data": {"n_people": 256}, "train": {"batch_size": 32, "steps": 2000}}),
+    "stable": ("the calibrated tiny presets: 256 people, batch 64, 1000 steps (0.63x the FLOPs "
+               "of base)", {}),
 }
 
 

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import torch
 
+from data_gen.generate import sha256_file
 from depthbench import __version__
 from depthbench.errors import UserError
 from depthbench.fsio import atomic_write_text
@@ -52,6 +53,9 @@ def save(ckpt_dir: Path, step: int, state: dict) -> Path:
             torch.save(payload, f)
             f.flush()
             os.fsync(f.fileno())
+        # torch.load does not check the archive's CRCs: a flipped byte in tensor data would load
+        # as silently different weights, so every checkpoint carries its sha256 beside it
+        atomic_write_text(checksum_path(path), f"{sha256_file(tmp)}  {path.name}\n")
         os.replace(tmp, path)
         atomic_write_text(ckpt_dir / "latest", path.name + "\n")
     except BaseException:
@@ -60,10 +64,35 @@ def save(ckpt_dir: Path, step: int, state: dict) -> Path:
     return path
 
 
+def checksum_path(path: Path) -> Path:
+    return Path(path).with_name(Path(path).name + ".sha256")
+
+
+def remove(path: Path) -> None:
+    """A checkpoint and its checksum."""
+    Path(path).unlink(missing_ok=True)
+    checksum_path(path).unlink(missing_ok=True)
+
+
+def _verify(path: Path) -> None:
+    """Against the sha256 written beside it (checkpoints made by other tools have none)."""
+    side = checksum_path(path)
+    if not side.is_file():
+        return
+    try:
+        want = side.read_text().split()[0]
+    except (UnicodeDecodeError, OSError, IndexError):
+        want = ""
+    if sha256_file(path) != want:
+        raise CheckpointError(f"{path} does not match its checksum {side.name} (corrupt or "
+                              "tampered); use another checkpoint or retrain")
+
+
 def load(path: Path, map_location="cpu") -> dict:
     path = Path(path)
     if not path.is_file():
         raise CheckpointError(f"checkpoint {path} does not exist")
+    _verify(path)
     try:
         ck = torch.load(path, map_location=map_location, weights_only=True)
     except (pickle.UnpicklingError, zipfile.BadZipFile, EOFError, RuntimeError, ValueError,
@@ -139,8 +168,10 @@ def latest(run_dir: Path) -> Path | None:
             raise CheckpointError(f"{pointer} is corrupt (it must name a checkpoint file such as "
                                   "step_0000800.pt); delete it to use the newest checkpoint")
         p = d / name
-        if p.is_file():
-            return p
+        if not p.is_file():
+            raise CheckpointError(f"{pointer} names {name}, which is missing; restore it, or "
+                                  "delete the pointer to use the newest remaining checkpoint")
+        return p
     ckpts = list_checkpoints(run_dir)
     return ckpts[max(ckpts)] if ckpts else None
 

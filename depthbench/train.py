@@ -214,7 +214,7 @@ def _train(data: Path, out: Path, model_cfg: ModelConfig, train_cfg: TrainConfig
         # periodic checkpoints are superseded by the next one; kept steps stay
         for s, p in ckpt.list_checkpoints(out).items():
             if s != at and s not in keep:
-                p.unlink(missing_ok=True)
+                ckpt.remove(p)
 
     t_last = time.perf_counter()
     model.train()

@@ -230,3 +230,111 @@ def test_depthbench_run_killed_between_and_inside_stages_finishes_with_the_same_
         for x, y in zip(a, b, strict=True):
             for k in ("nll", "value_nll", "exact_match", "bits_per_person", "step", "depth"):
                 assert x[k] == y[k], (f.name, k)
+
+
+def _wait_for_lock(d: Path, proc, timeout=60.0) -> int:
+    """The pid written into DIR/.lock once ``proc`` holds it."""
+    t0 = time.time()
+    while time.time() - t0 < timeout:
+        f = d / ".lock"
+        if f.is_file() and f.read_text().strip():
+            return int(f.read_text())
+        assert proc.poll() is None, proc.stderr.read()
+        time.sleep(0.05)
+    raise AssertionError("the first writer never took the lock")
+
+
+def test_a_second_train_into_one_run_directory_is_refused(small_data, tmp_path):
+    run = tmp_path / "run"
+    first = subprocess.Popen(_cli(*TRAIN, "--data", str(small_data), "--out", str(run)),
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        pid = _wait_for_lock(run, first)
+        assert pid == first.pid
+        second = subprocess.run(_cli(*TRAIN, "--data", str(small_data), "--out", str(run),
+                                     "--resume"), capture_output=True, text=True, timeout=120)
+        assert second.returncode == 2, second.stderr
+        lines = second.stderr.strip().splitlines()
+        assert len(lines) == 1 and f"pid {first.pid}" in lines[0] and "another" in lines[0]
+    finally:
+        first.kill()
+        first.wait()
+    # the kernel dropped the dead holder's lock: the run resumes and finishes as usual
+    done = subprocess.run(_cli(*TRAIN, "--data", str(small_data), "--out", str(run), "--resume"),
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    steps = [r["step"] for r in metrics_rows(run) if "loss" in r]
+    assert steps == sorted(set(steps)) and steps[-1] == 400  # no interleaved or repeated rows
+
+
+def test_a_second_run_of_one_experiment_is_refused(tmp_path):
+    from depthbench.fsio import DirLock
+    spec = tmp_path / "spec.toml"
+    spec.write_text('name = "x"\n[train]\nschedules = ["fixed:2"]\n[serve]\nenabled = false\n')
+    out = tmp_path / "exp"
+    holder = subprocess.Popen([sys.executable, "-c", (
+        "import sys, time; from depthbench.fsio import DirLock\n"
+        f"with DirLock({str(out)!r}):\n    print('held', flush=True); time.sleep(60)")],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        r = subprocess.run(_cli("run", str(spec), "--out", str(out)), capture_output=True,
+                           text=True, timeout=120, cwd=tmp_path)
+        assert r.returncode == 2 and f"pid {holder.pid}" in r.stderr, r.stderr
+        assert sorted(p.name for p in out.iterdir()) == [".lock"]  # nothing was written
+    finally:
+        holder.kill()
+        holder.wait()
+    with DirLock(out):  # and a dead holder leaves no stale lock
+        pass
+
+
+def test_a_full_disk_before_the_first_checkpoint_leaves_no_run_directory(small_data, tmp_path,
+                                                                         monkeypatch):
+    def torch_disk_full(obj, f, *a, **k):
+        raise RuntimeError("[enforce fail at inline_container.cc:664] . PytorchStreamWriter "
+                           "failed writing file data/0: file write failed")
+
+    monkeypatch.setattr(torch, "save", torch_disk_full)
+    args = [*TRAIN, "--data", str(small_data), "--out", str(tmp_path / "run")]
+    args[args.index("400")] = "4"
+    r = CliRunner().invoke(main, args)
+    assert r.exit_code == 2 and "cannot write a checkpoint" in r.stderr, r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "run").exists()
+
+
+def test_sigterm_during_generate_leaves_no_temporary_directory(tmp_path):
+    p = subprocess.Popen(_cli("generate", "--out", str(tmp_path / "big"), "--set",
+                              "n_people=3000000", "--set", "name_pool=256"),
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    t0 = time.time()
+    while not list(tmp_path.glob(".big.tmp-*")) and time.time() - t0 < 60:
+        time.sleep(0.05)
+    assert list(tmp_path.glob(".big.tmp-*")), "generation never started"
+    p.send_signal(signal.SIGTERM)
+    p.wait(timeout=60)
+    assert p.returncode != 0
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_failing_report_leaves_the_previous_report_intact(tmp_path, monkeypatch):
+    import pandas as pd
+
+    from depthbench import report
+    rows = tmp_path / "rows"
+    rows.mkdir()
+    pd.DataFrame([{"mode": "static", "tokens_per_s": 10.0, "speedup": 1.0, "ceiling": 2.0}]).to_csv(
+        rows / "serve.csv", index=False)
+    out = tmp_path / "rep"
+    report.build_report([rows], out)
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+
+    def full_disk(*a, **k):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(report, "atomic_write_text", full_disk)
+    with pytest.raises(OSError):
+        report.build_report([rows], out)
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
