@@ -8,7 +8,7 @@ regenerated from the committed rows in seconds:
 
     python benchmarks/calibrate.py --table-only                # docs/calibration.md from the rows
     python benchmarks/calibrate.py --recipes base,sandwich --schedules uniform:1-16 --seeds 0-3
-    python benchmarks/calibrate.py --recipes stable --seeds 0-7 --threads 1,2
+    python benchmarks/calibrate.py --recipes p256-b64-tbptt4 --seeds 0-7
 
 Workers run one training each with ``--threads`` CPU threads; jobs are ordered seed-major, so
 an interrupted grid still has every recipe's first seeds.
@@ -34,8 +34,9 @@ SCHEDULES = ["fixed:4", "fixed-first:0.8:4:1-16", "uniform:1-16"]
 DEPTHS = list(range(1, 17))
 
 # The presets before calibration, which the screening recipes below start from: 512 people,
-# batch 128, 800 steps. The calibrated presets (256 people, batch 64, 1000 steps) are `stable`.
-OLD = {"data": {"n_people": 512}, "train": {"batch_size": 128, "steps": 800}}
+# batch 128, 800 steps. The calibrated presets are `p256-b64-tbptt4`.
+OLD = {"data": {"n_people": 512}, "model": {"n_grad_loops": 0},
+       "train": {"batch_size": 128, "steps": 800}}
 
 
 def _on_old(**over) -> dict:
@@ -59,13 +60,12 @@ RECIPES: dict[str, tuple[str, dict]] = {
                       _on_old(train={"batch_size": 64, "steps": 1200}, data={"n_people": 256})),
     "b32-people256": ("base with batch 32, 2400 steps, 256 people",
                       _on_old(train={"batch_size": 32, "steps": 2400}, data={"n_people": 256})),
-    "p256-b64-tbptt4": ("256 people, batch 64, 1000 steps, truncated backprop through the last 4 "
-                        "loops", {"model": {"n_grad_loops": 4}, "data": {"n_people": 256},
+    "p256-b64-tbptt4": ("**adopted** (the tiny presets now): 256 people, batch 64, 1000 steps, "
+                        "truncated backprop through the last 4 loops", {"model": {"n_grad_loops": 4}, "data": {"n_people": 256},
                                   "train": {"batch_size": 64, "steps": 1000}}),
     "p256-b32": ("256 people, batch 32, 2000 steps (the FLOPs of batch 64 x 1000)",
-                 {"data": {"n_people": 256}, "train": {"batch_size": 32, "steps": 2000}}),
-    "stable": ("the calibrated tiny presets: 256 people, batch 64, 1000 steps (0.63x the FLOPs "
-               "of base)", {}),
+                 {"data": {"n_people": 256}, "model": {"n_grad_loops": 0},
+                  "train": {"batch_size": 32, "steps": 2000}}),
 }
 
 

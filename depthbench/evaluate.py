@@ -112,6 +112,7 @@ def probe_update(run: str | Path, step: int | None, depth_a: int, depth_b: int,
     separately from the same state, one at depth B on the same batch; report, per serving
     depth, NLL(after A) - NLL(after B) on eval_reordered (positive: the depth-B update helped
     more), averaged over ``n_batches`` batches with a 95% confidence interval."""
+    import copy
     import math
 
     from depthbench.checkpoint import load, load_model, read_run
@@ -142,8 +143,11 @@ def probe_update(run: str | Path, step: int | None, depth_a: int, depth_b: int,
         nll = {}
         for depth in (depth_a, depth_b):
             model.load_state_dict(state)
+            model.zero_grad(set_to_none=True)  # load_state_dict restores weights, not .grad
             opt = make_optimizer(model, tcfg, torch.device("cpu"))
-            opt.load_state_dict(opt_state)
+            # a copy: on CPU load_state_dict keeps the given moment tensors and AdamW updates
+            # them in place, which would hand the second update the first one's moments
+            opt.load_state_dict(copy.deepcopy(opt_state))
             for g in opt.param_groups:
                 g["lr"] = lr
             model.train()

@@ -1,6 +1,7 @@
 """`depthbench run` and `depthbench report`: spec validation, resumable stages, report files."""
 
 import json
+import shutil
 
 import numpy as np
 import pandas as pd
@@ -75,9 +76,10 @@ def test_pipeline_runs_every_stage_then_skips_them_and_resumes(tmp_path, monkeyp
     assert again.exit_code == 0, again.output
     ran = [line for line in again.stdout.splitlines() if line.startswith("run ")]
     assert ran == [], ran
-    # an interrupted run: its final checkpoint and marker are gone, it resumes and only it reruns
+    # a run killed before its first checkpoint (none of its checkpoints, no marker): it resumes
+    # and only it reruns
     run_dir = tmp_path / "exp" / "runs" / "fixed_2-s0"
-    (run_dir / "checkpoints" / "step_0000016.pt").unlink()
+    shutil.rmtree(run_dir / "checkpoints")
     (tmp_path / "exp" / "stages" / "train-fixed_2-s0.json").unlink()
     third = run_spec(tmp_path, SMALL)
     assert third.exit_code == 0, third.output

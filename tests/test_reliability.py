@@ -103,7 +103,7 @@ def test_a_full_disk_during_checkpointing_keeps_the_previous_checkpoint(small_da
 
 
 def test_a_read_only_result_directory_gives_one_line(trained_run, tmp_path, monkeypatch):
-    import depthbench.checkpoint as c
+    import depthbench.fsio as c
 
     def read_only(*a, **k):
         raise OSError(30, "Read-only file system", str(tmp_path / "res.csv"))
