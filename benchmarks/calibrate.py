@@ -61,8 +61,9 @@ RECIPES: dict[str, tuple[str, dict]] = {
     "b32-people256": ("base with batch 32, 2400 steps, 256 people",
                       _on_old(train={"batch_size": 32, "steps": 2400}, data={"n_people": 256})),
     "p256-b64-tbptt4": ("**adopted** (the tiny presets now): 256 people, batch 64, 1000 steps, "
-                        "truncated backprop through the last 4 loops", {"model": {"n_grad_loops": 4}, "data": {"n_people": 256},
-                                  "train": {"batch_size": 64, "steps": 1000}}),
+                        "truncated backprop through the last 4 loops",
+                        {"model": {"n_grad_loops": 4}, "data": {"n_people": 256},
+                         "train": {"batch_size": 64, "steps": 1000}}),
     "p256-b32": ("256 people, batch 32, 2000 steps (the FLOPs of batch 64 x 1000)",
                  {"data": {"n_people": 256}, "model": {"n_grad_loops": 0},
                   "train": {"batch_size": 32, "steps": 2000}}),
