@@ -240,3 +240,10 @@ def test_budget_grid_spends_each_share_of_the_flop_budget(tmp_path, monkeypatch)
     assert (tmp_path / "reports" / "budgets-mini" / "bits_vs_depth_by_budget.png").stat().st_size > 0
     r = run_spec(tmp_path, BUDGETS.replace("budgets = [0.5, 1.0]", "budgets = [0.5, 1.5]"))
     assert r.exit_code == 2 and "train.budgets" in r.stderr
+
+
+def test_readme_quotes_the_committed_quickstart_findings():
+    from pathlib import Path
+    root = Path(__file__).resolve().parents[1]
+    findings = (root / "reports" / "quickstart" / "findings.md").read_text()
+    assert findings in (root / "README.md").read_text(), "copy reports/quickstart/findings.md"
