@@ -304,6 +304,7 @@ def _findings(re: pd.DataFrame, ref: str | None) -> str:
     CIs over seeds, and each schedule's modeled FLOPs and wall-clock per run."""
     deepest = int(re["depth"].max())
     depths = [d for d in (1, 4, deepest) if d in set(re["depth"])]
+    re = re if "wall_clock_s" in re.columns else re.assign(wall_clock_s=np.nan)
     runs = re.groupby(["run", "schedule"]).agg(flops=("modeled_train_flops", "first"),
                                                wall=("wall_clock_s", "first")).reset_index()
     ref_flops = runs.loc[runs["schedule"] == ref, "flops"].mean() if ref else np.nan

@@ -5,7 +5,8 @@ Whatever the input, a command exits 0 or 2; on 2 it prints one line and no trace
 leaves no output; it never hangs; the original dataset and run are never touched; and an
 exit 0 on corrupted inputs gives exactly the results of the intact inputs (the corruption did
 not matter), never changed or empty results. ``DEPTHBENCH_FUZZ_EXAMPLES`` sets the number of
-examples per test (CI: the default); examples are derandomized so CI is repeatable.
+examples per test (CI: the default); examples are derandomized so CI is repeatable, unless
+``DEPTHBENCH_FUZZ_RANDOM=1``.
 """
 
 import hashlib
@@ -27,7 +28,9 @@ from data_gen import dataset_hash
 from depthbench.cli import main
 
 EXAMPLES = int(os.environ.get("DEPTHBENCH_FUZZ_EXAMPLES", "30"))
-FUZZ = settings(max_examples=EXAMPLES, deadline=None, derandomize=True, database=None,
+# DEPTHBENCH_FUZZ_RANDOM=1 draws fresh examples (a wider search) instead of CI's repeatable ones
+FUZZ = settings(max_examples=EXAMPLES, deadline=None, database=None,
+                derandomize=not os.environ.get("DEPTHBENCH_FUZZ_RANDOM"),
                 suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 TIMEOUT_S = 120
 
