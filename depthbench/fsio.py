@@ -70,6 +70,8 @@ class DirLock:
         self.dir, self.what, self.fd = Path(directory), what, None
 
     def __enter__(self) -> DirLock:
+        if self.dir.exists() and not self.dir.is_dir():
+            raise UserError(f"{self.dir} is a file; choose a directory for the {self.what}")
         self.dir.mkdir(parents=True, exist_ok=True)
         fd = os.open(self.dir / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
         try:

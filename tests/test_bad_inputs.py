@@ -144,7 +144,8 @@ def bad(small_data, trained_run, tmp_path_factory):
                        "spec_table_seed": "[train]\nseeds = [{a = 1}]\n",
                        "spec_huge_depth": '[train]\nschedules = ["uniform:1-99999999999999999999"]\n',
                        "spec_bool_set": '[train]\nset = { rope = "False" }\n',
-                       "spec_budget_nan": "[train]\nbudgets = [nan]\n"}.items():
+                       "spec_budget_nan": "[train]\nbudgets = [nan]\n",
+                       "spec_valid": '[train]\nschedules = ["fixed:2"]\n[serve]\nenabled = false\n'}.items():
         (root / f"{name}.toml").write_text(text)
         paths[name] = root / f"{name}.toml"
     (root / "rows").mkdir()
@@ -257,6 +258,8 @@ def cases():
         ("report-not-numbers", ["report", "{rows_not_numbers}", "--out", "{out}"], "finite numbers"),
         ("report-out-is-input", ["report", "{rows_missing_cols}", "--out", "{rows_missing_cols}"], "would replace the result rows"),
         ("train-resume-into-dataset", ["train", "--data", D, "--out", D, "--resume"], "not a run directory"),
+        ("train-out-is-file", ["train", "--data", D, "--out", "{not_a_dir}"], "is a file; choose a directory for the run directory"),
+        ("run-out-is-file", ["run", "{spec_valid}", "--out", "{not_a_dir}"], "is a file"),
         ("generate-force-over-non-dataset", ["generate", "--out", "{rows_not_numbers}", "--force"], "not a depthbench dataset"),
     ]
 
