@@ -258,7 +258,7 @@ def cases():
         ("report-not-numbers", ["report", "{rows_not_numbers}", "--out", "{out}"], "finite numbers"),
         ("report-out-is-input", ["report", "{rows_missing_cols}", "--out", "{rows_missing_cols}"], "would replace the result rows"),
         ("train-resume-into-dataset", ["train", "--data", D, "--out", D, "--resume"], "not a run directory"),
-        ("train-out-is-file", ["train", "--data", D, "--out", "{not_a_dir}"], "is a file; choose a directory for the run directory"),
+        ("train-out-is-file", ["train", "--data", D, "--out", "{not_a_dir}"], "is a file"),
         ("run-out-is-file", ["run", "{spec_valid}", "--out", "{not_a_dir}"], "is a file"),
         ("generate-force-over-non-dataset", ["generate", "--out", "{rows_not_numbers}", "--force"], "not a depthbench dataset"),
     ]
