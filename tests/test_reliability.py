@@ -285,8 +285,8 @@ def test_a_second_run_of_one_experiment_is_refused(tmp_path):
     finally:
         holder.kill()
         holder.wait()
-    with DirLock(out):  # and a dead holder leaves no stale lock
-        pass
+    with DirLock(out) as lock:  # and a dead holder leaves no stale lock
+        assert (out / ".lock").read_text().strip() == str(os.getpid()) and lock.fd is not None
 
 
 def test_a_full_disk_before_the_first_checkpoint_leaves_no_run_directory(small_data, tmp_path,
