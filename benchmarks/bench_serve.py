@@ -19,10 +19,10 @@ from pathlib import Path
 import torch
 
 from depthbench.checkpoint import load_model, read_run
-from depthbench.config import ModelConfig
+from depthbench.config import ModelConfig, ServeConfig
 from depthbench.data import Dataset
 from depthbench.model import LoopedTransformer
-from depthbench.serving.bench import BenchConfig, dataset_workload, random_workload, serve_bench
+from depthbench.serving.bench import dataset_workload, random_workload, serve_bench
 
 DEFAULT_RUN = Path("runs/quickstart/runs/uniform_1-16-s0")
 
@@ -77,13 +77,13 @@ def main():
     run = trained_run(args.run)
     model, _ = load_model(run)
     ds = Dataset(read_run(run)["data"])
-    cfg = BenchConfig(exit=args.exit, width=args.width, requests=args.requests)
+    cfg = ServeConfig(exit=args.exit, width=args.width, requests=args.requests)
     res = serve_bench(model, dataset_workload(ds, args.requests, 0, 0), cfg, ds.seq_len - 1)
     show(f"(a) trained tiny model {run}, exit {args.exit}, width {args.width}, "
          f"{args.requests} requests", res)
     out["trained"] = res["results"]
     ahead = serve_bench(model, dataset_workload(ds, args.requests, 0, 0),
-                        BenchConfig(exit=args.exit, width=args.width, requests=args.requests,
+                        ServeConfig(exit=args.exit, width=args.width, requests=args.requests,
                                     modes=("cdb",), lookahead=True), ds.seq_len - 1)["results"][0]
     now = next(r for r in res["results"] if r["mode"] == "cdb")
     print(f"lookahead (exit decided one loop early): recall {ahead['exact_match']:.3f} vs "
@@ -96,10 +96,10 @@ def main():
                        n_coda=1, max_seq_len=128)
     model = LoopedTransformer(mcfg).eval()
     reqs = random_workload(256, args.requests, 4, args.new_tokens, 0)
-    cfg = BenchConfig(exit="trace:8", width=args.width, requests=args.requests,
+    cfg = ServeConfig(exit="trace:8", width=args.width, requests=args.requests,
                       modes=("static", "no_refill", "cdb"))
     res = serve_bench(model, reqs, cfg, 4 + args.new_tokens)
-    b1 = serve_bench(model, reqs[:8], BenchConfig(exit="trace:8", width=args.width, requests=8,
+    b1 = serve_bench(model, reqs[:8], ServeConfig(exit="trace:8", width=args.width, requests=8,
                                                    modes=("static", "batch1")), 4 + args.new_tokens)
     res["results"].append({**b1["results"][1], "note": "8-request subsample, speedup vs its own static"})
     show(f"(b) random-weight model d_model={args.d_model} (1 prelude, 2 core, 1 coda layers), "

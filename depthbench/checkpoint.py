@@ -254,3 +254,36 @@ def load_model(run_or_ckpt: str | Path, step: int | None = None, device="cpu"):
         raise CheckpointError(f"{path}: weights do not fit the model config ({str(e)[:120]})") from None
     ck["path"] = str(path)
     return model.to(device).eval(), ck
+
+
+def run_dir_of(run_or_ckpt: str | Path) -> Path | None:
+    """The run directory of a run directory or of a checkpoint inside one (else None)."""
+    p = Path(run_or_ckpt)
+    d = p if p.is_dir() else p.parent.parent
+    return d if (d / "run.json").is_file() else None
+
+
+def check_compatible(ck: dict, ds, data: str | Path) -> None:
+    """The one check that a checkpoint was trained on dataset ``ds`` (read from ``data``)."""
+    if ck.get("dataset_hash") != ds.hash:
+        raise CheckpointError(
+            f"checkpoint {ck.get('path', '')} was trained on dataset "
+            f"{str(ck.get('dataset_hash'))[:12]}, but {data} is {ds.hash[:12]}; pass the --data "
+            "it was trained on")
+
+
+def open_run(run_or_ckpt: str | Path, step: int | None = None, data: str | Path | None = None,
+             device="cpu", verify: bool = True):
+    """``(model, checkpoint dict, run record or {}, Dataset)``: a checkpoint with the dataset it
+    was trained on (``data``, else the one its run records), checked to match."""
+    from depthbench.data import Dataset
+
+    model, ck = load_model(run_or_ckpt, step, device=device)
+    run_dir = run_dir_of(run_or_ckpt)
+    meta = read_run(run_dir) if run_dir is not None else {}
+    data = data or meta.get("data")
+    if not data:
+        raise CheckpointError(f"{run_or_ckpt} records no dataset; pass --data")
+    ds = Dataset(data, verify=verify)
+    check_compatible(ck, ds, data)
+    return model, ck, meta, ds

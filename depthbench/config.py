@@ -1,12 +1,21 @@
-"""Configs of the model and the trainer: keyword-only dataclasses of plain values, validated in
-``__post_init__`` (the error names the field), presets as functions. No torch import here."""
+"""Configs: keyword-only dataclasses of plain values, validated in ``__post_init__`` (the error
+names the field), presets as functions. No torch import here.
+
+``ModelConfig`` and ``TrainConfig`` are a model's shape and its training recipe; ``TrainJob``,
+``EvalConfig``, ``ProbeConfig``, ``ServeConfig`` and ``ReportConfig`` are what one stage action
+needs (paths included), the same object whether the CLI builds it from options, ``--config``
+reads it from a file, or ``depthbench run`` builds it from a spec."""
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
-from dataclasses import dataclass
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
 
+from data_gen.generate import SPLITS
 from depthbench.errors import UserError
 
 
@@ -46,6 +55,27 @@ def _type_problem(value, annotation: str) -> str | None:
     if annotation == "tuple[int, ...]":
         ok = isinstance(value, (list, tuple)) and all(type(v) is int for v in value)
         return None if ok else "must be a list of integers"
+    if annotation == "tuple[str, ...]":
+        ok = isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value)
+        return None if ok else "must be a list of strings"
+    if annotation == "tuple[float, ...]":
+        ok = isinstance(value, (list, tuple)) and all(
+            type(v) in (int, float) and math.isfinite(v) for v in value)
+        return None if ok else "must be a list of numbers"
+    if annotation == "int | None":
+        return None if value is None or type(value) is int else "must be an integer or null"
+    if annotation == "float | None":
+        ok = value is None or (type(value) in (int, float) and math.isfinite(value))
+        return None if ok else "must be a finite number or null"
+    if annotation == "dict":
+        def plain(v):
+            return v is None or type(v) in (bool, int, float, str)
+        ok = isinstance(value, dict) and all(
+            isinstance(k, str) and (plain(v) or (isinstance(v, list) and all(map(plain, v))))
+            for k, v in value.items())
+        return None if ok else "must be a table of plain values"
+    if annotation in ("ModelConfig", "TrainConfig"):
+        return None if type(value).__name__ == annotation else f"must be a {annotation} table"
     raise AssertionError(f"no type check for {annotation}")
 
 
@@ -57,11 +87,14 @@ class _Plain:
             problem = _type_problem(getattr(self, f.name), f.type)
             if problem:
                 raise ConfigError(f"{f.name}: {problem} (got {getattr(self, f.name)!r})")
-            if f.type == "float":
+            if f.type in ("float", "float | None") and getattr(self, f.name) is not None:
                 object.__setattr__(self, f.name, float(getattr(self, f.name)))
+            if f.type.startswith("tuple["):
+                object.__setattr__(self, f.name, tuple(getattr(self, f.name)))
 
     def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        """Plain JSON values (tuples as lists), nested configs as tables."""
+        return json.loads(json.dumps(dataclasses.asdict(self)))
 
     @classmethod
     def from_dict(cls, d: dict):
@@ -266,3 +299,200 @@ def train_preset(name: str) -> TrainConfig:
         raise ConfigError(f"unknown training preset {name!r}; choose one of "
                           f"{', '.join(TRAIN_PRESETS)}")
     return TRAIN_PRESETS[name]()
+
+
+# ---- stage configs ------------------------------------------------------------------------------
+EVAL_SPLITS = SPLITS[1:]
+SERVE_MODES = ("static", "no_refill", "batch1", "cdb")
+KV_POLICIES = ("depth_indexed", "single", "first_then_shared")
+DEVICES = ("auto", "cpu", "cuda")
+
+
+def _depths_ok(spec: str, name: str) -> None:
+    from depthbench.schedules import parse_depths
+    try:
+        parse_depths(spec)
+    except UserError as e:
+        raise ConfigError(f"{name}: {e}") from None
+
+
+def _one_of(value, choices, name: str) -> None:
+    _check(value in choices, name, f"must be one of {', '.join(choices)} (got {value!r})")
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrainJob(_Plain):
+    """One training run: ``train.run_train(job)``."""
+    data: str                      # dataset directory
+    out: str                       # run directory
+    model: ModelConfig = field(default_factory=ModelConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    schedule: str = "uniform:1-16"
+    resume: bool = False           # continue the run in out (start it if there is none)
+    match_flops: str = ""          # RUN: train.steps becomes the steps that spend RUN's FLOPs
+    keep_after_switch: tuple[int, ...] = ()  # also keep the checkpoints at switch + k
+    results: str = ""              # directory for result rows (kinds curve and run); "": none
+    tags: dict = field(default_factory=dict)  # extra columns of every result row
+
+    @classmethod
+    def from_dict(cls, d: dict):
+        d = dict(d)
+        for key, sub in (("model", ModelConfig), ("train", TrainConfig)):
+            if isinstance(d.get(key), dict):
+                d[key] = sub.from_dict(d[key])
+        return super().from_dict(d)
+
+    def __post_init__(self):
+        self._check_types()
+        from depthbench.schedules import parse_schedule
+        try:
+            parse_schedule(self.schedule)
+        except UserError as e:
+            raise ConfigError(f"schedule: {e}") from None
+        _check(all(k >= 0 for k in self.keep_after_switch), "keep_after_switch", "must be >= 0")
+        _check(bool(self.data) and bool(self.out), "data", "data and out must be given")
+
+
+@dataclass(frozen=True, kw_only=True)
+class EvalConfig(_Plain):
+    """A serving-depth sweep of one checkpoint: ``evaluate.run_eval(cfg)``."""
+    run: str                       # run directory or checkpoint file
+    data: str = ""                 # dataset directory ("": the one the run records)
+    depths: str = "1-16"           # serving depths, e.g. 1-16 or 1,4,16
+    splits: tuple[str, ...] = ()   # (): every eval split
+    checkpoint: int | None = None  # step (None: the latest)
+    batch_size: int = 256
+    max_people: int | None = None  # only the first N people of each split
+    out: str = ""                  # result file base ("": RUN/eval/step_NNNNNNN)
+    device: str = "auto"
+    harness: str = "native"        # native | lm-eval (through lm_eval.simple_evaluate)
+    tags: dict = field(default_factory=dict)
+
+    def __post_init__(self):
+        self._check_types()
+        _depths_ok(self.depths, "depths")
+        for s in self.splits:
+            _one_of(s, EVAL_SPLITS, "splits")
+        _one_of(self.device, DEVICES, "device")
+        _one_of(self.harness, ("native", "lm-eval"), "harness")
+        _check(1 <= self.batch_size <= 1 << 20, "batch_size", "must be in 1..1048576")
+        _check(self.max_people is None or self.max_people >= 1, "max_people", "must be >= 1")
+        _check(self.checkpoint is None or self.checkpoint >= 0, "checkpoint", "must be >= 0")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ProbeConfig(_Plain):
+    """The update-benefit probe of one checkpoint: ``probe.run_probe(cfg)``."""
+    run: str
+    checkpoint: int | None = None
+    depth_a: int = 4
+    depth_b: int = 16
+    depths: str = "1-16"           # serving depths the NLL difference is read at
+    batches: int = 8               # training batches averaged over (>= 2, for a CI)
+    max_people: int = 256          # people of eval_reordered the NLL is measured on
+    seed: int = 0
+    lr: float | None = None        # None: the run's next LR (its peak LR after a full decay)
+    out: str = ""                  # result file base ("": RUN/probe/step_N_A_vs_B)
+    device: str = "auto"
+    tags: dict = field(default_factory=dict)
+
+    def __post_init__(self):
+        self._check_types()
+        _depths_ok(self.depths, "depths")
+        for f in ("depth_a", "depth_b"):
+            _check(1 <= getattr(self, f) <= MAX_DEPTH, f, f"must be in 1..{MAX_DEPTH}")
+        _check(2 <= self.batches <= 1 << 16, "batches", "must be in 2..65536")
+        _check(1 <= self.max_people <= 1 << 30, "max_people", "must be >= 1")
+        _check(self.lr is None or self.lr > 0, "lr", "must be > 0")
+        _check(self.checkpoint is None or self.checkpoint >= 0, "checkpoint", "must be >= 0")
+        _check(0 <= self.seed <= 2**32 - 1, "seed", "must be in 0..2**32-1")
+        _one_of(self.device, DEVICES, "device")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ServeConfig(_Plain):
+    """A serving benchmark, every batching mode on one workload: ``serving.bench.run_bench``."""
+    run: str = ""                  # run directory or checkpoint (or random)
+    random: str = ""               # a random-weight model of this model preset instead
+    model_set: dict = field(default_factory=dict)  # model config overrides of random
+    data: str = ""                 # workload dataset ("": the run's)
+    modes: tuple[str, ...] = SERVE_MODES
+    exit: str = "latent:0.05"
+    kv_policy: str = "depth_indexed"
+    width: int = 64                # rows per core launch at most
+    requests: int = 256
+    rate: float = 0.0              # requests/s (Poisson arrivals); 0: all at t = 0 (offline)
+    max_new_tokens: int = 0        # 0: the rest of the dataset sequence (or 32 for random prompts)
+    prompt_len: int = 8            # prompt length of random
+    min_depth: int = 1
+    max_depth: int = 16
+    lookahead: bool = False        # exit decisions one loop ahead
+    admit_min: int = 0             # cdb: free rows needed to admit while busy (0: width // 8)
+    seed: int = 0
+    warmup_requests: int = 4
+    device: str = "auto"
+    out: str = ""                  # result file base ("": no file)
+    save_trace: str = ""           # write the cdb mode's exit depths as a replay trace
+    tags: dict = field(default_factory=dict)
+
+    def __post_init__(self):
+        self._check_types()
+        _check(bool(self.modes), "modes", "must name at least one mode")
+        for m in self.modes:
+            _one_of(m, SERVE_MODES, "modes")
+        _one_of(self.kv_policy, KV_POLICIES, "kv_policy")
+        _one_of(self.device, DEVICES, "device")
+        for f, hi in (("width", 1 << 16), ("requests", 1 << 20), ("min_depth", MAX_DEPTH),
+                      ("max_depth", MAX_DEPTH), ("prompt_len", 1 << 16)):
+            _check(1 <= getattr(self, f) <= hi, f, f"must be in 1..{hi} (got {getattr(self, f)})")
+        for f, hi in (("max_new_tokens", 1 << 16), ("admit_min", 1 << 16),
+                      ("warmup_requests", 1 << 16), ("seed", 2**32 - 1)):
+            _check(0 <= getattr(self, f) <= hi, f, f"must be in 0..{hi} (got {getattr(self, f)})")
+        _check(0 <= self.rate <= 1e9, "rate", "must be in [0, 1e9]")
+        _check(self.min_depth <= self.max_depth, "min_depth", "must be <= max_depth")
+        if self.random:
+            _one_of(self.random, tuple(MODEL_PRESETS), "random")
+        _check(not self.model_set or bool(self.random), "model_set", "only applies to random")
+        from depthbench.serving.exits import parse_exit
+        try:
+            parse_exit(self.exit, self.min_depth, self.max_depth, self.lookahead, self.seed)
+        except UserError as e:
+            raise ConfigError(f"exit: {e}") from None
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReportConfig(_Plain):
+    """A report from result rows: ``report.build_report``."""
+    results: tuple[str, ...]       # result files or directories
+    out: str
+    title: str = "depthbench report"
+    reference: str = ""            # schedule compared with on paired seeds ("": first uniform)
+
+    def __post_init__(self):
+        self._check_types()
+        _check(bool(self.results), "results", "must name at least one result file or directory")
+
+
+STAGE_CONFIGS = {"generate": None, "train": TrainJob, "eval": EvalConfig,
+                 "probe-update": ProbeConfig, "serve-bench": ServeConfig, "report": ReportConfig}
+
+
+def read_config_file(path: str | Path) -> dict:
+    """A config file's table: JSON (``.json``) or TOML (anything else)."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise ConfigError(f"config file {path} does not exist") from None
+    except IsADirectoryError:
+        raise ConfigError(f"config file {path} is a directory") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"config file {path} is not text") from None
+    try:
+        d = json.loads(text) if path.suffix == ".json" else tomllib.loads(text)
+    except (json.JSONDecodeError, tomllib.TOMLDecodeError) as e:
+        kind = "JSON" if path.suffix == ".json" else "TOML"
+        raise ConfigError(f"config file {path} is not valid {kind}: {e}") from None
+    if not isinstance(d, dict):
+        raise ConfigError(f"config file {path} must hold a table of config keys")
+    return d

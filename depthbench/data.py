@@ -24,10 +24,10 @@ from data_gen.generate import (
     manifest_fields,
     sha256_file,
 )
+from depthbench.config import EVAL_SPLITS  # noqa: F401  (re-exported)
 from depthbench.errors import UserError
 from depthbench.vocab import Vocab
 
-EVAL_SPLITS = SPLITS[1:]
 FIX = "regenerate it with `depthbench generate`"
 _HEX = set("0123456789abcdef")
 

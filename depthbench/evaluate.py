@@ -13,8 +13,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from depthbench.checkpoint import open_run, run_dir_of
+from depthbench.config import EVAL_SPLITS, EvalConfig
 from depthbench.data import Dataset, shard_range
+from depthbench.errors import UserError
 from depthbench.metrics import EvalSums, FactIndex
+from depthbench.rows import write_rows
 from depthbench.runtime import Runtime
 
 
@@ -89,84 +93,45 @@ def result_rows(ck: dict, run_meta: dict, run_name: str, ds: Dataset, split: str
     return rows
 
 
-def write_rows(rows: list[dict], out: str | Path) -> tuple[Path, Path]:
-    """Write rows as CSV and JSONL side by side (``out`` with either suffix, or none)."""
-    import json
-
-    import pandas as pd
-
-    from depthbench.fsio import atomic_write_text
-    out = Path(out)
-    base = out.with_suffix("") if out.suffix in (".csv", ".jsonl") else out
-    base.parent.mkdir(parents=True, exist_ok=True)
-    csv, jsonl = base.with_name(base.name + ".csv"), base.with_name(base.name + ".jsonl")
-    atomic_write_text(csv, pd.DataFrame(rows).to_csv(index=False))
-    atomic_write_text(jsonl, "".join(json.dumps(r) + "\n" for r in rows))
-    return csv, jsonl
+def _run_name(run: str | Path) -> str:
+    d = run_dir_of(run)
+    return d.name if d is not None else Path(run).stem
 
 
-def probe_update(run: str | Path, step: int | None, depth_a: int, depth_b: int,
-                 eval_depths: list[int], n_batches: int = 8, eval_people: int = 256,
-                 seed: int = 0, lr: float | None = None) -> list[dict]:
-    """The update-benefit probe: from a checkpoint, take ONE optimizer update at depth A and,
-    separately from the same state, one at depth B on the same batch; report, per serving
-    depth, NLL(after A) - NLL(after B) on eval_reordered (positive: the depth-B update helped
-    more), averaged over ``n_batches`` batches with a 95% confidence interval."""
-    import copy
-    import math
+def run_eval(cfg: EvalConfig) -> dict:
+    """The eval stage: sweep ``cfg.depths`` on every split of a checkpoint (on ``cfg.device``,
+    across torchrun's ranks when there are several) and write its ``eval`` rows.
 
-    from depthbench.checkpoint import load, load_model, read_run
-    from depthbench.config import TrainConfig
-    from depthbench.data import TrainBatches
-    from depthbench.train import make_optimizer
+    Returns the rows and, on the rank that wrote them, the paths of the written files."""
+    from depthbench.runtime import setup, teardown
+    from depthbench.schedules import parse_depths
 
-    model, ck = load_model(run, step)
-    meta = read_run(run)
-    ds = Dataset(meta["data"])
-    if ds.hash != ck.get("dataset_hash"):
-        from depthbench.errors import UserError
-        raise UserError(f"{meta['data']} no longer holds the dataset {run} was trained on")
-    tcfg = TrainConfig.from_dict(ck["train_config"])
-    state = ck["model"]
-    opt_state = load(ck["path"])["optimizer"]
-    batches = TrainBatches(ds.split("train"), tcfg.batch_size, seed + 7919)
-    from depthbench.schedules import parse_schedule
-    from depthbench.train import lr_at
-    # the LR the run's next update would have used; at the end of a decayed run that is 0,
-    # and a zero-LR update measures nothing, so the peak LR stands in
-    if lr is None:
-        lr = lr_at(ck["step"], tcfg, parse_schedule(ck["schedule"])) if ck["step"] < tcfg.steps else 0.0
-        lr = lr if lr > 0 else tcfg.lr
-    diffs = {k: [] for k in eval_depths}
-    for b in range(n_batches):
-        tok = torch.as_tensor(batches.batch(b))
-        nll = {}
-        for depth in (depth_a, depth_b):
-            model.load_state_dict(state)
-            model.zero_grad(set_to_none=True)  # load_state_dict restores weights, not .grad
-            opt = make_optimizer(model, tcfg, torch.device("cpu"))
-            # a copy: on CPU load_state_dict keeps the given moment tensors and AdamW updates
-            # them in place, which would hand the second update the first one's moments
-            opt.load_state_dict(copy.deepcopy(opt_state))
-            for g in opt.param_groups:
-                g["lr"] = lr
-            model.train()
-            logits = model(tok[:, :-1], n_loops=depth)
-            loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]),
-                                                     tok[:, 1:].reshape(-1))
-            loss.backward()
-            if tcfg.grad_clip > 0:
-                torch.nn.utils.clip_grad_norm_(model.parameters(), tcfg.grad_clip)
-            opt.step()
-            res = sweep(model, ds, "eval_reordered", eval_depths, max_rows=eval_people)
-            nll[depth] = {k: s.result(ds.attributes)["nll"] for k, s in res.items()}
-        for k in eval_depths:
-            diffs[k].append(nll[depth_a][k] - nll[depth_b][k])
-    rows = []
-    for k, d in diffs.items():
-        d = np.asarray(d)
-        half = 1.96 * d.std(ddof=1) / math.sqrt(len(d)) if len(d) > 1 else float("nan")
-        rows.append({"run": Path(run).name, "schedule": ck.get("schedule"), "seed": meta.get("seed"),
-                     "step": ck["step"], "depth": k, "depth_a": depth_a, "depth_b": depth_b,
-                     "nll_diff": float(d.mean()), "ci95": float(half), "batches": len(d), "lr": lr})
-    return rows
+    depths, splits = parse_depths(cfg.depths), list(cfg.splits or EVAL_SPLITS)
+    rt = setup(cfg.device)
+    try:
+        model, ck, meta, ds = open_run(cfg.run, cfg.checkpoint, cfg.data or None, rt.device)
+        name = _run_name(cfg.run)
+        if cfg.harness == "lm-eval":
+            try:
+                from depthbench.lm_eval_adapter import harness_sweep
+            except ImportError:
+                raise UserError("--harness lm-eval needs lm-eval: pip install "
+                                "'depthbench[lmeval]'") from None
+            limit = cfg.max_people and cfg.max_people * len(ds.attributes)
+            rows = harness_sweep(cfg.run, str(ds.path), depths, splits, cfg.checkpoint, limit,
+                                 cfg.batch_size)
+        else:
+            rows = []
+            for split in splits:
+                sums = sweep(model.to(rt.device), ds, split, depths, rt, cfg.batch_size,
+                             cfg.max_people)
+                rows += result_rows(ck, meta, name, ds, split, sums)
+    finally:
+        teardown(rt)
+    rows = [{**r, **cfg.tags} for r in rows]
+    summary = {"rows": rows, "step": ck["step"], "ceiling_bits": ds.ceiling_bits}
+    if rt.is_main:
+        out = cfg.out or Path(run_dir_of(cfg.run) or Path(cfg.run).parent) / "eval" / \
+            f"step_{ck['step']:07d}"
+        summary["csv"], summary["jsonl"] = write_rows(rows, out, "eval")
+    return summary

@@ -22,7 +22,7 @@ import torch.nn.functional as F
 from lm_eval.api.model import TemplateLM
 from lm_eval.api.registry import register_model
 
-from depthbench.checkpoint import load_model, read_run
+from depthbench.checkpoint import check_compatible, load_model, read_run
 from depthbench.data import Dataset
 from depthbench.errors import UserError
 
@@ -70,8 +70,7 @@ class DepthbenchLM(TemplateLM):
         if data is None:
             raise UserError(f"cannot find the dataset of {pretrained}; pass data=DIR")
         ds = Dataset(data, verify=False)
-        if ds.hash != ck.get("dataset_hash"):
-            raise UserError(f"{data} is not the dataset {pretrained} was trained on")
+        check_compatible(ck, ds, data)
         self.vocab = ds.vocab
         self.max_len = _int_arg("max_length", max_length) if max_length else self.model.cfg.max_seq_len
         self.exit_spec = exit
@@ -180,7 +179,7 @@ class DepthbenchLM(TemplateLM):
         return req.output
 
 
-TASKS_DIR = Path(__file__).resolve().parents[1] / "tasks"
+TASKS_DIR = Path(__file__).resolve().parent / "tasks"  # package data
 SPLIT_TASKS = {"eval_reordered": "reordered", "eval_seen_order": "seen_order",
                "eval_unseen_people": "unseen_people"}
 

@@ -1,215 +1,119 @@
-"""``depthbench run SPEC.toml``: an experiment grid from dataset to report, resumable.
+"""``depthbench run SPEC``: an experiment grid from dataset to report, resumable.
 
-Stages: generate -> train (every schedule x seed, in a pool of worker processes) -> eval (every
-final checkpoint, plus fixed-first checkpoints at the switch and after it) -> update-benefit
-probe (those fixed-first checkpoints) -> serve-bench -> export of result rows -> report.
+Stages: generate -> train (every schedule x seed) -> eval (every final checkpoint, plus
+fixed-first checkpoints at the switch and after it) -> update-benefit probe (those fixed-first
+checkpoints) -> serve-bench -> report. A stage is one (command, config) pair: run here it calls
+the command's action with the config (``ACTIONS``); ``--plan`` writes the config to
+``OUT/plan/ID.json`` and prints ``depthbench COMMAND --config OUT/plan/ID.json``, the same call
+from a shell. So what is printed and what runs cannot differ.
 
-A finished stage leaves a marker ``OUT/stages/ID.json`` holding the hash of its inputs and
-config; a rerun skips stages whose hash is unchanged and whose outputs exist, and an
-interrupted training run resumes from its last checkpoint. ``--plan`` prints the command of
-every stage instead (training as torchrun commands) for a cluster scheduler.
+A finished stage leaves ``OUT/stages/ID.json`` with its config; a rerun skips it while its
+config, its inputs and its outputs are unchanged, resumes an interrupted training run, and
+refuses (naming the fields that differ) to replace a finished stage whose settings changed
+unless ``--rerun PATTERN`` names it. Stages run in a local process pool, or one job each
+through submitit (SLURM, or submitit's local executor).
 """
 
 from __future__ import annotations
 
+import fnmatch
 import hashlib
 import json
-import math
 import os
 import shlex
 import shutil
 import time
-import tomllib
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from depthbench.config import MAX_DEPTH
+from depthbench.config import (
+    EvalConfig,
+    ProbeConfig,
+    ReportConfig,
+    ServeConfig,
+    TrainJob,
+    model_preset,
+    split_sets,
+    train_preset,
+)
 from depthbench.errors import UserError
 from depthbench.fsio import DirLock, atomic_write_text
+from depthbench.spec import ExperimentSpec, load_spec  # noqa: F401  (load_spec re-exported)
 
-EXPERIMENTS = Path(__file__).resolve().parents[1] / "experiments"
-
-# section -> key -> default; the type of the default is the type a value must have
-SCHEMA: dict[str, dict] = {
-    "": {"name": "experiment"},
-    "data": {"preset": "tiny", "seed": 0, "set": {}},
-    "train": {"preset": "tiny", "schedules": ["uniform:1-16"], "seeds": [0], "steps": 0,
-              "set": {}, "matched_uniform": "", "matched_schedule": "uniform:1-16",
-              "budgets": [], "budget_schedule": "uniform:1-16"},
-    "eval": {"depths": "1-16", "splits": ["eval_reordered", "eval_seen_order",
-                                         "eval_unseen_people"],
-             "switch_checkpoints": [0, 16, 64, 256], "batch_size": 256},
-    "probe": {"enabled": True, "depth_a": 4, "depth_b": 16, "batches": 8, "people": 256},
-    "serve": {"enabled": True, "schedule": "uniform:1-16", "modes": ["static", "no_refill",
-                                                                      "batch1", "cdb"],
-              "exit": "latent:0.05", "kv_policy": "depth_indexed", "requests": 64, "width": 32,
-              "max_depth": 16},
-    "report": {"name": "", "out": ""},
-    "run": {"workers": 0},
-}
+CONFIGS = {"train": TrainJob, "eval": EvalConfig, "probe-update": ProbeConfig,
+           "serve-bench": ServeConfig, "report": ReportConfig}
 
 
-class SpecError(UserError):
-    """An experiment spec with an unknown key, a wrong type or an invalid value."""
+def _generate(cfg: dict) -> None:
+    from data_gen import GenConfig, generate
+    generate(GenConfig.from_dict(cfg["dataset"]), cfg["out"], force=True)
 
 
-def _typename(v) -> str:
-    return {bool: "true/false", int: "an integer", float: "a number", str: "a string",
-            list: "a list", dict: "a table"}[type(v)]
+def _train(job: TrainJob) -> None:
+    from depthbench.train import run_train
+    log_dir = Path(job.out).parent.parent / "logs"
+    log_dir.mkdir(parents=True, exist_ok=True)
+    with open(log_dir / f"train-{Path(job.out).name}.log", "a") as f:
+        run_train(job, progress=False, log=lambda m: print(m, file=f, flush=True))
 
 
-def load_spec(path: str | Path | None) -> dict:
-    """TOML -> validated spec dict (sections of SCHEMA, defaults filled in)."""
-    if path is None:
-        path = EXPERIMENTS / "quickstart.toml"
-    path = Path(path)
-    try:
-        raw = tomllib.loads(path.read_text())
-    except FileNotFoundError:
-        raise SpecError(f"experiment spec {path} does not exist") from None
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
-        raise SpecError(f"experiment spec {path} is not valid TOML: {e}") from None
-    spec = {sec: dict(keys) for sec, keys in SCHEMA.items() if sec}
-    spec["name"] = raw.pop("name", path.stem)
-    if not isinstance(spec["name"], str) or not spec["name"].replace("-", "").replace("_", "").isalnum():
-        raise SpecError(f"{path}: name must be letters, digits, '-' and '_'")
-    for sec, body in raw.items():
-        if sec not in SCHEMA or not sec:
-            raise SpecError(f"{path}: unknown key or section [{sec}]; sections: "
-                            f"{', '.join(s for s in SCHEMA if s)}")
-        if not isinstance(body, dict):
-            raise SpecError(f"{path}: [{sec}] must be a table")
-        for key, value in body.items():
-            if key not in SCHEMA[sec]:
-                raise SpecError(f"{path}: unknown key {sec}.{key}; known: {', '.join(SCHEMA[sec])}")
-            default = SCHEMA[sec][key]
-            is_bool = isinstance(value, bool)
-            ok = isinstance(value, type(default)) and (is_bool == isinstance(default, bool))
-            if isinstance(default, float) and isinstance(value, int) and not is_bool:
-                ok = True
-            if not ok:
-                raise SpecError(f"{path}: {sec}.{key} must be {_typename(default)} (got {value!r})")
-            spec[sec][key] = value
-    _check_shapes(spec, path)
-    _validate(spec, path)
-    return spec
+def _eval(cfg):
+    from depthbench.evaluate import run_eval
+    run_eval(cfg)
 
 
-# list keys -> the type every element must have; number keys -> inclusive bounds
-_ELEMENTS = {("train", "schedules"): str, ("train", "seeds"): int, ("train", "budgets"): float,
-             ("eval", "splits"): str, ("eval", "switch_checkpoints"): int, ("serve", "modes"): str}
-_BOUNDS = {("data", "seed"): (0, 2**32 - 1), ("train", "steps"): (0, 10**9),
-           ("eval", "batch_size"): (1, 1 << 20), ("probe", "depth_a"): (1, MAX_DEPTH),
-           ("probe", "depth_b"): (1, MAX_DEPTH), ("probe", "batches"): (2, 1 << 16),
-           ("probe", "people"): (1, 1 << 30), ("serve", "requests"): (1, 1 << 20),
-           ("serve", "width"): (1, 1 << 16), ("serve", "max_depth"): (1, MAX_DEPTH),
-           ("run", "workers"): (0, 1024)}
+def _probe(cfg):
+    from depthbench.probe import run_probe
+    run_probe(cfg)
 
 
-def _check_shapes(spec: dict, path: Path) -> None:
-    """Element types of lists, scalar values in ``set`` tables, and numeric bounds."""
-    for (sec, key), typ in _ELEMENTS.items():
-        for x in spec[sec][key]:
-            ok = (isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)) \
-                if typ is float else (isinstance(x, typ) and not isinstance(x, bool))
-            if not ok:
-                what = {str: "strings", int: "integers", float: "numbers"}[typ]
-                raise SpecError(f"{path}: {sec}.{key} must be a list of {what} (got {x!r})")
-    for sec in ("data", "train"):
-        for k, v in spec[sec]["set"].items():
-            if isinstance(v, (dict, list)) and not (isinstance(v, list) and all(
-                    isinstance(i, (int, float, str)) for i in v)):
-                raise SpecError(f"{path}: {sec}.set.{k} must be a plain value (got {v!r})")
-    for (sec, key), (lo, hi) in _BOUNDS.items():
-        if not lo <= spec[sec][key] <= hi:
-            raise SpecError(f"{path}: {sec}.{key} must be between {lo} and {hi} "
-                            f"(got {spec[sec][key]})")
-    for seed in spec["train"]["seeds"]:
-        if not 0 <= seed <= 2**32 - 1:
-            raise SpecError(f"{path}: train.seeds must be between 0 and {2**32 - 1} (got {seed})")
+def _serve(cfg):
+    from depthbench.serving.bench import run_bench
+    run_bench(cfg)
 
 
-def _validate(spec: dict, path: Path) -> None:
-    from data_gen import resolve_config
-    from depthbench.config import model_preset, split_sets, train_preset
-    from depthbench.data import EVAL_SPLITS
-    from depthbench.schedules import parse_depths, parse_schedule
-    from depthbench.serving.exits import parse_exit
-    from depthbench.serving.kvcache import KV_POLICIES
-    from depthbench.serving.scheduler import MODES
-
-    def bad(field: str, msg: str):
-        raise SpecError(f"{path}: {field}: {msg}")
-
-    try:
-        resolve_config(spec["data"]["preset"], overrides=spec["data"]["set"], seed=spec["data"]["seed"])
-    except (ValueError, TypeError) as e:
-        bad("data", str(e))
-    t = spec["train"]
-    m, tr = split_sets(t["set"])
-    try:
-        model_preset(t["preset"]).replace(**m)
-        train_preset(t["preset"]).replace(**tr)
-    except UserError as e:
-        bad("train", str(e))
-    if not t["schedules"] or not t["seeds"]:
-        bad("train.schedules", "need at least one schedule and one seed")
-    if len(set(t["schedules"])) != len(t["schedules"]) or len(set(t["seeds"])) != len(t["seeds"]):
-        bad("train.schedules", "schedules and seeds must not repeat")
-    for s in t["schedules"] + ([t["matched_schedule"]] if t["matched_uniform"] else []):
-        try:
-            parse_schedule(s)
-        except UserError as e:
-            bad("train.schedules", str(e))
-    b = t["budgets"]
-    if any(isinstance(x, bool) or not isinstance(x, (int, float)) or not 0 < x <= 1 for x in b) \
-            or len(set(b)) != len(b):
-        bad("train.budgets", "must be distinct fractions of the full FLOP budget in (0, 1], e.g. "
-            "[0.15, 0.45, 1.0]")
-    if b:
-        try:
-            parse_schedule(t["budget_schedule"])
-        except UserError as e:
-            bad("train.budget_schedule", str(e))
-        if t["matched_uniform"]:
-            bad("train.budgets", "budgets and matched_uniform do not combine; use one of them")
-    if t["matched_uniform"] and t["matched_uniform"] not in t["schedules"]:
-        bad("train.matched_uniform", f"{t['matched_uniform']!r} is not one of train.schedules")
-    if any(not isinstance(x, int) or x < 0 for x in t["seeds"]) or t["steps"] < 0:
-        bad("train.seeds", "seeds and steps must be integers >= 0")
-    try:
-        parse_depths(spec["eval"]["depths"])
-    except UserError as e:
-        bad("eval.depths", str(e))
-    for s in spec["eval"]["splits"]:
-        if s not in EVAL_SPLITS:
-            bad("eval.splits", f"unknown split {s!r}; choose from {', '.join(EVAL_SPLITS)}")
-    if any(not isinstance(x, int) or x < 0 for x in spec["eval"]["switch_checkpoints"]):
-        bad("eval.switch_checkpoints", "must be integers >= 0")
-    p = spec["probe"]
-    if p["depth_a"] < 1 or p["depth_b"] < 1 or p["batches"] < 2 or p["people"] < 1:
-        bad("probe", "depth_a and depth_b must be >= 1, batches >= 2, people >= 1")
-    sv = spec["serve"]
-    if any(mo not in MODES for mo in sv["modes"]) or not sv["modes"]:
-        bad("serve.modes", f"choose from {', '.join(MODES)}")
-    if sv["kv_policy"] not in KV_POLICIES:
-        bad("serve.kv_policy", f"choose one of {', '.join(KV_POLICIES)}")
-    if sv["requests"] < 1 or sv["width"] < 1 or sv["max_depth"] < 1:
-        bad("serve", "requests, width and max_depth must be >= 1")
-    try:
-        parse_exit(sv["exit"], 1, sv["max_depth"])
-    except UserError as e:
-        bad("serve.exit", str(e))
-    if sv["enabled"] and sv["schedule"] not in t["schedules"]:
-        bad("serve.schedule", f"{sv['schedule']!r} is not one of train.schedules")
-    if spec["run"]["workers"] < 0:
-        bad("run.workers", "must be >= 0 (0: one per CPU core)")
+def _report(cfg):
+    from depthbench.report import run_report
+    run_report(cfg)
 
 
-# ---- stages ----------------------------------------------------------------------------------------
+ACTIONS = {"generate": _generate, "train": _train, "eval": _eval, "probe-update": _probe,
+           "serve-bench": _serve, "report": _report}
+
+
+def run_stage(command: str, config: dict, cwd: str | None = None, threads: int = 0) -> None:
+    """Run one stage from its plain config (in this process, a pool worker or a submitit job)."""
+    if cwd:
+        os.chdir(cwd)
+    if threads:
+        import torch
+        torch.set_num_threads(threads)
+    if os.environ.get("SUBMITIT_EXECUTOR") == "slurm" and int(os.environ.get("SLURM_NTASKS", 1)) > 1:
+        import submitit  # several tasks: torchrun's environment from SLURM's
+        submitit.helpers.TorchDistributedEnvironment().export(set_cuda_visible_devices=False)
+    cls = CONFIGS.get(command)
+    ACTIONS[command](cls.from_dict(config) if cls else config)
+
+
 def _hash(obj) -> str:
     return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def _flat(d, prefix: str = "") -> dict:
+    if not isinstance(d, dict):
+        return {prefix: d}
+    out = {}
+    for k, v in d.items():
+        out.update(_flat(v, f"{prefix}.{k}" if prefix else str(k)))
+    return out
+
+
+def differences(old: dict, new: dict) -> list[str]:
+    """``key: old -> new`` for every (dotted) key whose value differs."""
+    a, b = _flat(old), _flat(new)
+    return [f"{k}: {json.dumps(a.get(k))} -> {json.dumps(b.get(k))}"
+            for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
 
 
 def slug(schedule: str, seed: int) -> str:
@@ -219,63 +123,236 @@ def slug(schedule: str, seed: int) -> str:
 @dataclass
 class Stage:
     id: str
-    key: dict
+    command: str
+    config: dict                   # the plain config of the command's action
     outputs: list[Path]
-    command: list[str]
-    fn: str = ""                       # name of the function in this module that runs it
-    args: dict = field(default_factory=dict)
+    after: list[str] = field(default_factory=list)  # stages whose outputs it reads
+    gpus: int = 0                  # SLURM: GPUs (torchrun-style tasks) of a training stage
+
+    def __post_init__(self):  # plain JSON values, as the marker and the plan file hold them
+        self.config = json.loads(json.dumps(self.config))
+
+    def argv(self, config_file: Path) -> list[str]:
+        if self.command == "generate":
+            return ["depthbench", "generate", "--config", str(config_file), "--out",
+                    self.config["out"], "--force"]
+        head = ["depthbench"]
+        if self.command == "train":
+            head = ["torchrun", "--standalone", f"--nproc_per_node={max(1, self.gpus)}", "-m",
+                    "depthbench"]
+        return [*head, self.command, "--config", str(config_file)]
+
+    def file_config(self) -> dict:
+        return self.config["dataset"] if self.command == "generate" else self.config
 
 
 class Pipeline:
-    def __init__(self, spec: dict, out: Path, log=print):
+    def __init__(self, spec: ExperimentSpec, out: Path, log=print, rerun=(), executor="local"):
         self.spec, self.out, self.log = spec, Path(out), log
-        self.data = self.out / "data"
-        self.results = self.out / "results"
-        name = spec["report"]["name"] or spec["name"]
-        self.report_dir = Path(spec["report"]["out"] or Path("reports") / name)
-        self.stages_dir = self.out / "stages"
+        self.rerun, self.executor = tuple(rerun), executor
+        self.data, self.results = self.out / "data", self.out / "results"
+        self.report_dir = Path(spec.report.out or Path("reports") / (spec.report.name or spec.name))
+        self.stages_dir, self.plan_dir = self.out / "stages", self.out / "plan"
+        self.keys: dict[str, str] = {}  # stage id -> hash of its config and inputs
+
+    # ---- the grid -------------------------------------------------------------------------------
+    def stages(self) -> list[list[Stage]]:
+        """The stages in groups; a group runs after the one before it has finished."""
+        from data_gen import resolve_config
+        s = self.spec
+        gen_cfg = resolve_config(s.data.preset, overrides=s.data.set, seed=s.data.seed)
+        gen = Stage("generate", "generate", {"out": str(self.data), "dataset": gen_cfg.to_dict()},
+                    [self.data / "manifest.json"])
+        trains, matched = self._train_stages(gen_cfg)
+        runs = trains + matched
+        evals = [st for t in runs for st in self._eval_stages(t)]
+        probes = [st for t in runs for st in self._probe_stages(t)] if s.probe.enabled else []
+        serve = self._serve_stage(runs) if s.serve.enabled else []
+        report = Stage("report", "report", ReportConfig(
+            results=(str(self.results),), out=str(self.report_dir), title=s.name).to_dict(),
+            [self.report_dir / "index.html"], [st.id for st in evals + probes + serve + runs])
+        return [g for g in ([gen], trains, matched, evals + probes + serve, [report]) if g]
+
+    def _device(self) -> str:
+        return self.spec.run.device or train_preset(self.spec.train.preset).device
+
+    def _train_stages(self, gen_cfg) -> tuple[list[Stage], list[Stage]]:
+        from depthbench.schedules import parse_schedule
+        t = self.spec.train
+        m_over, t_over = split_sets(t.set)
+        mcfg = model_preset(t.preset).replace(**m_over)
+        base = train_preset(t.preset).replace(**t_over)
+        base = base.replace(steps=t.steps) if t.steps else base
+        gpus = 1 if base.device == "cuda" else 0
+        keep = tuple(self.spec.eval.switch_checkpoints)
+
+        def stage(schedule, seed, steps, tag="", match="", tags=None, after=()):
+            name = tag + slug(schedule, seed)
+            job = TrainJob(data=str(self.data), out=str(self.out / "runs" / name), model=mcfg,
+                           train=base.replace(steps=steps, seed=seed), schedule=schedule,
+                           resume=True, match_flops=match, keep_after_switch=keep,
+                           results=str(self.results), tags=tags or {})
+            return Stage(f"train-{name}", "train", job.to_dict(),
+                         [Path(job.out) / "checkpoints" / "latest"], ["generate", *after], gpus)
+
+        # the most expensive runs (deepest mean depth) first, so the pool finishes together
+        by_cost = sorted(t.schedules, key=lambda s: -parse_schedule(s).depths(base.steps, 0).mean())
+        if t.budgets:
+            steps_of = budget_steps(gen_cfg, mcfg, base, t.budget_schedule)
+            trains = [stage(s, seed, steps_of(s, b, seed), f"b{round(100 * b):03d}-", tags={"budget": b})
+                      for b in sorted(t.budgets, reverse=True) for s in by_cost for seed in t.seeds]
+        else:
+            trains = [stage(s, seed, base.steps) for s in by_cost for seed in t.seeds]
+        matched = []
+        if t.matched_uniform:
+            for seed in t.seeds:
+                ref = next(st for st in trains if st.id == f"train-{slug(t.matched_uniform, seed)}")
+                matched.append(stage(t.matched_schedule, seed, base.steps, "matched-",
+                                     match=ref.config["out"], after=[ref.id]))
+        return trains, matched
+
+    def _checkpoints(self, train: Stage) -> list[int | None]:
+        """Steps to evaluate: the final one, and switch + k of a fixed-first run whose steps
+        are known before it runs (a FLOP-matched run's are not: only its final checkpoint)."""
+        from depthbench.schedules import parse_schedule
+        job = train.config
+        if job["match_flops"]:
+            return [None]
+        steps = job["train"]["steps"]
+        switch = parse_schedule(job["schedule"]).switch_step(steps)
+        keep = {switch + k for k in job["keep_after_switch"] if 0 < switch + k <= steps} \
+            if switch is not None else set()
+        return sorted(keep | {steps})
+
+    def _eval_stages(self, train: Stage) -> list[Stage]:
+        e, name, out = self.spec.eval, Path(train.config["out"]).name, []
+        for step in self._checkpoints(train):
+            tag = "final" if step is None else f"{step:07d}"
+            base = self.results / "eval" / f"{name}_step{tag}"
+            cfg = EvalConfig(run=train.config["out"], depths=e.depths, splits=e.splits,
+                             checkpoint=step, batch_size=e.batch_size, out=str(base),
+                             device=self._device(), tags=train.config["tags"])
+            out.append(Stage(f"eval-{name}-{tag}", "eval", cfg.to_dict(),
+                             [base.with_name(base.name + ".jsonl")], [train.id]))
+        return out
+
+    def _probe_stages(self, train: Stage) -> list[Stage]:
+        from depthbench.schedules import parse_schedule
+        p, name, out = self.spec.probe, Path(train.config["out"]).name, []
+        if parse_schedule(train.config["schedule"]).kind != "fixed-first":
+            return []
+        steps = self._checkpoints(train)
+        for step in steps[:-1]:  # the kept checkpoints around the switch, not the final one
+            base = self.results / "probe" / f"{name}_step{step:07d}"
+            cfg = ProbeConfig(run=train.config["out"], checkpoint=step, depth_a=p.depth_a,
+                              depth_b=p.depth_b, depths=self.spec.eval.depths, batches=p.batches,
+                              max_people=p.max_people, out=str(base), device=self._device(),
+                              tags=train.config["tags"])
+            out.append(Stage(f"probe-{name}-{step}", "probe-update", cfg.to_dict(),
+                             [base.with_name(base.name + ".jsonl")], [train.id]))
+        return out
+
+    def _serve_stage(self, runs: list[Stage]) -> list[Stage]:
+        sv, seed = self.spec.serve, self.spec.train.seeds[0]
+        target = next(t for t in runs if t.config["schedule"] == sv.schedule
+                      and t.config["train"]["seed"] == seed)
+        base = self.results / "serve"
+        cfg = ServeConfig(run=target.config["out"], modes=sv.modes, exit=sv.exit,
+                          kv_policy=sv.kv_policy, width=sv.width, requests=sv.requests,
+                          max_depth=sv.max_depth, device=self._device(), out=str(base))
+        return [Stage("serve", "serve-bench", cfg.to_dict(), [base.with_name("serve.jsonl")],
+                      [target.id])]
 
     # ---- bookkeeping -------------------------------------------------------------------------
-    def _done(self, st: Stage) -> bool:
-        f = self.stages_dir / f"{st.id}.json"
-        if not f.is_file():
-            return False
+    def _key(self, st: Stage) -> str:
+        return _hash({"config": st.config, "after": [self.keys.get(a) for a in st.after]})
+
+    def _todo(self, st: Stage) -> bool:
+        """Whether ``st`` must run: it has not finished, its inputs were rerun, or its settings
+        changed and --rerun names it (then its old outputs are removed)."""
+        self.keys[st.id] = self._key(st)
+        marker = self.stages_dir / f"{st.id}.json"
         try:
-            rec = json.loads(f.read_text())
-        except json.JSONDecodeError:
-            return False
-        return rec.get("key") == _hash(st.key) and all(Path(o).exists() for o in st.outputs)
+            rec = json.loads(marker.read_text())
+            old = rec["config"]
+        except (OSError, ValueError, KeyError, TypeError):
+            rec, old = None, self._unmarked_run(st)
+        if old is None or old == st.config:
+            return not (rec and rec.get("key") == self.keys[st.id]
+                        and all(Path(o).exists() for o in st.outputs))
+        diff = differences(old, st.config)
+        if not any(fnmatch.fnmatchcase(st.id, p) or p == "all" for p in self.rerun):
+            raise UserError(f"stage {st.id} finished with other settings ({'; '.join(diff[:4])}"
+                            f"{'; ...' if len(diff) > 4 else ''}); rerun it with --rerun "
+                            f"'{st.id}' (patterns such as 'train-*' work), or give another --out")
+        self.log(f"rerun {st.id}: {'; '.join(diff[:4])}")
+        if st.command == "train" and Path(st.config["out"]).exists():
+            shutil.rmtree(st.config["out"])
+        marker.unlink(missing_ok=True)
+        return True
+
+    def _unmarked_run(self, st: Stage) -> dict | None:
+        """A training run without a marker (interrupted): the config it was started with, if
+        that differs from this stage's (None: nothing to compare, or the same run)."""
+        if st.command != "train" or not (Path(st.config["out"]) / "run.json").is_file():
+            return None
+        from depthbench.checkpoint import read_run
+        from depthbench.train import _same_run, job_record
+        old = read_run(st.config["out"])
+        if not _same_run(old, job_record(TrainJob.from_dict(st.config))):
+            return None
+        return {"model": old["model"], "train": old["train"], "schedule": old["schedule"],
+                "dataset_hash": old["dataset_hash"]}
 
     def _mark(self, st: Stage) -> None:
         self.stages_dir.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(self.stages_dir / f"{st.id}.json",
-                          json.dumps({"key": _hash(st.key), "outputs": [str(o) for o in st.outputs],
-                                      "finished": time.time()}) + "\n")
+        atomic_write_text(self.stages_dir / f"{st.id}.json", json.dumps(
+            {"key": self.keys[st.id], "config": st.config, "command": st.command,
+             "outputs": [str(o) for o in st.outputs], "finished": time.time()}, indent=1) + "\n")
 
-    def _workers(self, n_jobs: int) -> int:
-        w = self.spec["run"]["workers"] or (os.cpu_count() or 1)
-        return max(1, min(w, n_jobs))
+    # ---- running -------------------------------------------------------------------------------
+    def run(self, plan: bool = False) -> dict:
+        if plan:
+            return self._plan()
+        with DirLock(self.out, "experiment directory"):
+            t0, groups = time.perf_counter(), self.stages()
+            for group in groups:
+                todo = [st for st in group if self._todo(st)]
+                for st in group:
+                    if st not in todo:
+                        self.log(f"skip {st.id} (done)")
+                self._execute(todo)
+            n_runs = sum(st.command == "train" for g in groups for st in g)
+            return {"out": str(self.out), "report": str(self.report_dir),
+                    "files": len(list(self.report_dir.iterdir())), "runs": n_runs,
+                    "seconds": time.perf_counter() - t0}
 
-    def _run_stages(self, stages: list[Stage], plan: bool) -> None:
-        todo = []
-        for st in stages:
-            if plan:
-                self.log(shlex.join(st.command))
-            elif self._done(st):
-                self.log(f"skip {st.id} (done)")
-            else:
-                todo.append(st)
-        if plan or not todo:
+    def _plan(self) -> dict:
+        lines = []
+        for group in self.stages():
+            for st in group:
+                f = self.plan_dir / f"{st.id}.json"
+                f.parent.mkdir(parents=True, exist_ok=True)
+                atomic_write_text(f, json.dumps(st.file_config(), indent=1) + "\n")
+                lines.append(shlex.join(st.argv(f)))
+        for line in lines:
+            self.log(line)
+        return {"plan": True, "commands": lines}
+
+    def _execute(self, todo: list[Stage]) -> None:
+        if not todo:
             return
-        workers = self._workers(len(todo))
-        if workers == 1 or len(todo) == 1:
+        if self.executor != "local":
+            return self._submit(todo)
+        workers = max(1, min(self.spec.run.workers or (os.cpu_count() or 1), len(todo)))
+        if workers == 1:
             for st in todo:
                 self.log(f"run  {st.id}")
-                globals()[st.fn](**st.args)
+                run_stage(st.command, st.config)
                 self._mark(st)
             return
-        with ProcessPoolExecutor(max_workers=workers, initializer=_worker_init) as pool:
-            futs = {pool.submit(_call, st.fn, st.args): st for st in todo}
+        with ProcessPoolExecutor(max_workers=workers) as pool:
+            futs = {pool.submit(run_stage, st.command, st.config, None, 1): st for st in todo}
             for st in todo:
                 self.log(f"run  {st.id}")
             for fut, st in futs.items():
@@ -283,141 +360,32 @@ class Pipeline:
                 self._mark(st)
                 self.log(f"done {st.id}")
 
-    # ---- the grid ------------------------------------------------------------------------------
-    def run(self, plan: bool = False) -> dict:
-        if plan:
-            return self._run(plan)
-        with DirLock(self.out, "experiment directory"):
-            return self._run(plan)
-
-    def _run(self, plan: bool) -> dict:
-        from data_gen import resolve_config
-        from depthbench.config import model_preset, split_sets, train_preset
-        from depthbench.schedules import parse_schedule
-        from depthbench.train import matched_steps
-
-        spec, t0 = self.spec, time.perf_counter()
-        d = spec["data"]
-        gen_cfg = resolve_config(d["preset"], overrides=d["set"], seed=d["seed"])
-        gen = Stage("generate", {"config": gen_cfg.to_dict()}, [self.data / "manifest.json"],
-                    ["depthbench", "generate", "--out", str(self.data), "--preset", d["preset"],
-                     "--seed", str(d["seed"]), "--force",
-                     *sum((["--set", f"{k}={json.dumps(v)}"] for k, v in d["set"].items()), [])],
-                    "_stage_generate", {"cfg": gen_cfg.to_dict(), "out": str(self.data)})
-        self._run_stages([gen], plan)
-
-        t = spec["train"]
-        m_over, t_over = split_sets(t["set"])
-        mcfg = model_preset(t["preset"]).replace(**m_over)
-        base_tcfg = train_preset(t["preset"]).replace(**t_over)
-        if t["steps"]:
-            base_tcfg = base_tcfg.replace(steps=t["steps"])
-        runs: dict[str, dict] = {}
-
-        def train_stage(schedule: str, seed: int, steps: int, tag: str = "") -> Stage:
-            sched = parse_schedule(schedule)
-            keep = ()
-            switch = sched.switch_step(steps)
-            if switch is not None:
-                keep = tuple(sorted({switch + k for k in spec["eval"]["switch_checkpoints"]
-                                     if 0 < switch + k <= steps}))
-            tcfg = base_tcfg.replace(steps=steps, seed=seed, keep_steps=keep)
-            name = tag + slug(schedule, seed)
-            run_dir = self.out / "runs" / name
-            runs[name] = {"dir": run_dir, "schedule": schedule, "seed": seed, "keep": keep,
-                          "steps": steps, "switch": switch}
-            sets = [f"{k}={json.dumps(v)}" for k, v in {**m_over, **t_over}.items()]
-            cmd = ["torchrun", "--standalone", "--nproc_per_node=1", "-m", "depthbench", "train",
-                   "--data", str(self.data), "--out", str(run_dir), "--preset", t["preset"],
-                   "--schedule", schedule, "--seed", str(seed), "--steps", str(steps),
-                   *sum((["--set", s] for s in sets), []),
-                   *(["--set", f"keep_steps={json.dumps(list(keep))}"] if keep else []), "--resume"]
-            return Stage(f"train-{name}", {"model": mcfg.to_dict(), "train": tcfg.to_dict(),
-                                           "schedule": schedule, "data": gen_cfg.to_dict()},
-                         [run_dir / "checkpoints" / f"step_{steps:07d}.pt"], cmd, "_stage_train",
-                         {"data": str(self.data), "out": str(run_dir), "model": mcfg.to_dict(),
-                          "train": tcfg.to_dict(), "schedule": schedule})
-
-        # the most expensive runs (deepest mean depth) first, so the pool finishes together
-        by_cost = sorted(t["schedules"], key=lambda s: -parse_schedule(s).depths(
-            base_tcfg.steps, 0).mean())
-        if t["budgets"]:
-            steps_of = budget_steps(gen_cfg, mcfg, base_tcfg, t["budget_schedule"])
-            trains = []
-            for b in sorted(t["budgets"], reverse=True):
-                for s in by_cost:
-                    for seed in t["seeds"]:
-                        trains.append(train_stage(s, seed, steps_of(s, b, seed),
-                                                  tag=f"b{round(100 * b):03d}-"))
-                        runs[trains[-1].id.removeprefix("train-")]["budget"] = b
-        else:
-            trains = [train_stage(s, seed, base_tcfg.steps) for s in by_cost for seed in t["seeds"]]
-        self._run_stages(trains, plan)
-        if t["matched_uniform"]:
-            matched = []
-            for seed in t["seeds"]:
-                ref = runs[slug(t["matched_uniform"], seed)]
-                steps = base_tcfg.steps if plan else matched_steps(
-                    ref["dir"], t["matched_schedule"], self.data, mcfg, base_tcfg.batch_size, seed)
-                matched.append(train_stage(t["matched_schedule"], seed, steps, tag="matched-"))
-            self._run_stages(matched, plan)
-
-        # ---- eval and probe ------------------------------------------------------------------
-        ev = spec["eval"]
-        evals, probes = [], []
-        for name, r in runs.items():
-            for step in sorted({r["steps"], *r["keep"]}):
-                out = self.results / "eval" / f"{name}_step{step:07d}"
-                evals.append(Stage(
-                    f"eval-{name}-{step}", {"train": _hash(str(r)), "eval": ev, "step": step},
-                    [out.with_name(out.name + ".jsonl")],
-                    ["depthbench", "eval", str(r["dir"]), "--depths", ev["depths"], "--checkpoint",
-                     str(step), "--out", str(out), *sum((["--split", s] for s in ev["splits"]), [])],
-                    "_stage_eval", {"run": str(r["dir"]), "step": step, "depths": ev["depths"],
-                                    "splits": ev["splits"], "out": str(out),
-                                    "batch_size": ev["batch_size"],
-                                    "tags": {"budget": r["budget"]} if "budget" in r else {}}))
-            p = spec["probe"]
-            if p["enabled"] and r["switch"] is not None:
-                for step in r["keep"]:
-                    out = self.results / "probe" / f"{name}_step{step:07d}"
-                    probes.append(Stage(
-                        f"probe-{name}-{step}", {"train": _hash(str(r)), "probe": p, "step": step,
-                                                 "depths": ev["depths"]},
-                        [out.with_name(out.name + ".jsonl")],
-                        ["depthbench", "probe-update", str(r["dir"]), "--step", str(step),
-                         "--depths-a", str(p["depth_a"]), "--depths-b", str(p["depth_b"]),
-                         "--depths", ev["depths"], "--batches", str(p["batches"]),
-                         "--max-people", str(p["people"]), "--out", str(out)],
-                        "_stage_probe", {"run": str(r["dir"]), "step": step, "probe": p,
-                                         "depths": ev["depths"], "out": str(out),
-                                         "switch": r["switch"]}))
-        self._run_stages(evals + probes, plan)
-
-        # ---- serve-bench -----------------------------------------------------------------------
-        sv = spec["serve"]
-        if sv["enabled"]:
-            target = runs[slug(sv["schedule"], t["seeds"][0])]
-            out = self.results / "serve"
-            self._run_stages([Stage(
-                "serve", {"train": _hash(str(target)), "serve": sv},
-                [out.with_name("serve.jsonl")],
-                ["depthbench", "serve-bench", str(target["dir"]), "--modes", ",".join(sv["modes"]),
-                 "--exit", sv["exit"], "--kv-policy", sv["kv_policy"], "--requests",
-                 str(sv["requests"]), "--width", str(sv["width"]), "--max-depth", str(sv["max_depth"]),
-                 "--out", str(out)],
-                "_stage_serve", {"run": str(target["dir"]), "serve": sv, "out": str(out)})], plan)
-
-        # ---- result rows of the training runs, then the report ----------------------------------
-        if plan:
-            self.log(shlex.join(["depthbench", "report", str(self.results), "--out",
-                                 str(self.report_dir)]))
-            return {"plan": True}
-        _export_training(runs, self.results)
-        from depthbench.report import build_report
-        files = build_report([self.results], self.report_dir, title=spec["name"])
-        return {"out": str(self.out), "report": str(self.report_dir), "files": len(files),
-                "runs": len(runs), "seconds": time.perf_counter() - t0}
+    def _submit(self, todo: list[Stage]) -> None:
+        """One submitit job per stage (SLURM, or submitit's local executor); waits for all."""
+        try:
+            import submitit
+        except ImportError:
+            raise UserError("--executor slurm needs submitit: pip install submitit") from None
+        folder = self.out / "submitit"
+        cluster = "slurm" if self.executor == "slurm" else "local"
+        jobs = []
+        for st in todo:
+            ex = submitit.AutoExecutor(folder=folder, cluster=cluster)
+            params = {"timeout_min": 60 * 24, **self.spec.run.slurm} if cluster == "slurm" \
+                else {"timeout_min": 60 * 24}
+            if cluster == "slurm" and st.gpus:
+                params.update(gpus_per_node=st.gpus, tasks_per_node=st.gpus)
+            ex.update_parameters(name=f"depthbench-{st.id}", **params)
+            jobs.append((ex.submit(run_stage, st.command, st.config, os.getcwd(), 1), st))
+            self.log(f"submitted {st.id} (job {jobs[-1][0].job_id})")
+        for job, st in jobs:
+            try:
+                job.result()
+            except Exception as e:  # a failed job: its own log holds the traceback
+                last = str(e).strip().splitlines()[-1] if str(e).strip() else type(e).__name__
+                raise UserError(f"stage {st.id} failed ({last[:200]}); see {job.paths.stderr}") from None
+            self._mark(st)
+            self.log(f"done {st.id}")
 
 
 def budget_steps(gen_cfg, mcfg, tcfg, budget_schedule: str):
@@ -435,103 +403,3 @@ def budget_steps(gen_cfg, mcfg, tcfg, budget_schedule: str):
     def steps_of(schedule: str, fraction: float, seed: int) -> int:
         return match_steps(fm, parse_schedule(schedule), fraction * full, tcfg.steps, seed, tps)
     return steps_of
-
-
-# ---- stage bodies (run in worker processes) ---------------------------------------------------------
-def _worker_init():
-    import torch
-    torch.set_num_threads(1)
-
-
-def _call(fn: str, args: dict):
-    return globals()[fn](**args)
-
-
-def _stage_generate(cfg: dict, out: str):
-    from data_gen import GenConfig, generate
-    generate(GenConfig.from_dict(cfg), out, force=True)
-
-
-def _stage_train(data: str, out: str, model: dict, train: dict, schedule: str):
-    from depthbench.config import ModelConfig, TrainConfig
-    from depthbench.train import train as run_train
-    out_p = Path(out)
-    resume = (out_p / "run.json").is_file()
-    if resume:
-        try:  # a run dir from another config is replaced, an interrupted one continues
-            old = json.loads((out_p / "run.json").read_text())
-            want = json.loads(json.dumps(TrainConfig.from_dict(train).to_dict()))
-            if old.get("train") != want or old.get("schedule") != schedule:
-                shutil.rmtree(out_p)
-                resume = False
-        except json.JSONDecodeError:
-            shutil.rmtree(out_p)
-            resume = False
-    log_dir = out_p.parent.parent / "logs"
-    log_dir.mkdir(parents=True, exist_ok=True)
-    with open(log_dir / f"train-{out_p.name}.log", "a") as logf:
-        run_train(data, out, ModelConfig.from_dict(model), TrainConfig.from_dict(train), schedule,
-                  resume=resume, progress=False, log=lambda m: print(m, file=logf, flush=True))
-
-
-def _stage_eval(run: str, step: int, depths: str, splits: list[str], out: str, batch_size: int,
-                tags: dict | None = None):
-    from depthbench.checkpoint import load_model, read_run
-    from depthbench.data import Dataset
-    from depthbench.evaluate import result_rows, sweep, write_rows
-    from depthbench.schedules import parse_depths
-    model, ck = load_model(run, step)
-    meta = read_run(run)
-    ds = Dataset(meta["data"])
-    rows = []
-    for split in splits:
-        sums = sweep(model, ds, split, parse_depths(depths), None, batch_size)
-        rows += result_rows(ck, meta, Path(run).name, ds, split, sums)
-    write_rows([{**r, **(tags or {})} for r in rows], out)
-
-
-def _stage_probe(run: str, step: int, probe: dict, depths: str, out: str, switch: int):
-    from depthbench.evaluate import probe_update, write_rows
-    from depthbench.schedules import parse_depths
-    rows = probe_update(run, step, probe["depth_a"], probe["depth_b"], parse_depths(depths),
-                        probe["batches"], probe["people"])
-    for r in rows:
-        r["updates_after_switch"] = step - switch
-    write_rows(rows, out)
-
-
-def _stage_serve(run: str, serve: dict, out: str):
-    from depthbench.checkpoint import load_model, read_run
-    from depthbench.data import Dataset
-    from depthbench.serving.bench import BenchConfig, dataset_workload, serve_bench
-    model, ck = load_model(run)
-    ds = Dataset(read_run(run)["data"])
-    cfg = BenchConfig(modes=tuple(serve["modes"]), exit=serve["exit"], kv_policy=serve["kv_policy"],
-                      width=serve["width"], requests=serve["requests"], max_depth=serve["max_depth"])
-    res = serve_bench(model, dataset_workload(ds, serve["requests"], 0, 0), cfg, ds.seq_len - 1)
-    from depthbench.evaluate import write_rows
-    from depthbench.serving.bench import result_rows
-    write_rows(result_rows(res, run=Path(run).name, schedule=ck.get("schedule"), exit=serve["exit"],
-                           kv_policy=serve["kv_policy"], width=serve["width"]), Path(out))
-
-
-def _export_training(runs: dict, results: Path) -> None:
-    """Training curves and run summaries as result rows (reports read rows, never run dirs)."""
-    from depthbench.checkpoint import read_run
-    from depthbench.evaluate import write_rows
-    from depthbench.train import metrics_rows
-    curves, summary = [], []
-    for name, r in runs.items():
-        rec = read_run(r["dir"])
-        rows = [x for x in metrics_rows(r["dir"]) if "loss" in x]
-        tags = {"budget": r["budget"]} if "budget" in r else {}
-        for x in rows:
-            curves.append({"run": name, "schedule": r["schedule"], "seed": r["seed"],
-                           "switch_step": r["switch"], **tags, **x})
-        last = rows[-1]
-        summary.append({"run": name, "schedule": r["schedule"], "seed": r["seed"],
-                        "steps": r["steps"], "final_loss": last["loss"],
-                        "modeled_train_flops": last["flops"], "wall_clock_s": last["wall_clock"],
-                        "switch_step": r["switch"], "dataset_hash": rec["dataset_hash"], **tags})
-    write_rows(curves, results / "train_curves")
-    write_rows(summary, results / "runs")

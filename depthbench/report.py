@@ -1,12 +1,9 @@
 """``depthbench report``: result rows -> a self-contained ``reports/NAME/`` (index.html,
 README.md, PNG figures). Reads result files only and never loads a model.
 
-Row kinds are told apart by their columns:
-    eval        run, schedule, seed, step, depth, split, nll, bits_per_person, exact_match, ...
-    probe       ..., depth, nll_diff, ci95, updates_after_switch
-    serve       mode, tokens_per_s, speedup, ceiling, ...
-    curves      run, schedule, seed, step, K, loss, switch_step
-    runs        run, schedule, seed, final_loss, modeled_train_flops, wall_clock_s
+Every row names its kind in a ``kind`` column (``depthbench.rows``); the report dispatches on
+it and checks each kind's required columns (SCHEMA). Rows written before the column existed
+are told apart by their columns.
 """
 
 from __future__ import annotations
@@ -18,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from depthbench.config import ReportConfig
 from depthbench.errors import UserError
 from depthbench.fsio import atomic_write_text, replaced_dir
 from depthbench.stats import describe_runs, mean_ci, paired_differences, t_interval
@@ -54,10 +52,17 @@ def load_rows(paths: list[Path]) -> dict[str, pd.DataFrame]:
         df = _read(f)
         if df.empty:
             continue
-        kind = _kind(set(df.columns))
-        if kind is None:
+        if "kind" in df.columns:
+            unknown = sorted(set(df["kind"].astype(str)) - set(SCHEMA))
+            if unknown:
+                raise UserError(f"result file {f} has rows of unknown kind {unknown[0]!r}; "
+                                f"known kinds: {', '.join(SCHEMA)}")
+            for kind, part in df.groupby("kind", sort=False):
+                kinds[kind].append(_checked(part.reset_index(drop=True), kind, f))
             continue
-        kinds[kind].append(_checked(df, kind, f))
+        kind = _kind(set(df.columns))
+        if kind is not None:
+            kinds[kind].append(_checked(df, kind, f))
     out = {k: pd.concat(v, ignore_index=True) for k, v in kinds.items() if v}
     if not out:
         raise UserError("none of the given files holds depthbench result rows")
@@ -74,9 +79,9 @@ SCHEMA = {
              ["run", "schedule", "seed", "step", "depth", "split", "nll", "bits_per_person",
               "exact_match", "ceiling_bits", "modeled_train_flops"],
              ["seed", "step", "depth", "nll", "bits_per_person", "exact_match", "ceiling_bits"]),
-    "curves": ({"loss", "step", "K"}, ["run", "schedule", "step", "K", "loss", "switch_step"],
+    "curve": ({"loss", "step", "K"}, ["run", "schedule", "step", "K", "loss", "switch_step"],
                ["step", "K", "loss"]),
-    "runs": ({"final_loss", "modeled_train_flops"}, ["run", "schedule", "seed", "final_loss",
+    "run": ({"final_loss", "modeled_train_flops"}, ["run", "schedule", "seed", "final_loss",
                                                      "modeled_train_flops"], ["seed", "final_loss"]),
 }
 
@@ -363,6 +368,11 @@ def _summary_tables(re: pd.DataFrame, ref: str | None) -> list[tuple[str, pd.Dat
              "t-interval)", depth_tab)]
 
 
+def run_report(cfg: ReportConfig) -> list[Path]:
+    """The report stage."""
+    return build_report([Path(r) for r in cfg.results], cfg.out, cfg.title, cfg.reference or None)
+
+
 def build_report(paths: list[Path], out: str | Path, title: str = "depthbench report",
                  reference: str | None = None) -> list[Path]:
     out = Path(out)
@@ -390,8 +400,8 @@ def _build(rows: dict, out: Path, title: str, reference: str | None, paths) -> l
     files: dict[str, str] = {}  # extra text files: name -> content
     if rows.get("eval") is not None:
         _eval_sections(figs, rows["eval"], color, reference, tables, notes, files)
-    if rows.get("curves") is not None:
-        _fig_curves(figs, rows["curves"], color)
+    if rows.get("curve") is not None:
+        _fig_curves(figs, rows["curve"], color)
     if rows.get("probe") is not None:
         _fig_probe(figs, rows["probe"])
     if rows.get("serve") is not None:

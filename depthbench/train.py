@@ -12,6 +12,7 @@ import contextlib
 import dataclasses
 import json
 import math
+import os
 import shutil
 import sys
 import time
@@ -22,13 +23,14 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from depthbench import __version__
 from depthbench import checkpoint as ckpt
-from depthbench.config import ModelConfig, TrainConfig
+from depthbench.config import ModelConfig, TrainConfig, TrainJob
 from depthbench.data import Dataset, TrainBatches
 from depthbench.errors import UserError
 from depthbench.evaluate import sweep
 from depthbench.flops import FlopModel
 from depthbench.fsio import DirLock, atomic_write_text, is_empty_dir
 from depthbench.model import LoopedTransformer
+from depthbench.rows import write_rows
 from depthbench.runtime import Runtime, setup, teardown
 from depthbench.schedules import Schedule, parse_schedule
 
@@ -59,6 +61,33 @@ def make_optimizer(model: torch.nn.Module, cfg: TrainConfig, device) -> torch.op
               {"params": no_decay, "weight_decay": 0.0}]
     return torch.optim.AdamW(groups, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2),
                              fused=device.type == "cuda")
+
+
+def train_step(net: torch.nn.Module, model: LoopedTransformer, opt: torch.optim.Optimizer,
+               x: torch.Tensor, y: torch.Tensor, K: int, lr: float, cfg: TrainConfig,
+               rt: Runtime) -> torch.Tensor:
+    """One optimizer update at depth ``K`` (``net`` is ``model`` or its DDP wrapper): forward
+    under the runtime's autocast, the exit gate's loss where the model has a gate, backward,
+    clipping, step. Returns the (detached) language-model loss."""
+    for g in opt.param_groups:
+        g["lr"] = lr
+    with rt.autocast():
+        if model.cfg.exit_gate:
+            logits, gates, preds = net(x, n_loops=K, return_gates=True)
+            # the gate learns P(this loop's prediction already equals the final one)
+            target = (preds == preds[-1]).float()
+            gate_loss = torch.nn.functional.binary_cross_entropy_with_logits(gates.float(), target)
+        else:
+            logits = net(x, n_loops=K)
+            gate_loss = 0.0
+        loss = torch.nn.functional.cross_entropy(
+            logits.float().reshape(-1, logits.shape[-1]), y.reshape(-1))
+    (loss + gate_loss).backward()
+    if cfg.grad_clip > 0:
+        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+    return loss.detach()
 
 
 def _run_record(model_cfg, train_cfg, schedule, ds, fm, tokens_per_step) -> dict:
@@ -114,11 +143,8 @@ def train(data: str | Path, out: str | Path, model_cfg: ModelConfig, train_cfg: 
         teardown(rt)
 
 
-def _train(data: Path, out: Path, model_cfg: ModelConfig, train_cfg: TrainConfig,
-           schedule: Schedule, resume: bool, progress: bool, log, rt: Runtime) -> dict:
-    say = log if rt.is_main else (lambda *a, **k: None)
-    # ---- data, model, run record ----------------------------------------------------------------
-    ds = Dataset(data)
+def _prepare(ds: Dataset, model_cfg: ModelConfig, train_cfg: TrainConfig) -> ModelConfig:
+    """The model config with the dataset's vocabulary, checked against the dataset."""
     if model_cfg.vocab_size == 0:
         model_cfg = model_cfg.replace(vocab_size=len(ds.vocab))
     if model_cfg.vocab_size != len(ds.vocab):
@@ -127,175 +153,187 @@ def _train(data: Path, out: Path, model_cfg: ModelConfig, train_cfg: TrainConfig
     if ds.seq_len - 1 > model_cfg.max_seq_len:
         raise UserError(f"dataset sequences have {ds.seq_len} tokens, more than max_seq_len="
                         f"{model_cfg.max_seq_len}; raise max_seq_len")
-    fm = FlopModel.of(model_cfg, ds.seq_len - 1)
-    tokens_per_step = train_cfg.batch_size * (ds.seq_len - 1)
-    record = _run_record(model_cfg, train_cfg, schedule, ds, fm, tokens_per_step)
-    run_json, metrics_path = out / "run.json", out / "metrics.jsonl"
-    start_ckpt = None
-    if resume and not run_json.is_file():
-        if out.exists() and not out.is_dir():
-            raise UserError(f"--out {out} is a file; choose a directory for the run")
+    return model_cfg
+
+
+def _start_checkpoint(out: Path, resume: bool, record: dict) -> Path | None:
+    """The checkpoint to continue from (None: a new run), after checking that ``out`` can hold
+    this run: empty or absent for a new run, the same settings for a resumed one."""
+    if out.exists() and not out.is_dir():
+        raise UserError(f"--out {out} is a file; choose a directory for the run")
+    if resume and not (out / "run.json").is_file():
         if out.is_dir() and not is_empty_dir(out):
             raise UserError(f"{out} is not a run directory (no run.json) and not empty; "
                             "choose another --out")
-        resume = False  # nothing to resume yet: start the run
+        return None  # nothing to resume yet: start the run
     if resume:
-        old = ckpt.read_run(out)
-        diff = _same_run(old, record)
+        diff = _same_run(ckpt.read_run(out), record)
         if diff:
             raise UserError(f"cannot resume {out}: its {', '.join(diff)} differ from this "
                             "command's; resume with the same settings or train into a new --out")
-        start_ckpt = ckpt.latest(out)
-    elif out.exists() and not out.is_dir():
-        raise UserError(f"--out {out} is a file; choose a directory for the run")
-    elif out.exists() and not is_empty_dir(out):
+        return ckpt.latest(out)
+    if out.exists() and not is_empty_dir(out):
         raise UserError(f"{out} is not empty; pass --resume to continue that run or choose "
                         "another --out")
+    return None
 
+
+@dataclasses.dataclass
+class _State:
+    """What a checkpoint restores besides the weights: the counters and the logged rows."""
+    step: int = 0
+    flops: float = 0.0
+    wall: float = 0.0
+    tokens: int = 0
+    rows: list = dataclasses.field(default_factory=list)
+
+
+def _restore(path: Path, model, opt, ds: Dataset, rt: Runtime, metrics_path: Path) -> _State:
+    ck = ckpt.load(path)
+    if ck.get("dataset_hash") != ds.hash:
+        raise UserError(f"{path} was trained on another dataset; use the same --data")
+    model.load_state_dict(ck["model"])
+    opt.load_state_dict(ck["optimizer"])
+    torch.set_rng_state(ck["rng"]["torch"])
+    if rt.device.type == "cuda" and "cuda" in ck["rng"]:
+        torch.cuda.set_rng_state(ck["rng"]["cuda"], rt.device)
+    step = ck["step"]
+    return _State(step, ck["flops"], ck["wall_clock"], ck["tokens"],
+                  [r for r in _read_metrics(metrics_path) if r["step"] <= step])
+
+
+def _save(out: Path, at: int, st: _State, model, opt, cfgs: tuple, schedule: Schedule,
+          ds: Dataset, rt: Runtime, keep: set) -> None:
+    model_cfg, train_cfg = cfgs
+    state = {
+        "model": model.state_dict(), "optimizer": opt.state_dict(),
+        "rng": {"torch": torch.get_rng_state(),
+                **({"cuda": torch.cuda.get_rng_state(rt.device)} if rt.device.type == "cuda"
+                   else {})},
+        "data_position": at, "schedule": schedule.spec, "schedule_position": at,
+        "model_config": model_cfg.to_dict(), "train_config": train_cfg.to_dict(),
+        "dataset_hash": ds.hash, "flops": st.flops, "wall_clock": st.wall, "tokens": st.tokens,
+    }
+    try:
+        ckpt.save(out / "checkpoints", at, state)
+    except (OSError, RuntimeError) as e:  # torch reports a full disk as a RuntimeError
+        why = getattr(e, "strerror", None) or str(e).strip().splitlines()[0][:100]
+        raise UserError(f"cannot write a checkpoint to {out / 'checkpoints'} ({why}); free "
+                        "space or fix the path, then run again with --resume; the previous "
+                        "checkpoint is intact") from None
+    # periodic checkpoints are superseded by the next one; kept steps stay
+    for s, p in ckpt.list_checkpoints(out).items():
+        if s != at and s not in keep:
+            ckpt.remove(p)
+
+
+def _append(path: Path, row: dict, rt: Runtime) -> None:
+    if rt.is_main:
+        with open(path, "a") as f:
+            f.write(json.dumps(row) + "\n")
+
+
+def _eval_row(model, ds: Dataset, cfg: TrainConfig, rt: Runtime, step: int) -> dict:
+    res = sweep(model, ds, "eval_reordered", list(cfg.eval_depths), rt, max_rows=cfg.eval_people)
+    model.train()
+    return {"step": step, "eval": {str(k): {key: s.result(ds.attributes)[key]
+                                             for key in ("bits_per_person", "nll")}
+                                   for k, s in res.items()}}
+
+
+def _wrap(model, cfg: TrainConfig, rt: Runtime):
+    """Compiled blocks (per block, so that a new depth K never triggers a recompile) and the
+    DDP wrapper where there are several ranks."""
+    if cfg.compile:
+        for block in list(model.prelude) + list(model.core) + list(model.coda):
+            block.compile()
+    if rt.world == 1:
+        return model
+    return DDP(model, device_ids=[rt.local_rank] if rt.device.type == "cuda" else None)
+
+
+def _bar(total: int, initial: int):
+    from tqdm import tqdm
+    return tqdm(total=total, initial=initial, desc="train", unit="step",
+                disable=not sys.stderr.isatty(), dynamic_ncols=True, leave=False)
+
+
+def _train(data: Path, out: Path, model_cfg: ModelConfig, train_cfg: TrainConfig,
+           schedule: Schedule, resume: bool, progress: bool, log, rt: Runtime) -> dict:
+    say = log if rt.is_main else (lambda *a, **k: None)
+    # ---- data, model, run record ----------------------------------------------------------------
+    ds = Dataset(data)
+    model_cfg = _prepare(ds, model_cfg, train_cfg)
+    fm = FlopModel.of(model_cfg, ds.seq_len - 1)
+    tokens_per_step = train_cfg.batch_size * (ds.seq_len - 1)
+    record = _run_record(model_cfg, train_cfg, schedule, ds, fm, tokens_per_step)
+    metrics_path = out / "metrics.jsonl"
+    start_ckpt = _start_checkpoint(out, resume, record)
     torch.manual_seed(train_cfg.seed)
     model = LoopedTransformer(model_cfg).to(rt.device)
     opt = make_optimizer(model, train_cfg, rt.device)
-    step, flops, wall, tokens, rows = 0, 0.0, 0.0, 0, []
+    st = _State()
     if start_ckpt is not None:
-        ck = ckpt.load(start_ckpt)
-        if ck.get("dataset_hash") != ds.hash:
-            raise UserError(f"{start_ckpt} was trained on another dataset; use the same --data")
-        model.load_state_dict(ck["model"])
-        opt.load_state_dict(ck["optimizer"])
-        torch.set_rng_state(ck["rng"]["torch"])
-        if rt.device.type == "cuda" and "cuda" in ck["rng"]:
-            torch.cuda.set_rng_state(ck["rng"]["cuda"], rt.device)
-        step, flops, wall, tokens = ck["step"], ck["flops"], ck["wall_clock"], ck["tokens"]
-        rows = [r for r in _read_metrics(metrics_path) if r["step"] <= step]
-        say(f"resuming {out} from step {step}")
+        st = _restore(start_ckpt, model, opt, ds, rt, metrics_path)
+        say(f"resuming {out} from step {st.step}")
     rt.barrier()  # every rank has checked --out before rank 0 writes to it
     if rt.is_main:
         out.mkdir(parents=True, exist_ok=True)
         ckpt.remove_stale_temporaries(out / "checkpoints")
-        atomic_write_text(run_json, json.dumps(record, indent=2) + "\n")
-        _write_metrics(metrics_path, rows)
+        atomic_write_text(out / "run.json", json.dumps(record, indent=2) + "\n")
+        _write_metrics(metrics_path, st.rows)
     rt.barrier()
     say(f"device: {rt.reason}; model: {model.num_params():,} parameters; schedule "
         f"{schedule.spec}; {train_cfg.steps} steps of {train_cfg.batch_size} sequences")
-
-    for block in list(model.prelude) + list(model.core) + list(model.coda):
-        if train_cfg.compile:
-            block.compile()  # per block, so that a new depth K never triggers a recompile
-    net = DDP(model, device_ids=[rt.local_rank] if rt.device.type == "cuda" else None) \
-        if rt.world > 1 else model
+    net = _wrap(model, train_cfg, rt)
     batches = TrainBatches(ds.split("train"), train_cfg.batch_size, train_cfg.seed, rt.rank,
                            rt.world)
     keep = set(train_cfg.keep_steps)
-    bar = None
-    if progress and rt.is_main:
-        from tqdm import tqdm
-        bar = tqdm(total=train_cfg.steps, initial=step, desc="train", unit="step",
-                   disable=not sys.stderr.isatty(), dynamic_ncols=True, leave=False)
-
-    def save_checkpoint(at: int):
-        if not rt.is_main:
-            return
-        state = {
-            "model": model.state_dict(), "optimizer": opt.state_dict(),
-            "rng": {"torch": torch.get_rng_state(),
-                    **({"cuda": torch.cuda.get_rng_state(rt.device)}
-                       if rt.device.type == "cuda" else {})},
-            "data_position": at, "schedule": schedule.spec, "schedule_position": at,
-            "model_config": model_cfg.to_dict(), "train_config": train_cfg.to_dict(),
-            "dataset_hash": ds.hash, "flops": flops, "wall_clock": wall, "tokens": tokens,
-        }
-        try:
-            ckpt.save(out / "checkpoints", at, state)
-        except (OSError, RuntimeError) as e:  # torch reports a full disk as a RuntimeError
-            why = getattr(e, "strerror", None) or str(e).strip().splitlines()[0][:100]
-            raise UserError(f"cannot write a checkpoint to {out / 'checkpoints'} ({why}); free "
-                            "space or fix the path, then run again with --resume; the previous "
-                            "checkpoint is intact") from None
-        # periodic checkpoints are superseded by the next one; kept steps stay
-        for s, p in ckpt.list_checkpoints(out).items():
-            if s != at and s not in keep:
-                ckpt.remove(p)
-
+    bar = _bar(train_cfg.steps, st.step) if progress and rt.is_main else None
     t_last = time.perf_counter()
     model.train()
-    while step < train_cfg.steps:
-        # ---- schedule: this step's depth and learning rate -------------------------------------
-        K = schedule.depth(step, train_cfg.steps, train_cfg.seed)
-        lr = lr_at(step, train_cfg, schedule)
-        for g in opt.param_groups:
-            g["lr"] = lr
-        # ---- step --------------------------------------------------------------------------------
-        tok = torch.as_tensor(batches.batch(step), device=rt.device)
-        x, y = tok[:, :-1], tok[:, 1:]
-        with rt.autocast():
-            if model_cfg.exit_gate:
-                logits, gates, preds = net(x, n_loops=K, return_gates=True)
-                # the gate learns P(this loop's prediction already equals the final one)
-                target = (preds == preds[-1]).float()
-                gate_loss = torch.nn.functional.binary_cross_entropy_with_logits(
-                    gates.float(), target)
-            else:
-                logits = net(x, n_loops=K)
-                gate_loss = 0.0
-            loss = torch.nn.functional.cross_entropy(
-                logits.float().reshape(-1, logits.shape[-1]), y.reshape(-1))
-        (loss + gate_loss).backward()
-        if train_cfg.grad_clip > 0:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), train_cfg.grad_clip)
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        loss_sum, n = rt.all_sum([loss.item() * y.numel(), float(y.numel())])
+    while st.step < train_cfg.steps:
+        K = schedule.depth(st.step, train_cfg.steps, train_cfg.seed)
+        lr = lr_at(st.step, train_cfg, schedule)
+        tok = torch.as_tensor(batches.batch(st.step), device=rt.device)
+        loss = train_step(net, model, opt, tok[:, :-1], tok[:, 1:], K, lr, train_cfg, rt)
+        loss_sum, n = rt.all_sum([loss.item() * tok[:, 1:].numel(), float(tok[:, 1:].numel())])
         loss_value = loss_sum / n
         if not math.isfinite(loss_value):
             last = ckpt.latest(out)
-            raise UserError(f"the loss became {loss_value} at step {step + 1} (K={K}, lr={lr:.2e});"
-                            f" lower the learning rate; the last good checkpoint "
+            raise UserError(f"the loss became {loss_value} at step {st.step + 1} (K={K}, "
+                            f"lr={lr:.2e}); lower the learning rate; the last good checkpoint "
                             f"{last.name if last else '(none)'} is kept")
-        step += 1
-        flops += fm.train_step(K) * tokens_per_step
-        tokens += tokens_per_step
+        st.step += 1
+        st.flops += fm.train_step(K) * tokens_per_step
+        st.tokens += tokens_per_step
         now = time.perf_counter()
-        wall += now - t_last
-        t_last = now
-        # ---- log ---------------------------------------------------------------------------------
-        if step % train_cfg.log_every == 0 or step == train_cfg.steps:
-            row = {"step": step, "K": K, "loss": loss_value, "lr": lr, "tokens": tokens,
-                   "flops": flops, "wall_clock": wall}
-            rows.append(row)
-            if rt.is_main:
-                with open(metrics_path, "a") as f:
-                    f.write(json.dumps(row) + "\n")
+        st.wall, t_last = st.wall + now - t_last, now
+        if st.step % train_cfg.log_every == 0 or st.step == train_cfg.steps:
+            st.rows.append({"step": st.step, "K": K, "loss": loss_value, "lr": lr,
+                            "tokens": st.tokens, "flops": st.flops, "wall_clock": st.wall})
+            _append(metrics_path, st.rows[-1], rt)
         if bar is not None:
             bar.update(1)
             bar.set_postfix(loss=f"{loss_value:.3f}", K=K)
-        # ---- eval --------------------------------------------------------------------------------
-        if train_cfg.eval_every and step % train_cfg.eval_every == 0:
-            res = sweep(model, ds, "eval_reordered", list(train_cfg.eval_depths), rt,
-                        max_rows=train_cfg.eval_people)
-            model.train()
-            if rt.is_main:
-                row = {"step": step, "eval": {str(k): {"bits_per_person": s.result(ds.attributes)
-                                                       ["bits_per_person"],
-                                                       "nll": s.result(ds.attributes)["nll"]}
-                                              for k, s in res.items()}}
-                with open(metrics_path, "a") as f:
-                    f.write(json.dumps(row) + "\n")
+        if train_cfg.eval_every and st.step % train_cfg.eval_every == 0:
+            _append(metrics_path, _eval_row(model, ds, train_cfg, rt, st.step), rt)
             t_last = time.perf_counter()
-        # ---- checkpoint --------------------------------------------------------------------------
-        if (step == train_cfg.steps or step in keep
-                or (train_cfg.ckpt_every and step % train_cfg.ckpt_every == 0)):
-            save_checkpoint(step)
+        if (st.step == train_cfg.steps or st.step in keep
+                or (train_cfg.ckpt_every and st.step % train_cfg.ckpt_every == 0)):
+            if rt.is_main:
+                _save(out, st.step, st, model, opt, (model_cfg, train_cfg), schedule, ds, rt, keep)
             rt.barrier()
             t_last = time.perf_counter()
     if bar is not None:
         bar.close()
-    final = [r for r in rows if "loss" in r]
-    summary = {"out": str(out), "steps": step, "final_loss": final[-1]["loss"] if final else None,
-               "modeled_train_flops": flops, "wall_clock_s": wall, "tokens": tokens,
+    final = [r for r in st.rows if "loss" in r]
+    summary = {"out": str(out), "steps": st.step, "final_loss": final[-1]["loss"] if final else None,
+               "modeled_train_flops": st.flops, "wall_clock_s": st.wall, "tokens": st.tokens,
                "params": model.num_params(), "schedule": schedule.spec,
                "checkpoint": str(ckpt.latest(out))}
-    say(f"done: {step} steps, final loss {summary['final_loss']:.4f}, "
-        f"{flops:.3e} modeled FLOPs, {wall:.1f}s")
+    say(f"done: {st.step} steps, final loss {summary['final_loss']:.4f}, "
+        f"{st.flops:.3e} modeled FLOPs, {st.wall:.1f}s")
     return summary
 
 
@@ -331,3 +369,46 @@ def matched_steps(ref_run: str | Path, schedule_spec: str, data: str | Path,
 def metrics_rows(run_dir: str | Path) -> list[dict]:
     return _read_metrics(Path(run_dir) / "metrics.jsonl")
 
+
+
+# ---- the train stage ---------------------------------------------------------------------------
+def resolved_train_config(job: TrainJob) -> TrainConfig:
+    """The job's TrainConfig with ``match_flops`` and ``keep_after_switch`` applied."""
+    cfg = job.train
+    if job.match_flops:
+        cfg = cfg.replace(steps=matched_steps(job.match_flops, job.schedule, job.data, job.model,
+                                              cfg.batch_size, cfg.seed))
+    switch = parse_schedule(job.schedule).switch_step(cfg.steps)
+    if job.keep_after_switch and switch is not None:
+        extra = {switch + k for k in job.keep_after_switch if 0 < switch + k <= cfg.steps}
+        cfg = cfg.replace(keep_steps=sorted({*cfg.keep_steps, *extra}))
+    return cfg
+
+
+def job_record(job: TrainJob) -> dict:
+    """The run record ``run.json`` that ``job`` writes (to compare with an existing run)."""
+    ds = Dataset(job.data, verify=False)
+    tcfg = resolved_train_config(job)
+    mcfg = _prepare(ds, job.model, tcfg)
+    return _run_record(mcfg, tcfg, parse_schedule(job.schedule), ds,
+                       FlopModel.of(mcfg, ds.seq_len - 1), tcfg.batch_size * (ds.seq_len - 1))
+
+
+def run_train(job: TrainJob, log=print, progress: bool = True) -> dict:
+    """The train stage: train (or resume) the run of ``job`` and, with ``job.results``, write
+    its training curve (``curve`` rows) and summary (a ``run`` row) there."""
+    tcfg = resolved_train_config(job)
+    summary = train(job.data, job.out, job.model, tcfg, job.schedule, resume=job.resume,
+                    progress=progress, log=log)
+    if job.results and int(os.environ.get("RANK", 0)) == 0:
+        name, rec = Path(job.out).name, ckpt.read_run(job.out)
+        keys = {"run": name, "schedule": rec["schedule"], "seed": rec["seed"],
+                "switch_step": rec["switch_step"], **job.tags}
+        curve = [{**keys, **r} for r in metrics_rows(job.out) if "loss" in r]
+        last = curve[-1]
+        results = Path(job.results)
+        write_rows(curve, results / "curves" / name, "curve")
+        write_rows([{**keys, "steps": tcfg.steps, "final_loss": last["loss"],
+                     "modeled_train_flops": last["flops"], "wall_clock_s": last["wall_clock"],
+                     "dataset_hash": rec["dataset_hash"]}], results / "runs" / name, "run")
+    return summary

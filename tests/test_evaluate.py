@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 from click.testing import CliRunner
@@ -158,7 +159,7 @@ def test_eval_user_errors(trained_run, tmp_path):
         (["--depths", "0-3"], "depth"),
         (["--depths", "x"], "depth"),
         (["--checkpoint", "77"], "no checkpoint at step 77"),
-        (["--split", "train_bogus"], "unknown split"),
+        (["--split", "train_bogus"], "--split: must be one of"),
     ]:
         r = CliRunner().invoke(main, ["eval", str(trained_run), *args])
         assert r.exit_code == 2, (args, r.output)
@@ -167,15 +168,23 @@ def test_eval_user_errors(trained_run, tmp_path):
     assert r.exit_code == 2 and "neither a run directory nor a checkpoint" in r.stderr
 
 
-def test_update_probe_is_zero_for_equal_depths_and_antisymmetric(trained_run):
-    from depthbench.evaluate import probe_update
-    same = probe_update(trained_run, 200, 3, 3, [1, 3], n_batches=2, eval_people=16)
+def test_update_probe_is_zero_for_equal_depths_and_antisymmetric(trained_run, tmp_path):
+    from depthbench.config import ProbeConfig
+    from depthbench.probe import run_probe
+
+    def probe(a, b, depths):
+        cfg = ProbeConfig(run=str(trained_run), checkpoint=200, depth_a=a, depth_b=b,
+                          depths=depths, batches=2, max_people=16, out=str(tmp_path / f"{a}{b}"))
+        return run_probe(cfg)["rows"]
+
+    same = probe(3, 3, "1,3")
     assert all(r["nll_diff"] == 0.0 for r in same)
-    rows = probe_update(trained_run, 200, 1, 4, [1, 4], n_batches=2, eval_people=16)
+    rows = probe(1, 4, "1,4")
     assert [r["depth"] for r in rows] == [1, 4] and rows[0]["lr"] > 0
+    assert pd.read_json(tmp_path / "14.jsonl", lines=True)["kind"].eq("probe").all()
     # the two updates start from the same state on the same batch, so swapping the depths
     # negates every difference exactly (the sign itself is within numeric noise: not asserted)
-    swapped = probe_update(trained_run, 200, 4, 1, [1, 4], n_batches=2, eval_people=16)
+    swapped = probe(4, 1, "1,4")
     for r, q in zip(rows, swapped):
         assert r["nll_diff"] == -q["nll_diff"] and r["ci95"] == q["ci95"]
         assert r["nll_diff"] != 0.0

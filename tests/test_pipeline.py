@@ -30,7 +30,7 @@ splits = ["eval_reordered", "eval_unseen_people"]
 switch_checkpoints = [0, 4]
 [probe]
 batches = 2
-people = 16
+max_people = 16
 depth_a = 2
 depth_b = 4
 [serve]
@@ -66,7 +66,7 @@ def test_pipeline_runs_every_stage_then_skips_them_and_resumes(tmp_path, monkeyp
     assert [p.name for p in evals if "fixed-first" in p.name] == [
         "fixed-first_0p5_2_1-4-s0_step0000008.jsonl", "fixed-first_0p5_2_1-4-s0_step0000012.jsonl",
         "fixed-first_0p5_2_1-4-s0_step0000016.jsonl"]
-    runs = pd.read_json(res / "runs.jsonl", lines=True)
+    runs = pd.concat(pd.read_json(f, lines=True) for f in sorted((res / "runs").glob("*.jsonl")))
     matched = runs[runs["run"].str.startswith("matched-")].iloc[0]
     ff = runs[runs["schedule"] == "fixed-first:0.5:2:1-4"].iloc[0]
     assert matched["modeled_train_flops"] <= ff["modeled_train_flops"]
@@ -100,7 +100,7 @@ def test_plan_prints_commands_without_running(tmp_path):
 BAD = [
     ("[train]\nschedules = ['fixed:0']\n", "train.schedules"),
     ("[train]\nseeds = []\n", "train.schedules"),
-    ("[train]\nsteps = 'many'\n", "train.steps must be an integer"),
+    ("[train]\nsteps = 'many'\n", "train.steps: must be an integer"),
     ("[train]\nbogus = 1\n", "unknown key train.bogus"),
     ("[nonsense]\nx = 1\n", "unknown key or section"),
     ("[data]\nset = { n_people = -4 }\n", "data"),

@@ -109,6 +109,7 @@ def test_a_read_only_result_directory_gives_one_line(trained_run, tmp_path, monk
         raise OSError(30, "Read-only file system", str(tmp_path / "res.csv"))
 
     monkeypatch.setattr(c, "atomic_write_text", read_only)
+    monkeypatch.setattr("depthbench.rows.atomic_write_text", read_only)
     r = CliRunner().invoke(main, ["eval", str(trained_run), "--depths", "1", "--out",
                                   str(tmp_path / "res")])
     assert r.exit_code == 2 and "Read-only file system" in r.stderr

@@ -8,10 +8,10 @@ import torch
 from click.testing import CliRunner
 
 from depthbench.cli import main
-from depthbench.config import ModelConfig
+from depthbench.config import ModelConfig, ServeConfig
 from depthbench.flops import FlopModel
 from depthbench.model import LoopedTransformer
-from depthbench.serving.bench import BenchConfig, random_workload, serve_bench
+from depthbench.serving.bench import random_workload, serve_bench
 from depthbench.serving.engine import Engine
 from depthbench.serving.exits import ExitSpecError, parse_exit
 from depthbench.serving.kvcache import KV_POLICIES
@@ -193,7 +193,7 @@ def test_ceiling_formula_on_hand_worked_cases():
 
 def test_serve_bench_reports_every_mode():
     model = model_of(**SHAPES[1])
-    cfg = BenchConfig(width=4, requests=6, max_new_tokens=5, max_depth=4, exit="trace:2",
+    cfg = ServeConfig(width=4, requests=6, max_new_tokens=5, max_depth=4, exit="trace:2",
                       warmup_requests=1)
     res = serve_bench(model, random_workload(40, 6, 4, 5, 0), cfg, 10)
     assert [r["mode"] for r in res["results"]] == ["static", "no_refill", "batch1", "cdb"]
@@ -225,7 +225,7 @@ def test_serve_bench_cli(trained_run, tmp_path):
     assert (tmp_path / "sb.json").is_file() and (tmp_path / "sb.csv").is_file()
     for args, needle in [(["--exit", "nope:1"], "not understood"),
                          (["--kv-policy", "paged"], "kv-policy"),
-                         (["--modes", "static,warp"], "unknown mode"),
+                         (["--modes", "static,warp"], "--modes: must be one of"),
                          (["--width", "0"], "width"),
                          (["--exit", "gate:0.5"], "exit_gate")]:
         r = CliRunner().invoke(main, ["serve-bench", str(trained_run), "--requests", "2", *args])

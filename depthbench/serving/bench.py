@@ -10,45 +10,20 @@ workload comes from a dataset.
 
 from __future__ import annotations
 
+import json
 import time
-from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import torch
 
+from depthbench.config import ServeConfig
+from depthbench.errors import UserError
 from depthbench.flops import FlopModel
 from depthbench.model import LoopedTransformer
 from depthbench.serving.engine import Engine
 from depthbench.serving.exits import ExitCriterion, parse_exit
-from depthbench.serving.scheduler import MODES, Request, Scheduler
-
-
-@dataclass(frozen=True, kw_only=True)
-class BenchConfig:
-    modes: tuple[str, ...] = MODES
-    exit: str = "latent:0.05"
-    kv_policy: str = "depth_indexed"
-    width: int = 64
-    requests: int = 256
-    rate: float = 0.0             # requests/s (Poisson arrivals); 0: all at t = 0 (offline)
-    max_new_tokens: int = 0       # 0: the rest of the dataset sequence (or 32 for random prompts)
-    min_depth: int = 1
-    max_depth: int = 16
-    lookahead: bool = False
-    admit_min: int = 0            # cdb: free rows needed to admit while busy (0: width // 8)
-    seed: int = 0
-    warmup_requests: int = 4
-
-    def __post_init__(self):
-        from depthbench.errors import UserError
-        bad = [m for m in self.modes if m not in MODES]
-        if bad or not self.modes:
-            raise UserError(f"unknown mode(s) {', '.join(bad) or '(none)'}; choose from {', '.join(MODES)}")
-        for f in ("width", "requests", "max_depth", "min_depth"):
-            if getattr(self, f) < 1:
-                raise UserError(f"--{f.replace('_', '-')} must be >= 1 (got {getattr(self, f)})")
-        if self.rate < 0 or self.max_new_tokens < 0 or self.admit_min < 0:
-            raise UserError("--rate, --max-new-tokens and --admit-min must be >= 0")
+from depthbench.serving.scheduler import Request, Scheduler
 
 
 def dataset_workload(ds, n: int, max_new_tokens: int, seed: int) -> list[Request]:
@@ -92,7 +67,7 @@ def _percentiles(x: list[float]) -> dict:
     return {f"p{q}": float(np.percentile(a, q)) for q in (50, 90, 99)}
 
 
-def run_mode(model: LoopedTransformer, crit: ExitCriterion, mode: str, cfg: BenchConfig,
+def run_mode(model: LoopedTransformer, crit: ExitCriterion, mode: str, cfg: ServeConfig,
              requests: list[Request], max_len: int) -> tuple[dict, list[Request]]:
     width = 1 if mode == "batch1" else cfg.width
 
@@ -143,17 +118,15 @@ def result_rows(res: dict, **keys) -> list[dict]:
     return rows
 
 
-def serve_bench(model: LoopedTransformer, requests: list[Request], cfg: BenchConfig,
+def serve_bench(model: LoopedTransformer, requests: list[Request], cfg: ServeConfig,
                 seq_len_for_flops: int, progress=None) -> dict:
     model.eval()
     crit = parse_exit(cfg.exit, cfg.min_depth, cfg.max_depth, cfg.lookahead, cfg.seed)
     if crit.needs_gate and not model.cfg.exit_gate:
-        from depthbench.errors import UserError
         raise UserError("exit gate:Q needs a model trained with exit_gate=true; choose another --exit")
     requests = with_arrivals(requests, cfg.rate, cfg.seed)
     max_len = max(len(q.prompt) + q.max_new_tokens for q in requests) + 1
     if max_len > model.cfg.max_seq_len:
-        from depthbench.errors import UserError
         raise UserError(f"prompts plus --max-new-tokens need {max_len} positions, more than the "
                         f"model's max_seq_len={model.cfg.max_seq_len}; lower --max-new-tokens")
     fm = FlopModel.of(model.cfg, seq_len_for_flops)
@@ -181,7 +154,68 @@ def serve_bench(model: LoopedTransformer, requests: list[Request], cfg: BenchCon
     if len(adaptive) > 1:
         ref = [q.output for q in outputs[adaptive[0]]]
         same = all([q.output for q in outputs[m]] == ref for m in adaptive[1:])
-    return {"config": cfg.__dict__, "exit": cfg.exit, "results": results,
+    return {"config": cfg.to_dict(), "exit": cfg.exit, "results": results,
             "adaptive_modes_agree": same, "f0": fm.f0, "fr": fm.fr,
             "outputs": {m: [q.output for q in d] for m, d in outputs.items()},
             "depth_traces": {m: {str(q.id): q.depths[1:] for q in d} for m, d in outputs.items()}}
+
+
+# ---- the serve stage -------------------------------------------------------------------------------
+def _random_model(cfg: ServeConfig, rt):
+    from depthbench.config import model_preset
+    mcfg = model_preset(cfg.random).replace(**cfg.model_set)
+    if mcfg.vocab_size == 0:
+        mcfg = mcfg.replace(vocab_size=256)
+    torch.manual_seed(cfg.seed)
+    with torch.device(rt.device):
+        model = LoopedTransformer(mcfg)
+    if rt.autocast_dtype is not None:
+        model = model.to(rt.autocast_dtype)
+    return model
+
+
+def run_bench(cfg: ServeConfig, log=None) -> dict:
+    """The serve stage: load the checkpoint (or build the random model) on ``cfg.device``, run
+    every mode on one workload, write ``serve`` rows to ``cfg.out`` (``.csv``/``.jsonl``, with
+    the full record as ``.json``) and the cdb mode's exit depths to ``cfg.save_trace``."""
+    from depthbench.checkpoint import open_run, run_dir_of
+    from depthbench.fsio import atomic_write_text
+    from depthbench.rows import row_paths, write_rows
+    from depthbench.runtime import setup
+
+    if bool(cfg.run) == bool(cfg.random):
+        raise UserError("give either a RUN directory (or checkpoint) or --random PRESET")
+    rt = setup(cfg.device)
+    if cfg.run:
+        model, ck, _, ds = open_run(cfg.run, None, cfg.data or None, rt.device)
+        requests = dataset_workload(ds, cfg.requests, cfg.max_new_tokens, cfg.seed)
+        seq_len, source = ds.seq_len - 1, str(ck["path"])
+        run_dir = run_dir_of(cfg.run)
+        keys = {"run": run_dir.name if run_dir else Path(cfg.run).stem,
+                "schedule": ck.get("schedule")}
+    else:
+        model = _random_model(cfg, rt)
+        requests = random_workload(model.cfg.vocab_size, cfg.requests, cfg.prompt_len,
+                                   cfg.max_new_tokens, cfg.seed)
+        seq_len, source = cfg.prompt_len + (cfg.max_new_tokens or 32), f"random:{cfg.random}"
+        keys = {"run": source, "schedule": None}
+    if log:
+        log(f"device: {rt.reason}; model {source}: {model.num_params():,} parameters; "
+            f"{cfg.requests} requests, exit {cfg.exit}, kv {cfg.kv_policy}, width {cfg.width}")
+    res = serve_bench(model, requests, cfg, seq_len, progress=log and (lambda m: log(f"  {m} done")))
+    rows = result_rows(res, source=source, **keys, exit=cfg.exit, kv_policy=cfg.kv_policy,
+                       width=cfg.width, lookahead=cfg.lookahead, rate=cfg.rate, **cfg.tags)
+    summary = {"rows": rows, "results": res["results"],
+               "adaptive_modes_agree": res["adaptive_modes_agree"]}
+    if cfg.out:
+        csv, jsonl = write_rows(rows, cfg.out, "serve")
+        record = {k: v for k, v in res.items() if k not in ("outputs", "depth_traces")}
+        record["source"] = source
+        summary["record"] = jsonl.with_suffix(".json")
+        atomic_write_text(summary["record"], json.dumps(record, indent=2, default=str) + "\n")
+        summary["csv"], summary["jsonl"] = row_paths(cfg.out)
+    if cfg.save_trace:
+        mode = "cdb" if "cdb" in res["depth_traces"] else next(iter(res["depth_traces"]))
+        Path(cfg.save_trace).parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(Path(cfg.save_trace), json.dumps(res["depth_traces"][mode]) + "\n")
+    return summary

@@ -22,9 +22,7 @@ import os
 
 import torch
 
-from depthbench.config import ModelConfig
-
-KV_POLICIES = ("depth_indexed", "single", "first_then_shared")
+from depthbench.config import KV_POLICIES, ModelConfig  # noqa: F401  (re-exported)
 
 
 class SlotView:

@@ -19,10 +19,11 @@ from enum import IntEnum
 
 import torch
 
+from depthbench.config import SERVE_MODES
 from depthbench.serving.engine import Engine
 from depthbench.serving.exits import parse_exit
 
-MODES = ("static", "no_refill", "batch1", "cdb")
+MODES = SERVE_MODES
 
 
 class Status(IntEnum):

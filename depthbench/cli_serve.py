@@ -1,0 +1,109 @@
+"""The serving and harness commands of ``depthbench``: ``serve-bench`` (a thin adapter over
+``serving.bench.run_bench``) and ``lm-eval`` (lm-eval's own command line with the depthbench
+model and tasks registered)."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from depthbench import cli_support as cs
+from depthbench.cli_support import build_config, default_of, emit_json, fail, parse_sets
+from depthbench.config import ServeConfig
+
+
+def _d(name: str) -> str:
+    return default_of(ServeConfig, name)
+
+
+@click.command("serve-bench")
+@click.argument("run", required=False, type=click.Path())
+@click.option("--random", metavar="PRESET", help="Instead of RUN: a random-weight model of this preset "
+              "(tiny, small, paper-200m, paper-1b, ouro-like, huginn-like), e.g. with --exit trace:8.")
+@click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
+              help="Override a model config key of --random, e.g. --set d_model=512.")
+@click.option("--data", type=click.Path(), help="Dataset for the workload (default: the run's).")
+@click.option("--modes", show_default=_d("modes"), help="Comma-separated batching modes.")
+@click.option("--exit", show_default=_d("exit"), help="Exit criterion: fixed:K, latent:TAU, kl:TAU, "
+              "entropy:TAU, argmax:N, gate:Q, replay:FILE.json, trace:MEAN.")
+@click.option("--kv-policy", show_default=_d("kv_policy"), help="depth_indexed, single or first_then_shared.")
+@click.option("--width", type=cs.WIDTH, show_default=_d("width"), help="Rows per core launch at most.")
+@click.option("--requests", type=click.IntRange(1, 1 << 20), show_default=_d("requests"))
+@click.option("--rate", type=cs.FiniteFloat(0.0, 1e9), show_default=_d("rate"),
+              help="Poisson arrival rate in requests/s (0: all requests at t=0).")
+@click.option("--max-new-tokens", type=click.IntRange(0, 1 << 16), show_default=_d("max_new_tokens"),
+              help="Tokens to generate per request (0: the rest of the dataset sequence; 32 for --random).")
+@click.option("--prompt-len", type=click.IntRange(1, 1 << 16), show_default=_d("prompt_len"),
+              help="Prompt length for --random.")
+@click.option("--min-depth", type=cs.DEPTH, show_default=_d("min_depth"))
+@click.option("--max-depth", type=cs.DEPTH, show_default=_d("max_depth"))
+@click.option("--lookahead/--no-lookahead", default=None, help="Take exit decisions one loop ahead.")
+@click.option("--admit-min", type=click.IntRange(0, 1 << 16), show_default=_d("admit_min"),
+              help="cdb: free rows needed before new requests are admitted while busy "
+                   "(0: width/8; 1: refill every freed row at once).")
+@click.option("--seed", type=cs.SEED, show_default=_d("seed"))
+@click.option("--device", show_default=_d("device"), help="auto, cpu or cuda.")
+@click.option("--out", type=click.Path(), help="Result file base (.csv, .jsonl and .json are written).")
+@click.option("--save-trace", type=click.Path(dir_okay=False),
+              help="Write the cdb mode's exit depths as a replay trace.")
+@cs.config_option
+@cs.json_option
+def serve_bench_cmd(sets, modes, config_file, as_json, **given):
+    """Benchmark depth-adaptive serving under every batching mode on one workload.
+
+    \b
+    Examples:
+      depthbench serve-bench runs/uniform --exit latent:0.05 --width 64
+      depthbench serve-bench runs/uniform --modes static,cdb --exit kl:0.01 --kv-policy single
+      depthbench serve-bench --random small --set d_model=512 --exit trace:8 --requests 128
+      depthbench serve-bench --random huginn-like --exit trace:8 --device cuda
+    """
+    import pandas as pd
+
+    from depthbench.config import split_sets
+    from depthbench.serving.bench import run_bench
+
+    given["model_set"] = split_sets(parse_sets(sets))[0] or None
+    given["modes"] = modes and tuple(m.strip() for m in modes.split(",") if m.strip())
+    res = run_bench(build_config(ServeConfig, config_file, given), log=click.echo)
+    df = pd.DataFrame(res["rows"])
+    cols = [c for c in ("mode", "tokens_per_s", "speedup", "ceiling", "fraction_of_ceiling",
+                        "mean_depth", "rows_per_launch", "padding_waste", "ttft_p50_ms",
+                        "itl_p50_ms", "exact_match") if c in df.columns]
+    click.echo(df[cols].to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+    if res["adaptive_modes_agree"] is not None:
+        click.echo(f"adaptive modes produce identical tokens: {res['adaptive_modes_agree']}")
+    if "jsonl" in res:
+        click.echo(f"wrote {res['csv']}, {res['jsonl']} and {res['record']}")
+    if as_json:
+        emit_json({"results": res["results"], "adaptive_modes_agree": res["adaptive_modes_agree"],
+                   "out": given.get("out")})
+
+
+@click.command("lm-eval", context_settings={"ignore_unknown_options": True,
+                                          "allow_extra_args": True, "help_option_names": []})
+@click.pass_context
+def lm_eval_cmd(ctx):
+    """lm-eval's own command line with the `depthbench` model and tasks registered.
+
+    \b
+    Examples:
+      depthbench lm-eval run --model depthbench --model_args pretrained=runs/uniform,n_loops=4 \\
+          --tasks depthbench --metadata '{"data": "data/tiny"}'
+      depthbench lm-eval ls tasks
+    The depthbench task folder is added to --include_path unless one is given.
+    """
+    try:
+        from lm_eval.__main__ import cli_evaluate
+
+        from depthbench.lm_eval_adapter import TASKS_DIR  # registers the model
+    except ImportError:
+        fail("lm-eval is not installed: pip install 'depthbench[lmeval]'")
+    args = list(ctx.args)
+    if args and args[0] not in ("-h", "--help") and "--include_path" not in args:
+        args += ["--include_path", str(TASKS_DIR)]
+    sys.argv = ["lm-eval", *args]
+    cli_evaluate()
+
+

@@ -1,0 +1,86 @@
+"""The update-benefit probe: does one update at depth B teach more than one at depth A?
+
+From a checkpoint, take ONE optimizer update at depth A and, separately from the same state,
+one at depth B on the same batch (the trainer's own ``train_step``: autocast, gate loss,
+clipping); report, per serving depth, NLL(after A) - NLL(after B) on eval_reordered (positive:
+the depth-B update helped more), averaged over ``batches`` batches with a 95% t-interval.
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import torch
+
+from depthbench.checkpoint import open_run, run_dir_of
+from depthbench.config import ProbeConfig, TrainConfig
+from depthbench.data import TrainBatches
+from depthbench.evaluate import sweep
+from depthbench.rows import write_rows
+from depthbench.runtime import setup, teardown
+from depthbench.schedules import parse_depths, parse_schedule
+from depthbench.stats import t_interval
+from depthbench.train import lr_at, make_optimizer, train_step
+
+
+def probe_lr(ck: dict, tcfg: TrainConfig) -> float:
+    """The LR the run's next update would have used; at the end of a decayed run that is 0,
+    and a zero-LR update measures nothing, so the peak LR stands in."""
+    lr = lr_at(ck["step"], tcfg, parse_schedule(ck["schedule"])) if ck["step"] < tcfg.steps else 0.0
+    return lr if lr > 0 else tcfg.lr
+
+
+def nll_differences(model, ck: dict, ds, cfg: ProbeConfig, rt) -> dict[int, list[float]]:
+    """Per serving depth, one NLL(after A) - NLL(after B) per batch."""
+    tcfg = TrainConfig.from_dict(ck["train_config"])
+    state, opt_state = ck["model"], ck["optimizer"]
+    batches = TrainBatches(ds.split("train"), tcfg.batch_size, cfg.seed + 7919)
+    lr = cfg.lr or probe_lr(ck, tcfg)
+    depths = parse_depths(cfg.depths)
+    diffs: dict[int, list[float]] = {k: [] for k in depths}
+    for b in range(cfg.batches):
+        tok = torch.as_tensor(batches.batch(b), device=rt.device)
+        nll = {}
+        for depth in (cfg.depth_a, cfg.depth_b):
+            model.load_state_dict(state)
+            model.zero_grad(set_to_none=True)  # load_state_dict restores weights, not .grad
+            opt = make_optimizer(model, tcfg, rt.device)
+            # a copy: on CPU load_state_dict keeps the given moment tensors and AdamW updates
+            # them in place, which would hand the second update the first one's moments
+            opt.load_state_dict(copy.deepcopy(opt_state))
+            model.train()
+            train_step(model, model, opt, tok[:, :-1], tok[:, 1:], depth, lr, tcfg, rt)
+            res = sweep(model, ds, "eval_reordered", depths, rt, max_rows=cfg.max_people)
+            nll[depth] = {k: s.result(ds.attributes)["nll"] for k, s in res.items()}
+        for k in depths:
+            diffs[k].append(nll[cfg.depth_a][k] - nll[cfg.depth_b][k])
+    return diffs
+
+
+def run_probe(cfg: ProbeConfig) -> dict:
+    """The probe stage: the NLL differences of a checkpoint as ``probe`` rows, written to
+    ``cfg.out`` (default ``RUN/probe/step_N_A_vs_B``)."""
+    rt = setup(cfg.device)
+    try:
+        model, ck, meta, ds = open_run(cfg.run, cfg.checkpoint, None, rt.device)
+        diffs = nll_differences(model, ck, ds, cfg, rt)
+    finally:
+        teardown(rt)
+    tcfg = TrainConfig.from_dict(ck["train_config"])
+    switch = meta.get("switch_step")
+    run_dir = run_dir_of(cfg.run)
+    rows = []
+    for k, d in diffs.items():
+        mean, half, _ = t_interval(d)
+        rows.append({"run": run_dir.name if run_dir else Path(cfg.run).stem,
+                     "schedule": ck.get("schedule"), "seed": meta.get("seed"), "step": ck["step"],
+                     "depth": k, "depth_a": cfg.depth_a, "depth_b": cfg.depth_b,
+                     "nll_diff": mean, "ci95": half, "batches": len(d),
+                     "lr": cfg.lr or probe_lr(ck, tcfg),
+                     "updates_after_switch": None if switch is None else ck["step"] - switch,
+                     **cfg.tags})
+    out = cfg.out or Path(run_dir or Path(cfg.run).parent) / "probe" / \
+        f"step_{ck['step']:07d}_{cfg.depth_a}_vs_{cfg.depth_b}"
+    csv, jsonl = write_rows(rows, out, "probe")
+    return {"rows": rows, "csv": csv, "jsonl": jsonl, "step": ck["step"]}

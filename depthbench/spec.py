@@ -1,0 +1,250 @@
+"""Experiment specs: the TOML file of ``depthbench run`` is these dataclasses, one per section.
+
+A section's keys are its dataclass's fields (the same names as the stage configs they feed:
+``[eval] depths`` becomes every ``EvalConfig.depths``); unknown keys, wrong types and
+out-of-range values are refused with the section and key in the message, before any stage
+runs. Torch-free.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from depthbench.config import (
+    EVAL_SPLITS,
+    KV_POLICIES,
+    MAX_DEPTH,
+    SERVE_MODES,
+    ConfigError,
+    _check,
+    _Plain,
+)
+from depthbench.errors import UserError
+
+EXPERIMENTS = Path(__file__).resolve().parent / "experiments"  # package data
+
+
+class SpecError(UserError):
+    """An experiment spec with an unknown key, a wrong type or an invalid value."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class DataSpec(_Plain):
+    preset: str = "tiny"
+    seed: int = 0
+    set: dict = field(default_factory=dict)
+
+    def __post_init__(self):
+        self._check_types()
+        _check(0 <= self.seed <= 2**32 - 1, "seed", "must be between 0 and 4294967295")
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrainSpec(_Plain):
+    preset: str = "tiny"
+    schedules: tuple[str, ...] = ("uniform:1-16",)
+    seeds: tuple[int, ...] = (0,)
+    steps: int = 0                 # 0: the preset's
+    set: dict = field(default_factory=dict)
+    matched_uniform: str = ""      # a schedule whose runs get a FLOP-matched matched_schedule run
+    matched_schedule: str = "uniform:1-16"
+    budgets: tuple[float, ...] = ()  # fractions of the full FLOP budget (budget_schedule's)
+    budget_schedule: str = "uniform:1-16"
+
+    def __post_init__(self):
+        from depthbench.schedules import parse_schedule
+        self._check_types()
+        _check(bool(self.schedules) and bool(self.seeds), "schedules",
+               "need at least one schedule and one seed")
+        _check(len(set(self.schedules)) == len(self.schedules)
+               and len(set(self.seeds)) == len(self.seeds), "schedules",
+               "schedules and seeds must not repeat")
+        _check(all(0 <= s <= 2**32 - 1 for s in self.seeds), "seeds",
+               "must be between 0 and 4294967295")
+        _check(0 <= self.steps <= 10**9, "steps", "must be between 0 and 1000000000")
+        for s in self.schedules + ((self.matched_schedule,) if self.matched_uniform else ()) \
+                + ((self.budget_schedule,) if self.budgets else ()):
+            try:
+                parse_schedule(s)
+            except UserError as e:
+                raise ConfigError(f"schedules: {e}") from None
+        _check(all(0 < b <= 1 for b in self.budgets) and len(set(self.budgets)) == len(self.budgets),
+               "budgets", "must be distinct fractions of the full FLOP budget in (0, 1], e.g. "
+               "[0.15, 0.45, 1.0]")
+        _check(not (self.budgets and self.matched_uniform), "budgets",
+               "budgets and matched_uniform do not combine; use one of them")
+        _check(not self.matched_uniform or self.matched_uniform in self.schedules,
+               "matched_uniform", f"{self.matched_uniform!r} is not one of train.schedules")
+
+
+@dataclass(frozen=True, kw_only=True)
+class EvalSpec(_Plain):
+    depths: str = "1-16"
+    splits: tuple[str, ...] = ("eval_reordered", "eval_seen_order", "eval_unseen_people")
+    switch_checkpoints: tuple[int, ...] = (0, 16, 64, 256)  # fixed-first: also eval switch + k
+    batch_size: int = 256
+
+    def __post_init__(self):
+        from depthbench.config import _depths_ok, _one_of
+        self._check_types()
+        _depths_ok(self.depths, "depths")
+        for s in self.splits:
+            _one_of(s, EVAL_SPLITS, "splits")
+        _check(all(k >= 0 for k in self.switch_checkpoints), "switch_checkpoints",
+               "must be integers >= 0")
+        _check(1 <= self.batch_size <= 1 << 20, "batch_size", "must be between 1 and 1048576")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ProbeSpec(_Plain):
+    enabled: bool = True
+    depth_a: int = 4
+    depth_b: int = 16
+    batches: int = 8
+    max_people: int = 256
+
+    def __post_init__(self):
+        self._check_types()
+        for f in ("depth_a", "depth_b"):
+            _check(1 <= getattr(self, f) <= MAX_DEPTH, f, f"must be between 1 and {MAX_DEPTH}")
+        _check(2 <= self.batches <= 1 << 16, "batches", "must be between 2 and 65536")
+        _check(1 <= self.max_people <= 1 << 30, "max_people", "must be >= 1")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ServeSpec(_Plain):
+    enabled: bool = True
+    schedule: str = "uniform:1-16"  # the seed-0 run of this schedule is benchmarked
+    modes: tuple[str, ...] = SERVE_MODES
+    exit: str = "latent:0.05"
+    kv_policy: str = "depth_indexed"
+    requests: int = 64
+    width: int = 32
+    max_depth: int = 16
+
+    def __post_init__(self):
+        from depthbench.config import _one_of
+        from depthbench.serving.exits import parse_exit
+        self._check_types()
+        _check(bool(self.modes), "modes", f"choose from {', '.join(SERVE_MODES)}")
+        for m in self.modes:
+            _one_of(m, SERVE_MODES, "modes")
+        _one_of(self.kv_policy, KV_POLICIES, "kv_policy")
+        for f, hi in (("requests", 1 << 20), ("width", 1 << 16), ("max_depth", MAX_DEPTH)):
+            _check(1 <= getattr(self, f) <= hi, f, f"must be between 1 and {hi}")
+        try:
+            parse_exit(self.exit, 1, self.max_depth)
+        except UserError as e:
+            raise ConfigError(f"exit: {e}") from None
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReportSpec(_Plain):
+    name: str = ""                 # "": the experiment's name
+    out: str = ""                  # "": reports/NAME
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunSpec(_Plain):
+    workers: int = 0               # local executor: parallel stages (0: one per CPU core)
+    device: str = ""               # eval, probe and serve stages ("": the training preset's)
+    slurm: dict = field(default_factory=dict)  # submitit parameters, e.g. slurm_partition,
+    #                                timeout_min, gpus_per_node, cpus_per_task, mem_gb
+
+    def __post_init__(self):
+        self._check_types()
+        _check(0 <= self.workers <= 1024, "workers", "must be between 0 and 1024 (0: one per core)")
+        _check(self.device in ("", "auto", "cpu", "cuda"), "device", "must be auto, cpu or cuda")
+
+
+SECTIONS = {"data": DataSpec, "train": TrainSpec, "eval": EvalSpec, "probe": ProbeSpec,
+            "serve": ServeSpec, "report": ReportSpec, "run": RunSpec}
+
+
+@dataclass(frozen=True, kw_only=True)
+class ExperimentSpec:
+    name: str = "experiment"
+    data: DataSpec = field(default_factory=DataSpec)
+    train: TrainSpec = field(default_factory=TrainSpec)
+    eval: EvalSpec = field(default_factory=EvalSpec)
+    probe: ProbeSpec = field(default_factory=ProbeSpec)
+    serve: ServeSpec = field(default_factory=ServeSpec)
+    report: ReportSpec = field(default_factory=ReportSpec)
+    run: RunSpec = field(default_factory=RunSpec)
+
+    def to_dict(self) -> dict:
+        return {"name": self.name, **{s: getattr(self, s).to_dict() for s in SECTIONS}}
+
+
+def spec_path(spec: str | Path | None) -> Path:
+    """A spec file, or the packaged experiment of that name (default: quickstart)."""
+    if spec is None:
+        return EXPERIMENTS / "quickstart.toml"
+    p = Path(spec)
+    packaged = EXPERIMENTS / f"{spec}.toml"
+    if not p.exists() and "/" not in str(spec) and p.suffix != ".toml" and packaged.is_file():
+        return packaged
+    return p
+
+
+def _section(cls, sec: str, body, path: Path):
+    if not isinstance(body, dict):
+        raise SpecError(f"{path}: [{sec}] must be a table")
+    known = [f.name for f in dataclasses.fields(cls)]
+    for key in body:
+        if key not in known:
+            raise SpecError(f"{path}: unknown key {sec}.{key}; known: {', '.join(known)}")
+    try:
+        return cls.from_dict(body)
+    except UserError as e:
+        raise SpecError(f"{path}: {sec}.{e}") from None
+
+
+def load_spec(spec: str | Path | None) -> ExperimentSpec:
+    """TOML -> a validated ExperimentSpec (a spec file, or a packaged experiment's name)."""
+    path = spec_path(spec)
+    try:
+        raw = tomllib.loads(path.read_text())
+    except FileNotFoundError:
+        names = ", ".join(sorted(p.stem for p in EXPERIMENTS.glob("*.toml")))
+        raise SpecError(f"experiment spec {path} does not exist (packaged experiments: "
+                        f"{names})") from None
+    except IsADirectoryError:
+        raise SpecError(f"experiment spec {path} is a directory; give a TOML file") from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
+        raise SpecError(f"experiment spec {path} is not valid TOML: {e}") from None
+    name = raw.pop("name", path.stem)
+    if not isinstance(name, str) or not name.replace("-", "").replace("_", "").isalnum():
+        raise SpecError(f"{path}: name must be letters, digits, '-' and '_'")
+    for sec in raw:
+        if sec not in SECTIONS:
+            raise SpecError(f"{path}: unknown key or section [{sec}]; sections: {', '.join(SECTIONS)}")
+    parts = {sec: _section(cls, sec, raw.get(sec, {}), path) for sec, cls in SECTIONS.items()}
+    s = ExperimentSpec(name=name, **parts)
+    _cross_check(s, path)
+    return s
+
+
+def _cross_check(s: ExperimentSpec, path: Path) -> None:
+    """What one section cannot check alone: presets with their overrides, the served run."""
+    from data_gen import resolve_config
+    from depthbench.config import model_preset, split_sets, train_preset
+
+    try:
+        resolve_config(s.data.preset, overrides=s.data.set, seed=s.data.seed)
+    except (ValueError, TypeError) as e:
+        raise SpecError(f"{path}: data: {e}") from None
+    for k, v in {**s.data.set, **s.train.set}.items():
+        if isinstance(v, dict):
+            raise SpecError(f"{path}: set.{k} must be a plain value (got {v!r})")
+    m, t = split_sets(s.train.set)
+    try:
+        model_preset(s.train.preset).replace(**m)
+        train_preset(s.train.preset).replace(**t)
+    except UserError as e:
+        raise SpecError(f"{path}: train: {e}") from None
+    if s.serve.enabled and s.serve.schedule not in s.train.schedules:
+        raise SpecError(f"{path}: serve.schedule: {s.serve.schedule!r} is not one of train.schedules")
