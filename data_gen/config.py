@@ -214,12 +214,16 @@ def resolve_config(preset: str | None = "tiny", config_file: str | Path | None =
     d = (PRESETS[preset or "tiny"]()).to_dict()
     if config_file is not None:
         path = Path(config_file)
+        kind = "JSON" if path.suffix == ".json" else "TOML"
         try:
-            file_d = tomllib.loads(path.read_text())
+            text = path.read_text()
+            file_d = json.loads(text) if kind == "JSON" else tomllib.loads(text)
         except FileNotFoundError:
             raise ValueError(f"config file {path} does not exist") from None
-        except tomllib.TOMLDecodeError as e:
-            raise ValueError(f"config file {path} is not valid TOML: {e}") from None
+        except (json.JSONDecodeError, tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
+            raise ValueError(f"config file {path} is not valid {kind}: {e}") from None
+        if not isinstance(file_d, dict):
+            raise ValueError(f"config file {path} must hold a table of dataset config keys")
         d.update(file_d)
     d.update(overrides or {})
     if seed is not None:

@@ -274,13 +274,12 @@ class Pipeline:
         marker = self.stages_dir / f"{st.id}.json"
         try:
             rec = json.loads(marker.read_text())
-            old = rec["config"]
+            diff = differences(rec["config"], st.config)
         except (OSError, ValueError, KeyError, TypeError):
-            rec, old = None, self._unmarked_run(st)
-        if old is None or old == st.config:
+            rec, diff = None, self._unmarked_run(st)
+        if not diff:
             return not (rec and rec.get("key") == self.keys[st.id]
                         and all(Path(o).exists() for o in st.outputs))
-        diff = differences(old, st.config)
         if not any(fnmatch.fnmatchcase(st.id, p) or p == "all" for p in self.rerun):
             raise UserError(f"stage {st.id} finished with other settings ({'; '.join(diff[:4])}"
                             f"{'; ...' if len(diff) > 4 else ''}); rerun it with --rerun "
@@ -291,18 +290,16 @@ class Pipeline:
         marker.unlink(missing_ok=True)
         return True
 
-    def _unmarked_run(self, st: Stage) -> dict | None:
-        """A training run without a marker (interrupted): the config it was started with, if
-        that differs from this stage's (None: nothing to compare, or the same run)."""
+    def _unmarked_run(self, st: Stage) -> list[str]:
+        """A training run without a marker (interrupted): how the settings it was started with
+        differ from this stage's (empty: nothing to compare, or the same run)."""
         if st.command != "train" or not (Path(st.config["out"]) / "run.json").is_file():
-            return None
+            return []
         from depthbench.checkpoint import read_run
-        from depthbench.train import _same_run, job_record
-        old = read_run(st.config["out"])
-        if not _same_run(old, job_record(TrainJob.from_dict(st.config))):
-            return None
-        return {"model": old["model"], "train": old["train"], "schedule": old["schedule"],
-                "dataset_hash": old["dataset_hash"]}
+        from depthbench.train import job_record
+        keys = ("model", "train", "schedule", "dataset_hash")
+        old, new = read_run(st.config["out"]), job_record(TrainJob.from_dict(st.config))
+        return differences({k: old[k] for k in keys}, json.loads(json.dumps({k: new[k] for k in keys})))
 
     def _mark(self, st: Stage) -> None:
         self.stages_dir.mkdir(parents=True, exist_ok=True)
@@ -367,15 +364,18 @@ class Pipeline:
         except ImportError:
             raise UserError("--executor slurm needs submitit: pip install submitit") from None
         folder = self.out / "submitit"
-        cluster = "slurm" if self.executor == "slurm" else "local"
         jobs = []
         for st in todo:
-            ex = submitit.AutoExecutor(folder=folder, cluster=cluster)
-            params = {"timeout_min": 60 * 24, **self.spec.run.slurm} if cluster == "slurm" \
-                else {"timeout_min": 60 * 24}
-            if cluster == "slurm" and st.gpus:
-                params.update(gpus_per_node=st.gpus, tasks_per_node=st.gpus)
-            ex.update_parameters(name=f"depthbench-{st.id}", **params)
+            # the executors directly: AutoExecutor's plugin lookup needs pkg_resources
+            if self.executor == "slurm":
+                ex = submitit.SlurmExecutor(folder=folder)
+                params = {"time": 60 * 24, **self.spec.run.slurm}
+                if st.gpus:
+                    params.update(gpus_per_node=st.gpus, ntasks_per_node=st.gpus)
+                ex.update_parameters(job_name=f"depthbench-{st.id}", **params)
+            else:
+                ex = submitit.LocalExecutor(folder=folder)
+                ex.update_parameters(timeout_min=60 * 24)
             jobs.append((ex.submit(run_stage, st.command, st.config, os.getcwd(), 1), st))
             self.log(f"submitted {st.id} (job {jobs[-1][0].job_id})")
         for job, st in jobs:

@@ -132,6 +132,8 @@ class ServeSpec(_Plain):
         _check(bool(self.modes), "modes", f"choose from {', '.join(SERVE_MODES)}")
         for m in self.modes:
             _one_of(m, SERVE_MODES, "modes")
+        _check("static" in self.modes, "modes", "must include static (speedups are measured "
+               "against it)")
         _one_of(self.kv_policy, KV_POLICIES, "kv_policy")
         for f, hi in (("requests", 1 << 20), ("width", 1 << 16), ("max_depth", MAX_DEPTH)):
             _check(1 <= getattr(self, f) <= hi, f, f"must be between 1 and {hi}")
@@ -151,8 +153,9 @@ class ReportSpec(_Plain):
 class RunSpec(_Plain):
     workers: int = 0               # local executor: parallel stages (0: one per CPU core)
     device: str = ""               # eval, probe and serve stages ("": the training preset's)
-    slurm: dict = field(default_factory=dict)  # submitit parameters, e.g. slurm_partition,
-    #                                timeout_min, gpus_per_node, cpus_per_task, mem_gb
+    # --executor slurm: submitit.SlurmExecutor parameters, e.g. partition, time (minutes),
+    # cpus_per_task, mem; a GPU training stage also gets gpus_per_node and ntasks_per_node
+    slurm: dict = field(default_factory=dict)
 
     def __post_init__(self):
         self._check_types()
