@@ -50,7 +50,7 @@ def assert_same_rows(a: Path, b: Path) -> None:
 def grid(tmp_path_factory):
     """The small spec run by the pipeline (in this process, one stage at a time)."""
     root = tmp_path_factory.mktemp("grid")
-    (root / "spec.toml").write_text(SMALL)
+    (root / "spec.toml").write_text(SMALL + f'[report]\nout = "{root / "report"}"\n')
     r = CliRunner().invoke(main, ["run", str(root / "spec.toml"), "--out", str(root / "exp")])
     assert r.exit_code == 0, r.output
     return root
