@@ -278,8 +278,13 @@ class Pipeline:
         except (OSError, ValueError, KeyError, TypeError):
             rec, diff = None, self._unmarked_run(st)
         if not diff:
-            return not (rec and rec.get("key") == self.keys[st.id]
-                        and all(Path(o).exists() for o in st.outputs))
+            if rec and rec.get("key") == self.keys[st.id]:
+                return not all(Path(o).exists() for o in st.outputs)
+            if rec and st.command == "train" and Path(st.config["out"]).exists():
+                # same settings, but a stage it reads was rerun: its run cannot be resumed
+                self.log(f"rerun {st.id}: its inputs were rerun")
+                shutil.rmtree(st.config["out"])
+            return True
         if not any(fnmatch.fnmatchcase(st.id, p) or p == "all" for p in self.rerun):
             raise UserError(f"stage {st.id} finished with other settings ({'; '.join(diff[:4])}"
                             f"{'; ...' if len(diff) > 4 else ''}); rerun it with --rerun "

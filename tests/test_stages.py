@@ -138,9 +138,15 @@ def test_changed_settings_are_reported_and_rerun_only_when_asked(tmp_path, monke
     assert (runs / "step_0000006.pt").is_file()
     ev = pd.read_json(next((tmp_path / "exp" / "results" / "eval").glob("*6.jsonl")), lines=True)
     assert set(ev["step"]) == {6}  # the eval downstream of the rerun run reran too
+    # a rerun dataset reruns the training that reads it (the old run cannot be resumed)
+    spec.write_text(TINY.replace("steps = 8", "steps = 6").replace("n_people = 24", "n_people = 20"))
+    r = CliRunner().invoke(main, ["run", str(spec), "--out", "exp", "--rerun", "generate"])
+    assert r.exit_code == 0, r.output
+    assert "rerun train-uniform_1-3-s0: its inputs were rerun" in r.stdout
     # a run interrupted under other settings (no marker) is reported the same way
     (tmp_path / "exp" / "stages" / "train-uniform_1-3-s0.json").unlink()
-    spec.write_text(TINY.replace("steps = 8", "steps = 6").replace("batch_size = 8", "batch_size = 4"))
+    spec.write_text(TINY.replace("steps = 8", "steps = 6").replace("n_people = 24", "n_people = 20")
+                    .replace("batch_size = 8", "batch_size = 4"))
     r = CliRunner().invoke(main, ["run", str(spec), "--out", "exp"])
     assert r.exit_code == 2 and "train.batch_size: 8 -> 4" in r.stderr
 
