@@ -428,6 +428,8 @@ class ServeConfig(_Plain):
     max_depth: int = 16
     lookahead: bool = False        # exit decisions one loop ahead
     admit_min: int = 0             # cdb: free rows needed to admit while busy (0: width // 8)
+    min_coda_batch: int = 0        # cdb: exited tokens that wait before the coda runs (0: width // 4)
+    coda_wait: int = 0             # cdb: core launches the oldest exited token waits at most (0: 4)
     seed: int = 0
     warmup_requests: int = 4
     device: str = "auto"
@@ -446,6 +448,7 @@ class ServeConfig(_Plain):
                       ("max_depth", MAX_DEPTH), ("prompt_len", 1 << 16)):
             _check(1 <= getattr(self, f) <= hi, f, f"must be in 1..{hi} (got {getattr(self, f)})")
         for f, hi in (("max_new_tokens", 1 << 16), ("admit_min", 1 << 16),
+                      ("min_coda_batch", 1 << 16), ("coda_wait", 1 << 16),
                       ("warmup_requests", 1 << 16), ("seed", 2**32 - 1)):
             _check(0 <= getattr(self, f) <= hi, f, f"must be in 0..{hi} (got {getattr(self, f)})")
         _check(0 <= self.rate <= 1e9, "rate", "must be in [0, 1e9]")

@@ -12,7 +12,7 @@ from depthbench.config import ModelConfig, ServeConfig
 from depthbench.flops import FlopModel
 from depthbench.model import LoopedTransformer
 from depthbench.serving.bench import random_workload, serve_bench
-from depthbench.serving.engine import Engine
+from depthbench.serving.engine import Engine, WallClock
 from depthbench.serving.exits import ExitSpecError, parse_exit
 from depthbench.serving.kvcache import KV_POLICIES
 from depthbench.serving.scheduler import Request, Scheduler
@@ -53,20 +53,21 @@ def test_full_depth_kv_cached_decode_equals_the_full_forward(kw):
     eng = Engine(model, parse_exit("fixed:3", max_depth=3), "depth_indexed", 2, 64)
     prompt = [5, 9, 11, 3, 7]
     toks = [eng.prefill([0], [prompt])[0]]
-    rows = torch.tensor([0])
+    rows = [0]
     for _ in range(5):
-        eng.start(rows, torch.tensor([toks[-1]]))
+        eng.start(rows, [toks[-1]])
         for _ in range(3):
             exited = eng.core(rows)
-        assert exited.tolist() == [0]
+        assert exited == [0]
         # logits of the cached step against the full forward over the whole context
         full = model(torch.tensor([prompt + toks]), n_loops=3)[0, -1]
-        mask, L = eng._decode_mask(rows)
-        cached = eng._readout(eng.S[rows], rows, eng.pos[rows], mask, L)[0]
+        r = torch.tensor(rows)
+        mask, L = eng._decode_mask(rows, eng.pos[r])
+        cached = eng._readout(eng.S[r], r, eng.pos[r], mask, L)[0]
         torch.testing.assert_close(cached, full, rtol=1e-4, atol=1e-4)
         tok, depth = eng.finish(exited)
-        assert int(depth) == 3 and int(tok) == int(full.argmax())
-        toks.append(int(tok))
+        assert depth == [3] and tok == [int(full.argmax())]
+        toks.append(tok[0])
     assert toks == greedy(model, prompt, 6, 3)
 
 
@@ -128,7 +129,7 @@ class FakeEngine:
         from types import SimpleNamespace
         self.plan, self.max_depth = plan, max_depth
         self.crit = SimpleNamespace(kind="fixed")
-        self.device = torch.device("cpu")
+        self.clock = WallClock()
         self.loop, self.token, self.req_of_row = {}, {}, {}
         self.launches = []
 
@@ -139,23 +140,23 @@ class FakeEngine:
         return [100] * len(rows)
 
     def start(self, rows, tokens, trace=None):
-        for r in rows.tolist():
+        for r in rows:
             self.loop[r] = 0
 
     def core(self, rows):
-        self.launches.append(sorted(rows.tolist()))
+        self.launches.append(sorted(rows))
         out = []
-        for r in rows.tolist():
+        for r in rows:
             self.loop[r] += 1
             if self.loop[r] >= self.plan[self.req_of_row[r]][self.token[r]]:
                 out.append(r)
-        return torch.tensor(out, dtype=torch.long)
+        return out
 
     def finish(self, rows):
-        depths = [self.loop[r] for r in rows.tolist()]
-        for r in rows.tolist():
+        depths = [self.loop[r] for r in rows]
+        for r in rows:
             self.token[r] += 1
-        return torch.tensor([7] * len(depths)), torch.tensor(depths)
+        return [7] * len(depths), depths
 
 
 def test_scheduler_refills_freed_places_at_once_and_respects_width():

@@ -11,7 +11,6 @@ workload comes from a dataset.
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 import numpy as np
@@ -21,7 +20,7 @@ from depthbench.config import ServeConfig
 from depthbench.errors import UserError
 from depthbench.flops import FlopModel
 from depthbench.model import LoopedTransformer
-from depthbench.serving.engine import Engine
+from depthbench.serving.engine import STAGES, Engine
 from depthbench.serving.exits import ExitCriterion, parse_exit
 from depthbench.serving.scheduler import Request, Scheduler
 
@@ -70,22 +69,37 @@ def _percentiles(x: list[float]) -> dict:
 def run_mode(model: LoopedTransformer, crit: ExitCriterion, mode: str, cfg: ServeConfig,
              requests: list[Request], max_len: int) -> tuple[dict, list[Request]]:
     width = 1 if mode == "batch1" else cfg.width
+    return run_scheduled(lambda: Engine(model, crit, cfg.kv_policy, width, max_len), mode, cfg,
+                         requests)
 
-    def engine():
-        return Engine(model, crit, cfg.kv_policy, width, max_len)
+
+def run_scheduled(make_engine, mode: str, cfg: ServeConfig,
+                  requests: list[Request]) -> tuple[dict, list[Request]]:
+    """One mode over ``requests`` on a fresh engine from ``make_engine`` (the real ``Engine``
+    or the simulator's), timed by the engine's clock: the per-mode result."""
+    width = 1 if mode == "batch1" else cfg.width
+
+    def scheduler(eng):
+        return Scheduler(eng, mode, width, cfg.admit_min, cfg.min_coda_batch, cfg.coda_wait)
 
     if cfg.warmup_requests:  # first-call allocations and kernel selection stay out of the timing
-        Scheduler(engine(), mode, width, cfg.admit_min or None).run(
-            [q.fresh() for q in requests[: cfg.warmup_requests]])
-    eng = engine()
-    t0 = time.perf_counter()
-    done = Scheduler(eng, mode, width, cfg.admit_min or None).run([q.fresh() for q in requests])
-    wall = time.perf_counter() - t0
+        scheduler(make_engine()).run([q.fresh() for q in requests[: cfg.warmup_requests]])
+    eng = make_engine()
+    t0 = eng.clock.now()
+    done = scheduler(eng).run([q.fresh() for q in requests])
+    wall = eng.clock.now() - t0
+    return mode_result(mode, cfg, done, eng, wall, width), done
+
+
+def mode_result(mode: str, cfg: ServeConfig, done: list[Request], eng, wall: float,
+                width: int) -> dict:
     n_tokens = sum(len(q.output) for q in done)
     decode_depths = [d for q in done for d in q.depths[1:]]  # the first token comes from prefill
     itl = [b - a for q in done for a, b in zip(q.token_times, q.token_times[1:])]
     hist = np.bincount(decode_depths, minlength=cfg.max_depth + 1)[1:].tolist() if decode_depths else []
     st = eng.stats
+    times = [t for q in done for t in q.token_times]
+    depths = [d for q in done for d in q.depths]
     recall = [q.output[: len(q.target)] == q.target for q in done if q.target]
     decode_s = max(wall - st["prefill_s"], 1e-9)
     return {
@@ -100,10 +114,37 @@ def run_mode(model: LoopedTransformer, crit: ExitCriterion, mode: str, cfg: Serv
         "rows_per_launch": st["core_rows"] / max(1, st["core_launches"]),
         "padding_waste": 1.0 - st["core_rows"] / max(1, st["core_launches"] * width),
         "exact_match": float(np.mean(recall)) if recall else None,
-        "kv_cache_mb": eng.kv.nbytes() / 2**20,
+        "kv_cache_mb": eng.kv_nbytes / 2**20,
         # where the time went: engine launches by kind, the rest is scheduling
-        "time_split": {k: st[f"{k}_s"] / wall for k in ("prefill", "start", "core", "finish")},
-    }, done
+        "time_split": {k: st[f"{k}_s"] / wall for k in STAGES},
+        "launches_per_token": {k: st[f"{k}_launches"] / max(1, n_tokens) for k in STAGES},
+        "host_syncs": st["syncs"],
+        **steady_state(times, depths),
+    }
+
+
+def steady_state(times: list[float], depths: list[int], trim: float = 0.1) -> dict:
+    """Throughput over the steady-state window: the tokens emitted between the ``trim`` and
+    ``1 - trim`` quantiles of emission time (fill and drain removed), with their depths (the
+    window's bound is priced from them)."""
+    if len(times) < 10:
+        return {"steady_tokens_per_s": None, "steady_window_s": None, "steady_depths": []}
+    t = np.asarray(times)
+    lo, hi = np.quantile(t, [trim, 1 - trim])
+    inside = (t > lo) & (t <= hi)
+    n = int(inside.sum())
+    return {"steady_tokens_per_s": n / (hi - lo) if hi > lo else None,
+            "steady_window_s": float(hi - lo),
+            "steady_depths": np.asarray(depths)[inside].tolist()}
+
+
+def paper_bound(fm: FlopModel, k_max: int, depths: list[int]) -> float:
+    """The continuous-depth-batching paper's bound (its eq. 1): parameter-only FLOPs, every
+    token priced at its requested depth and each request's first token at full depth (the
+    depth lists carry it: prefill emits at ``k_max``)."""
+    if not depths:
+        return float("nan")
+    return len(depths) * fm.forward(k_max) / sum(fm.forward(d) for d in depths)
 
 
 def result_rows(res: dict, **keys) -> list[dict]:
@@ -112,7 +153,7 @@ def result_rows(res: dict, **keys) -> list[dict]:
     for r in res["results"]:
         row = {**keys, **{k: v for k, v in r.items() if not isinstance(v, (dict, list))}}
         for name, fmt in (("ttft_ms", "ttft_{}_ms"), ("itl_ms", "itl_{}_ms"),
-                          ("time_split", "time_{}")):
+                          ("time_split", "time_{}"), ("launches_per_token", "launches_per_token_{}")):
             row.update({fmt.format(k): v for k, v in r[name].items()})
         rows.append(row)
     return rows
@@ -129,26 +170,31 @@ def serve_bench(model: LoopedTransformer, requests: list[Request], cfg: ServeCon
     if max_len > model.cfg.max_seq_len:
         raise UserError(f"prompts plus --max-new-tokens need {max_len} positions, more than the "
                         f"model's max_seq_len={model.cfg.max_seq_len}; lower --max-new-tokens")
-    fm = FlopModel.of(model.cfg, seq_len_for_flops)
+
+    def engines(mode):
+        width = 1 if mode == "batch1" else cfg.width
+        return lambda: Engine(model, crit, cfg.kv_policy, width, max_len)
+
+    return compare_modes(engines, model.cfg, requests, cfg, seq_len_for_flops, progress)
+
+
+def compare_modes(engines, mcfg, requests: list[Request], cfg: ServeConfig,
+                  seq_len_for_flops: int, progress=None) -> dict:
+    """Every mode of ``cfg`` over the same requests (``engines(mode)`` makes a fresh engine),
+    with the bounds, speedups over ``static`` and whether the adaptive modes agree."""
+    fm = FlopModel.of(mcfg, seq_len_for_flops)
+    fm_params = FlopModel.of(mcfg, 0)   # parameters only, the paper's convention
     results, outputs = [], {}
     for mode in cfg.modes:
-        r, done = run_mode(model, crit, mode, cfg, requests, max_len)
+        r, done = run_scheduled(engines(mode), mode, cfg, requests)
         results.append(r)
         outputs[mode] = done
         if progress:
             progress(mode)
     static = next((r for r in results if r["mode"] == "static"), None)
-    for r in results:
-        ceiling = fm.ceiling(cfg.max_depth, r["mean_depth"])
-        r["ceiling"] = ceiling
-        if static is not None:
-            realized = r["tokens_per_s"] / static["tokens_per_s"]
-            r["speedup"] = realized
-            r["fraction_of_ceiling"] = realized / ceiling
-            r["fraction_of_gain"] = (realized - 1) / (ceiling - 1) if ceiling > 1 + 1e-9 else None
-            dec = r["decode_tokens_per_s"] / static["decode_tokens_per_s"]
-            r["decode_speedup"] = dec
-            r["decode_fraction_of_ceiling"] = dec / ceiling
+    for r, mode in zip(results, cfg.modes):
+        add_bounds(r, static, fm, fm_params, cfg.max_depth,
+                   [d for q in outputs[mode] for d in q.depths])
     same = None
     adaptive = [m for m in ("cdb", "no_refill", "batch1") if m in outputs]
     if len(adaptive) > 1:
@@ -158,6 +204,28 @@ def serve_bench(model: LoopedTransformer, requests: list[Request], cfg: ServeCon
             "adaptive_modes_agree": same, "f0": fm.f0, "fr": fm.fr,
             "outputs": {m: [q.output for q in d] for m, d in outputs.items()},
             "depth_traces": {m: {str(q.id): q.depths[1:] for q in d} for m, d in outputs.items()}}
+
+
+def add_bounds(r: dict, static: dict | None, fm: FlopModel, fm_params: FlopModel, k_max: int,
+               depths: list[int]) -> None:
+    """The bounds of one mode's result and, given the ``static`` result, realized fractions."""
+    ceiling = fm.ceiling(k_max, r["mean_depth"])
+    r["ceiling"] = ceiling
+    r["paper_bound"] = paper_bound(fm_params, k_max, depths)
+    r["steady_bound"] = paper_bound(fm_params, k_max, r.pop("steady_depths"))
+    if static is None:
+        return
+    realized = r["tokens_per_s"] / static["tokens_per_s"]
+    r["speedup"] = realized
+    r["fraction_of_ceiling"] = realized / ceiling
+    r["fraction_of_gain"] = (realized - 1) / (ceiling - 1) if ceiling > 1 + 1e-9 else None
+    dec = r["decode_tokens_per_s"] / static["decode_tokens_per_s"]
+    r["decode_speedup"] = dec
+    r["decode_fraction_of_ceiling"] = dec / ceiling
+    r["paper_fraction"] = realized / r["paper_bound"]
+    ss, ss0 = r["steady_tokens_per_s"], static["steady_tokens_per_s"]
+    r["steady_speedup"] = ss / ss0 if ss and ss0 else None
+    r["steady_fraction"] = r["steady_speedup"] / r["steady_bound"] if r["steady_speedup"] else None
 
 
 # ---- the serve stage -------------------------------------------------------------------------------

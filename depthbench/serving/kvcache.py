@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 import os
 
+import numpy as np
 import torch
 
 from depthbench.config import KV_POLICIES, ModelConfig  # noqa: F401  (re-exported)
@@ -96,23 +97,24 @@ class KVStore:
             return torch.full_like(loops, base)
         return base + (loops > 1).long()
 
-    def copy_on_exit(self, rows: torch.Tensor, pos: torch.Tensor, depth: torch.Tensor) -> None:
+    def copy_on_exit(self, rows: torch.Tensor, pos: torch.Tensor, depth: list[int]) -> None:
         """Fill the deeper core slots of tokens that exited early (depth_indexed: loops
         d+1..max_depth; first_then_shared: the shared slot after an exit at loop 1). ``single``
-        already holds the exit state."""
-        if self.policy == "single" or rows.numel() == 0:
+        already holds the exit state. ``depth`` is on the host: nothing is read back."""
+        if self.policy == "single" or not depth:
             return
-        if self.policy == "depth_indexed":
-            n_extra = self.max_depth - depth                               # (N,)
-        else:
-            n_extra = (depth == 1).long()
+        d = np.asarray(depth, dtype=np.int64)
+        n_extra = self.max_depth - d if self.policy == "depth_indexed" else (d == 1).astype(np.int64)
         if int(n_extra.sum()) == 0:
             return
-        item = torch.repeat_interleave(torch.arange(len(depth), device=depth.device), n_extra)
-        start = torch.repeat_interleave(torch.cumsum(n_extra, 0) - n_extra, n_extra)
-        dst_loop = depth[item] + 1 + torch.arange(len(item), device=depth.device) - start
-        r, p = rows[item], pos[item]
+        item = np.repeat(np.arange(len(d)), n_extra)
+        start = np.repeat(np.cumsum(n_extra) - n_extra, n_extra)
+        dst_loop = d[item] + 1 + np.arange(len(item)) - start
+        dev = rows.device
+        item_t = torch.from_numpy(item).to(dev)
+        src_loop, dst_loop = torch.from_numpy(d[item]).to(dev), torch.from_numpy(dst_loop).to(dev)
+        r, p = rows[item_t], pos[item_t]
         for j in range(self.cfg.n_core):
-            src, dst = self.core_slots(j, depth[item]), self.core_slots(j, dst_loop)
+            src, dst = self.core_slots(j, src_loop), self.core_slots(j, dst_loop)
             self.k[dst, r, :, p] = self.k[src, r, :, p]
             self.v[dst, r, :, p] = self.v[src, r, :, p]

@@ -5,19 +5,22 @@ Modes (all over the same requests):
     no_refill  tokens exit early, but a batch waits for its slowest token before the next one
     batch1     one request at a time, with exits
     cdb        continuous depth batching: every core launch takes all in-flight work items,
-               whatever loop they are at; exited items go to the coda and head and their
-               request's next token (or a new request) takes the freed place at once
+               whatever loop they are at; exited items queue for the coda and head, which
+               runs once ``min_coda_batch`` of them wait (or the oldest has waited
+               ``coda_wait`` core launches, or nothing else is in flight), so its weights are
+               read for many tokens at once; then their requests' next tokens (or new
+               requests, in freed rows) join the next core launch
+
+The scheduler reads time from the engine's clock, so the same policies run on the real engine
+and, in ``serve-sim``, on a simulated one with a virtual clock.
 """
 
 from __future__ import annotations
 
 import itertools
-import time
 from collections import deque
 from dataclasses import dataclass, field
 from enum import IntEnum
-
-import torch
 
 from depthbench.config import SERVE_MODES
 from depthbench.serving.engine import Engine
@@ -56,54 +59,62 @@ class Request:
 
 
 class Scheduler:
-    def __init__(self, engine: Engine, mode: str, width: int, admit_min: int | None = None):
+    def __init__(self, engine: Engine, mode: str, width: int, admit_min: int | None = None,
+                 min_coda_batch: int | None = None, coda_wait: int | None = None):
         assert mode in MODES
         if mode == "static":  # the baseline ignores the exit criterion: every token runs max_depth
             engine.crit = parse_exit(f"fixed:{engine.max_depth}", engine.max_depth, engine.max_depth)
-        self.engine, self.mode = engine, mode
+        self.engine, self.mode, self.clock = engine, mode, engine.clock
         self.width = 1 if mode == "batch1" else width
+        cdb = mode == "cdb"
         # cdb frees rows one or two at a time; prefilling each newcomer alone costs more than
         # the decode it enables, so while work is in flight new requests are admitted once
         # ``admit_min`` rows are free (or all arrived requests fit). Token batches admit
         # between tokens anyway.
-        self.admit_min = admit_min if admit_min is not None else (
-            max(1, self.width // 8) if mode == "cdb" else 1)
+        self.admit_min = admit_min or (max(1, self.width // 8) if cdb else 1)
+        self.min_coda_batch = min_coda_batch or (max(1, self.width // 4) if cdb else 1)
+        self.coda_wait = coda_wait or (4 if cdb else 1)
         self.rows_free = list(range(self.width))[::-1]
         self.active: dict[int, Request] = {}
         self.waiting: deque[Request] = deque()
         self.t0 = 0.0
+        self.iterations = 0
 
     def now(self) -> float:
-        return time.perf_counter() - self.t0
+        return self.clock.now() - self.t0
 
     # ---- request life cycle ---------------------------------------------------------------------------
-    def _emit(self, req: Request, token: int, depth: int) -> None:
+    def _emit(self, req: Request, token: int, depth: int, t: float) -> None:
         req.output.append(token)
         req.depths.append(depth)
-        req.token_times.append(self.now())
+        req.token_times.append(t)
         if req.done():
             req.status = Status.FINISHED
             del self.active[req.row]
             self.rows_free.append(req.row)
 
-    def _admit(self, busy: bool = False) -> None:
-        """Admit arrived requests into free rows; their prompts are prefilled together."""
+    def _admit(self, busy: bool = False) -> list[int]:
+        """Admit arrived requests into free rows; their prompts are prefilled together. The
+        rows of admitted requests that still have tokens to generate."""
         if busy:
             now = self.now()
             arrived = sum(1 for q in itertools.islice(self.waiting, self.admit_min)
                           if q.arrival <= now)
             if not arrived or len(self.rows_free) < min(self.admit_min, arrived):
-                return
+                return []
         new = []
         while self.waiting and self.rows_free and self.waiting[0].arrival <= self.now():
             req = self.waiting.popleft()
             req.row, req.status = self.rows_free.pop(), Status.RUNNING
             self.active[req.row] = req
             new.append(req)
-        if new:
-            first = self.engine.prefill([q.row for q in new], [q.prompt for q in new])
-            for req, tok in zip(new, first):
-                self._emit(req, tok, self.engine.max_depth)
+        if not new:
+            return []
+        first = self.engine.prefill([q.row for q in new], [q.prompt for q in new])
+        t = self.now()
+        for req, tok in zip(new, first):
+            self._emit(req, tok, self.engine.max_depth, t)
+        return [q.row for q in new if q.status == Status.RUNNING]
 
     def _start(self, rows: list[int]) -> None:
         eng = self.engine
@@ -111,26 +122,27 @@ class Scheduler:
         trace = None
         if eng.crit.kind in ("replay", "trace"):
             # decoded token i of a request (its first output token comes from the prefill)
-            trace = torch.tensor([eng.crit.trace_depth(q.id, len(q.output) - 1) for q in reqs],
-                                 device=eng.device)
-        eng.start(torch.tensor(rows, device=eng.device),
-                  torch.tensor([q.output[-1] for q in reqs], device=eng.device), trace)
+            trace = [eng.crit.trace_depth(q.id, len(q.output) - 1) for q in reqs]
+        eng.start(rows, [q.output[-1] for q in reqs], trace)
 
-    def _finish(self, exited: torch.Tensor) -> None:
-        if exited.numel() == 0:
-            return
+    def _finish(self, exited: list[int]) -> list[int]:
+        """Coda + head of exited rows; the rows whose requests go on."""
+        if not exited:
+            return []
         tokens, depths = self.engine.finish(exited)
-        for row, tok, d in zip(exited.tolist(), tokens.tolist(), depths.tolist()):
-            self._emit(self.active[row], tok, d)
+        t = self.now()
+        for row, tok, d in zip(exited, tokens, depths):
+            self._emit(self.active[row], tok, d, t)
+        return [r for r in exited if r in self.active]
 
     def _idle_until_next_arrival(self) -> None:
         if self.waiting:
-            time.sleep(max(0.0, self.waiting[0].arrival - self.now()))
+            self.clock.wait_until(self.t0 + self.waiting[0].arrival)
 
     # ---- the policies -------------------------------------------------------------------------------
     def run(self, requests: list[Request]) -> list[Request]:
         self.waiting = deque(sorted(requests, key=lambda q: (q.arrival, q.id)))
-        self.t0 = time.perf_counter()
+        self.t0 = self.clock.now()
         if self.mode == "cdb":
             self._run_cdb()
         else:
@@ -138,8 +150,8 @@ class Scheduler:
         return sorted(requests, key=lambda q: q.id)
 
     def _run_token_batches(self) -> None:
-        """static, no_refill, batch1: a batch of tokens starts together and ends together."""
-        dev = self.engine.device
+        """static, no_refill, batch1: a batch of tokens starts together and ends together; the
+        coda runs once per batch, on every row (exited rows wait for it idle)."""
         while self.waiting or self.active:
             self._admit()
             if not self.active:
@@ -147,24 +159,41 @@ class Scheduler:
                 continue
             rows = sorted(self.active)
             self._start(rows)
-            running = torch.tensor(rows, device=dev)
-            while running.numel():
-                exited = self.engine.core(running)
-                self._finish(exited)
-                running = running[~torch.isin(running, exited)]
+            running, exited = rows, []
+            while running:
+                out = self.engine.core(running)
+                self.iterations += 1
+                if out:
+                    gone = set(out)
+                    running = [r for r in running if r not in gone]
+                    exited += out
+            self._finish(sorted(exited))
 
     def _run_cdb(self) -> None:
-        dev = self.engine.device
-        inflight: set[int] = set()
+        inflight: list[int] = []            # rows with a token in the loop
+        coda: list[int] = []                # rows whose token exited and waits for the coda
+        waited = 0                          # core launches the oldest of ``coda`` has waited
+        ready: list[int] = []               # rows whose next token is ready to start
         while self.waiting or self.active:
-            self._admit(busy=bool(inflight))
-            new = sorted(r for r in self.active if r not in inflight)
-            if new:
-                self._start(new)
-                inflight.update(new)
-            if not inflight:
+            ready += self._admit(busy=bool(inflight or coda))
+            if ready:
+                self._start(ready)
+                inflight = sorted(inflight + ready)
+                ready = []
+            if not inflight and not coda:
                 self._idle_until_next_arrival()
                 continue
-            exited = self.engine.core(torch.tensor(sorted(inflight), device=dev))
-            self._finish(exited)
-            inflight.difference_update(exited.tolist())
+            if inflight:
+                out = self.engine.core(inflight)
+                self.iterations += 1
+                if out:
+                    gone = set(out)
+                    inflight = [r for r in inflight if r not in gone]
+                    waited = waited + 1 if coda else 0
+                    coda += out
+                elif coda:
+                    waited += 1
+            if coda and (len(coda) >= self.min_coda_batch or waited >= self.coda_wait
+                         or not inflight):
+                ready = self._finish(sorted(coda))
+                coda, waited = [], 0
