@@ -13,7 +13,7 @@ import time
 import click
 
 from depthbench import cli_support as cs
-from depthbench.cli_serve import lm_eval_cmd, serve_bench_cmd
+from depthbench.cli_serve import lm_eval_cmd, serve_bench_cmd, serve_sim_cmd
 from depthbench.cli_support import build_config, default_of, emit_json, fail, parse_sets
 from depthbench.config import EvalConfig, ProbeConfig, ReportConfig
 
@@ -294,4 +294,5 @@ def report_cmd(config_file, as_json, **given):
 
 
 main.add_command(serve_bench_cmd)
+main.add_command(serve_sim_cmd)
 main.add_command(lm_eval_cmd)

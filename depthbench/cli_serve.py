@@ -1,6 +1,6 @@
 """The serving and harness commands of ``depthbench``: ``serve-bench`` (a thin adapter over
-``serving.bench.run_bench``) and ``lm-eval`` (lm-eval's own command line with the depthbench
-model and tasks registered)."""
+``serving.bench.run_bench``), ``serve-sim`` (over ``serving.sim.run_sim``) and ``lm-eval``
+(lm-eval's own command line with the depthbench model and tasks registered)."""
 
 from __future__ import annotations
 
@@ -10,41 +10,78 @@ import click
 
 from depthbench import cli_support as cs
 from depthbench.cli_support import build_config, default_of, emit_json, fail, parse_sets
-from depthbench.config import ServeConfig
+from depthbench.config import ServeConfig, SimConfig
 
 
 def _d(name: str) -> str:
     return default_of(ServeConfig, name)
 
 
+_WORKLOAD = [
+    click.option("--random", metavar="PRESET", help="A random-weight model of this preset (tiny, "
+                 "small, paper-200m, paper-1b, ouro-like, huginn-like), e.g. with --exit trace:8."),
+    click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
+                 help="Override a model config key of --random, e.g. --set d_model=512."),
+    click.option("--modes", show_default=_d("modes"), help="Comma-separated batching modes."),
+    click.option("--exit", show_default=_d("exit"), help="Exit criterion: fixed:K, latent:TAU, "
+                 "kl:TAU, entropy:TAU, argmax:N, gate:Q, replay:FILE.json, trace:MEAN."),
+    click.option("--kv-policy", show_default=_d("kv_policy"),
+                 help="depth_indexed, single or first_then_shared."),
+    click.option("--width", type=cs.WIDTH, show_default=_d("width"), help="Rows per core launch at most."),
+    click.option("--requests", type=click.IntRange(1, 1 << 20), show_default=_d("requests")),
+    click.option("--rate", type=cs.FiniteFloat(0.0, 1e9), show_default=_d("rate"),
+                 help="Poisson arrival rate in requests/s (0: all requests at t=0)."),
+    click.option("--max-new-tokens", type=click.IntRange(0, 1 << 16), show_default=_d("max_new_tokens"),
+                 help="Tokens to generate per request (0: the rest of the dataset sequence; 32 "
+                      "for --random)."),
+    click.option("--prompt-len", type=click.IntRange(1, 1 << 16), show_default=_d("prompt_len"),
+                 help="Prompt length for --random."),
+    click.option("--length-spread", type=cs.FiniteFloat(0.0, 0.99), show_default=_d("length_spread"),
+                 help="--random: tokens per request vary uniformly by +- this fraction."),
+    click.option("--min-depth", type=cs.DEPTH, show_default=_d("min_depth")),
+    click.option("--max-depth", type=cs.DEPTH, show_default=_d("max_depth")),
+    click.option("--lookahead/--no-lookahead", default=None, help="Take exit decisions one loop ahead."),
+    click.option("--admit-min", type=click.IntRange(0, 1 << 16), show_default=_d("admit_min"),
+                 help="cdb: free rows needed before new requests are admitted while busy "
+                      "(0: width/8; 1: refill every freed row at once)."),
+    click.option("--min-coda-batch", type=click.IntRange(0, 1 << 16), show_default=_d("min_coda_batch"),
+                 help="cdb: exited tokens that wait before the coda runs (0: width/4)."),
+    click.option("--coda-wait", type=click.IntRange(0, 1 << 16), show_default=_d("coda_wait"),
+                 help="cdb: core launches an exited token waits for the coda at most (0: 4)."),
+    click.option("--seed", type=cs.SEED, show_default=_d("seed")),
+    click.option("--out", type=click.Path(), help="Result file base (.csv and .jsonl are written)."),
+]
+
+
+def _workload_options(f):
+    for opt in reversed(_WORKLOAD):
+        f = opt(f)
+    return f
+
+
+def _modes(given: dict, sets, modes) -> dict:
+    from depthbench.config import split_sets
+    given["model_set"] = split_sets(parse_sets(sets))[0] or None
+    given["modes"] = modes and tuple(m.strip() for m in modes.split(",") if m.strip())
+    return given
+
+
+def _show(res: dict) -> None:
+    import pandas as pd
+    df = pd.DataFrame(res["rows"])
+    cols = [c for c in ("exit", "mode", "tokens_per_s", "speedup", "ceiling", "paper_bound",
+                        "paper_fraction", "steady_fraction", "mean_depth", "rows_per_launch",
+                        "ttft_p50_ms", "itl_p50_ms", "exact_match") if c in df.columns]
+    if "exit" in cols and df["exit"].nunique() == 1:
+        cols.remove("exit")
+    click.echo(df[cols].to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+
+
 @click.command("serve-bench")
 @click.argument("run", required=False, type=click.Path())
-@click.option("--random", metavar="PRESET", help="Instead of RUN: a random-weight model of this preset "
-              "(tiny, small, paper-200m, paper-1b, ouro-like, huginn-like), e.g. with --exit trace:8.")
-@click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
-              help="Override a model config key of --random, e.g. --set d_model=512.")
+@_workload_options
 @click.option("--data", type=click.Path(), help="Dataset for the workload (default: the run's).")
-@click.option("--modes", show_default=_d("modes"), help="Comma-separated batching modes.")
-@click.option("--exit", show_default=_d("exit"), help="Exit criterion: fixed:K, latent:TAU, kl:TAU, "
-              "entropy:TAU, argmax:N, gate:Q, replay:FILE.json, trace:MEAN.")
-@click.option("--kv-policy", show_default=_d("kv_policy"), help="depth_indexed, single or first_then_shared.")
-@click.option("--width", type=cs.WIDTH, show_default=_d("width"), help="Rows per core launch at most.")
-@click.option("--requests", type=click.IntRange(1, 1 << 20), show_default=_d("requests"))
-@click.option("--rate", type=cs.FiniteFloat(0.0, 1e9), show_default=_d("rate"),
-              help="Poisson arrival rate in requests/s (0: all requests at t=0).")
-@click.option("--max-new-tokens", type=click.IntRange(0, 1 << 16), show_default=_d("max_new_tokens"),
-              help="Tokens to generate per request (0: the rest of the dataset sequence; 32 for --random).")
-@click.option("--prompt-len", type=click.IntRange(1, 1 << 16), show_default=_d("prompt_len"),
-              help="Prompt length for --random.")
-@click.option("--min-depth", type=cs.DEPTH, show_default=_d("min_depth"))
-@click.option("--max-depth", type=cs.DEPTH, show_default=_d("max_depth"))
-@click.option("--lookahead/--no-lookahead", default=None, help="Take exit decisions one loop ahead.")
-@click.option("--admit-min", type=click.IntRange(0, 1 << 16), show_default=_d("admit_min"),
-              help="cdb: free rows needed before new requests are admitted while busy "
-                   "(0: width/8; 1: refill every freed row at once).")
-@click.option("--seed", type=cs.SEED, show_default=_d("seed"))
 @click.option("--device", show_default=_d("device"), help="auto, cpu or cuda.")
-@click.option("--out", type=click.Path(), help="Result file base (.csv, .jsonl and .json are written).")
 @click.option("--save-trace", type=click.Path(dir_okay=False),
               help="Write the cdb mode's exit depths as a replay trace.")
 @cs.config_option
@@ -59,19 +96,10 @@ def serve_bench_cmd(sets, modes, config_file, as_json, **given):
       depthbench serve-bench --random small --set d_model=512 --exit trace:8 --requests 128
       depthbench serve-bench --random huginn-like --exit trace:8 --device cuda
     """
-    import pandas as pd
-
-    from depthbench.config import split_sets
     from depthbench.serving.bench import run_bench
 
-    given["model_set"] = split_sets(parse_sets(sets))[0] or None
-    given["modes"] = modes and tuple(m.strip() for m in modes.split(",") if m.strip())
-    res = run_bench(build_config(ServeConfig, config_file, given), log=click.echo)
-    df = pd.DataFrame(res["rows"])
-    cols = [c for c in ("mode", "tokens_per_s", "speedup", "ceiling", "fraction_of_ceiling",
-                        "mean_depth", "rows_per_launch", "padding_waste", "ttft_p50_ms",
-                        "itl_p50_ms", "exact_match") if c in df.columns]
-    click.echo(df[cols].to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+    res = run_bench(build_config(ServeConfig, config_file, _modes(given, sets, modes)), log=click.echo)
+    _show(res)
     if res["adaptive_modes_agree"] is not None:
         click.echo(f"adaptive modes produce identical tokens: {res['adaptive_modes_agree']}")
     if "jsonl" in res:
@@ -79,6 +107,47 @@ def serve_bench_cmd(sets, modes, config_file, as_json, **given):
     if as_json:
         emit_json({"results": res["results"], "adaptive_modes_agree": res["adaptive_modes_agree"],
                    "out": given.get("out")})
+
+
+@click.command("serve-sim")
+@_workload_options
+@click.option("--profile", show_default=default_of(SimConfig, "profile"),
+              help="Hardware profile: h100, h200, or a profile TOML (e.g. from --calibrate).")
+@click.option("--means", help="Sweep these trace means (comma-separated) and plot speedup vs "
+              "mean exit depth against the bound.")
+@click.option("--plot", type=click.Path(dir_okay=False), help="The sweep's PNG (default: OUT.png).")
+@click.option("--calibrate", type=click.Path(dir_okay=False),
+              help="Measure the real engine on this machine and write a fitted profile here.")
+@click.option("--calibrate-widths", show_default=default_of(SimConfig, "calibrate_widths"),
+              help="Comma-separated widths the calibration runs.")
+@cs.config_option
+@cs.json_option
+def serve_sim_cmd(sets, modes, means, calibrate_widths, config_file, as_json, **given):
+    """Simulate serving: the real scheduler on a virtual clock, each launch priced by a profile.
+
+    \b
+    Examples:
+      depthbench serve-sim --random ouro-like --max-depth 4 --exit trace:2.5 --profile h100
+      depthbench serve-sim --random huginn-like --means 2,4,8,12,16 --out results/sim/huginn
+      depthbench serve-sim --random small --set d_model=512 --exit trace:8 --calibrate cpu.toml
+      depthbench serve-sim --random small --set d_model=512 --exit trace:8 --profile cpu.toml
+    """
+    from depthbench.serving.sim import run_sim
+
+    given = _modes(given, sets, modes)
+    given["means"] = means and cs.float_list(means, "--means")
+    given["calibrate_widths"] = calibrate_widths and cs.int_list(calibrate_widths, "--calibrate-widths")
+    res = run_sim(build_config(SimConfig, config_file, given), log=click.echo)
+    if given.get("calibrate"):
+        click.echo(f"wrote {res['profile']} (fit R^2: "
+                   + ", ".join(f"{k} {v:.3f}" for k, v in res["r2"].items()) + ")")
+    else:
+        _show(res)
+        for k in ("csv", "jsonl", "plot"):
+            if k in res:
+                click.echo(f"wrote {res[k]}")
+    if as_json:
+        emit_json({k: v for k, v in res.items() if k != "rows"})
 
 
 @click.command("lm-eval", context_settings={"ignore_unknown_options": True,

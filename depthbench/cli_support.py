@@ -145,3 +145,19 @@ def config_option(fn):
 def json_option(fn):
     return click.option("--json", "as_json", is_flag=True,
                         help="Print a JSON summary as the last line.")(fn)
+
+
+def _number_list(text: str, option: str, kind) -> tuple:
+    try:
+        return tuple(kind(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise UserError(f"{option}: {text!r} is not a comma-separated list of "
+                        f"{'integers' if kind is int else 'numbers'}") from None
+
+
+def float_list(text: str, option: str) -> tuple[float, ...]:
+    return _number_list(text, option, float)
+
+
+def int_list(text: str, option: str) -> tuple[int, ...]:
+    return _number_list(text, option, int)

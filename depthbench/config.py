@@ -424,6 +424,7 @@ class ServeConfig(_Plain):
     rate: float = 0.0              # requests/s (Poisson arrivals); 0: all at t = 0 (offline)
     max_new_tokens: int = 0        # 0: the rest of the dataset sequence (or 32 for random prompts)
     prompt_len: int = 8            # prompt length of random
+    length_spread: float = 0.0     # random: new tokens per request vary by +-this fraction
     min_depth: int = 1
     max_depth: int = 16
     lookahead: bool = False        # exit decisions one loop ahead
@@ -452,6 +453,7 @@ class ServeConfig(_Plain):
                       ("warmup_requests", 1 << 16), ("seed", 2**32 - 1)):
             _check(0 <= getattr(self, f) <= hi, f, f"must be in 0..{hi} (got {getattr(self, f)})")
         _check(0 <= self.rate <= 1e9, "rate", "must be in [0, 1e9]")
+        _check(0 <= self.length_spread < 1, "length_spread", "must be in [0, 1)")
         _check(self.min_depth <= self.max_depth, "min_depth", "must be <= max_depth")
         if self.random:
             _one_of(self.random, tuple(MODEL_PRESETS), "random")
@@ -461,6 +463,34 @@ class ServeConfig(_Plain):
             parse_exit(self.exit, self.min_depth, self.max_depth, self.lookahead, self.seed)
         except UserError as e:
             raise ConfigError(f"exit: {e}") from None
+
+
+@dataclass(frozen=True, kw_only=True)
+class SimConfig(ServeConfig):
+    """A simulated serving benchmark (``serving.sim.run_sim``): the serve-bench workload and
+    scheduler knobs on a random-shaped model, priced by a hardware profile instead of run."""
+    exit: str = ""                 # trace, replay or fixed ("": the first of means, or a trace
+                                   # of mean (1 + max_depth) / 2)
+    profile: str = "h100"          # packaged profile name (h100, h200) or a profile TOML
+    means: tuple[float, ...] = ()  # sweep these trace means (speedup vs mean depth, plotted)
+    plot: str = ""                 # the sweep's PNG ("": OUT.png when out is given)
+    calibrate: str = ""            # measure this machine and write a fitted profile here instead
+    calibrate_widths: tuple[int, ...] = (16, 64)
+
+    def __post_init__(self):
+        if not self.exit:
+            mean = self.means[0] if self.means else (1 + self.max_depth) / 2
+            object.__setattr__(self, "exit", f"trace:{mean:g}")
+        super().__post_init__()
+        _check(bool(self.random), "random", "serve-sim needs a model shape: --random PRESET")
+        _check(not self.run, "run", "serve-sim runs no checkpoint; give --random PRESET")
+        kind = self.exit.partition(":")[0]
+        _check(kind in ("trace", "replay", "fixed"), "exit",
+               "serve-sim needs exit depths known in advance: trace:MEAN, replay:FILE or fixed:K")
+        for m in self.means:
+            _check(1 <= m <= self.max_depth, "means", f"must be in [1, max_depth] (got {m:g})")
+        for w in self.calibrate_widths:
+            _check(1 <= w <= 1 << 16, "calibrate_widths", f"must be in 1..65536 (got {w})")
 
 
 @dataclass(frozen=True, kw_only=True)

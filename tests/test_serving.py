@@ -248,3 +248,18 @@ def test_online_arrivals_give_the_offline_tokens():
     assert [q.output for q in online] == [q.output for q in offline]
     for q in online:  # nothing is served before it arrives
         assert q.token_times[0] >= q.arrival
+
+
+@pytest.mark.parametrize("policy", KV_POLICIES)
+@pytest.mark.parametrize("spec", ["latent:0.3", "trace:2.5"])
+def test_a_coda_queue_and_batched_admission_never_change_outputs(policy, spec):
+    """cdb holding exited tokens for the coda (min_coda_batch, coda_wait) and admitting in
+    groups of mixed prompt lengths (one right-padded prefill) gives batch-1's tokens."""
+    model = model_of(**SHAPES[1])
+    reqs = workload(n=9, new=5)
+    ref, _ = serve(model, spec, "batch1", policy, width=4, reqs=reqs)
+    eng = Engine(model, parse_exit(spec, max_depth=4), policy, 4, 64)
+    done = Scheduler(eng, "cdb", 4, admit_min=3, min_coda_batch=3, coda_wait=2).run(
+        [q.fresh() for q in reqs])
+    assert [(q.output, q.depths) for q in done] == [(q.output, q.depths) for q in ref]
+    assert eng.stats["finish_launches"] < sum(len(q.output) - 1 for q in done) / 1.5

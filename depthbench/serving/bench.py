@@ -44,10 +44,14 @@ def dataset_workload(ds, n: int, max_new_tokens: int, seed: int) -> list[Request
 
 
 def random_workload(vocab_size: int, n: int, prompt_len: int, max_new_tokens: int,
-                    seed: int) -> list[Request]:
+                    seed: int, spread: float = 0.0) -> list[Request]:
+    """Random prompts; request i generates ``max_new_tokens`` (32 if 0) scaled by a seeded
+    uniform factor in [1 - spread, 1 + spread], so that requests do not all finish together."""
     g = torch.Generator().manual_seed(seed)
+    new = max_new_tokens or 32
+    f = np.random.default_rng(seed).uniform(1 - spread, 1 + spread, size=n) if spread else np.ones(n)
     return [Request(i, torch.randint(0, vocab_size, (prompt_len,), generator=g).tolist(),
-                    max_new_tokens or 32) for i in range(n)]
+                    max(1, round(new * float(f[i])))) for i in range(n)]
 
 
 def with_arrivals(reqs: list[Request], rate: float, seed: int) -> list[Request]:
@@ -192,9 +196,11 @@ def compare_modes(engines, mcfg, requests: list[Request], cfg: ServeConfig,
         if progress:
             progress(mode)
     static = next((r for r in results if r["mode"] == "static"), None)
-    for r, mode in zip(results, cfg.modes):
-        add_bounds(r, static, fm, fm_params, cfg.max_depth,
-                   [d for q in outputs[mode] for d in q.depths])
+    # the bound prices the requested depths: an adaptive mode's (static runs max_depth)
+    requested = next((m for m in ("cdb", "no_refill", "batch1") if m in outputs), "static")
+    req_depths = [d for q in outputs[requested] for d in q.depths]
+    for r in results:
+        add_bounds(r, static, fm, fm_params, cfg.max_depth, req_depths)
     same = None
     adaptive = [m for m in ("cdb", "no_refill", "batch1") if m in outputs]
     if len(adaptive) > 1:
@@ -212,7 +218,8 @@ def add_bounds(r: dict, static: dict | None, fm: FlopModel, fm_params: FlopModel
     ceiling = fm.ceiling(k_max, r["mean_depth"])
     r["ceiling"] = ceiling
     r["paper_bound"] = paper_bound(fm_params, k_max, depths)
-    r["steady_bound"] = paper_bound(fm_params, k_max, r.pop("steady_depths"))
+    window = r.pop("steady_depths")   # static's window ran max_depth: it takes the whole run's
+    r["steady_bound"] = paper_bound(fm_params, k_max, window) if r["mode"] != "static" else r["paper_bound"]
     if static is None:
         return
     realized = r["tokens_per_s"] / static["tokens_per_s"]
@@ -264,7 +271,7 @@ def run_bench(cfg: ServeConfig, log=None) -> dict:
     else:
         model = _random_model(cfg, rt)
         requests = random_workload(model.cfg.vocab_size, cfg.requests, cfg.prompt_len,
-                                   cfg.max_new_tokens, cfg.seed)
+                                   cfg.max_new_tokens, cfg.seed, cfg.length_spread)
         seq_len, source = cfg.prompt_len + (cfg.max_new_tokens or 32), f"random:{cfg.random}"
         keys = {"run": source, "schedule": None}
     if log:

@@ -19,7 +19,7 @@ on the host; the others read one flag per row back from the device after the lau
 ``lookahead`` the flag is the previous loop's, already computed when the launch is queued).
 
 Every launch is timed and, with ``record=True``, logged as (stage, rows, tokens, context length,
-seconds): the data ``serve-sim --calibrate`` fits its cost model to.
+KV entries copied, seconds): the data ``serve-sim --calibrate`` fits its cost model to.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ import torch
 
 from depthbench.model import LoopedTransformer
 from depthbench.serving.exits import ExitCriterion
-from depthbench.serving.kvcache import KVStore, SlotView
+from depthbench.serving.kvcache import KVStore, SlotView, copies_on_exit
 
 STAGES = ("prefill", "start", "core", "finish")
 KNOWN_DEPTH = ("fixed", "trace", "replay")
@@ -65,19 +65,20 @@ class HostState:
             self.stats[f"{s}_s"] = 0.0
             self.stats[f"{s}_tokens"] = 0
         self.record = record
-        self.records: list[tuple[str, int, int, int, float]] = []
+        # (stage, rows, tokens, context length, KV entries copied on exit, seconds)
+        self.records: list[tuple[str, int, int, int, int, float]] = []
 
     @property
     def known_depth(self) -> bool:
         return self.crit.kind in KNOWN_DEPTH
 
-    def _log(self, stage: str, dt: float, rows: int, tokens: int, L: int) -> None:
+    def _log(self, stage: str, dt: float, rows: int, tokens: int, L: int, copies: int = 0) -> None:
         st = self.stats
         st[f"{stage}_launches"] += 1
         st[f"{stage}_s"] += dt
         st[f"{stage}_tokens"] += tokens
         if self.record:
-            self.records.append((stage, rows, tokens, L, dt))
+            self.records.append((stage, rows, tokens, L, copies, dt))
 
     def _set_target(self, rows: list[int], trace_depths) -> None:
         c = self.crit
@@ -269,5 +270,6 @@ class Engine(HostState):
         self.pos_h[rows] += 1
         tokens = logits.argmax(-1).tolist()
         self.stats["syncs"] += 1
-        self._log("finish", time.perf_counter() - t0, len(rows), len(rows), L)
+        copies = copies_on_exit(self.kv.policy, self.max_depth, depths) if self.record else 0
+        self._log("finish", time.perf_counter() - t0, len(rows), len(rows), L, copies)
         return tokens, depths

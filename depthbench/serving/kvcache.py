@@ -26,6 +26,15 @@ import torch
 from depthbench.config import KV_POLICIES, ModelConfig  # noqa: F401  (re-exported)
 
 
+def copies_on_exit(policy: str, max_depth: int, depths) -> int:
+    """Per core layer, how many (slot, position) entries ``copy_on_exit`` writes for tokens
+    that exited at ``depths``."""
+    d = np.asarray(depths, dtype=np.int64)
+    if policy == "depth_indexed":
+        return int((max_depth - d).sum())
+    return int((d == 1).sum()) if policy == "first_then_shared" else 0
+
+
 class SlotView:
     """What one attention call sees: per batch row a (slot, row, position) to write its new
     keys and values at, and the cached keys and values of positions 0..position to read."""

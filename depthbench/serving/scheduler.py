@@ -67,11 +67,11 @@ class Scheduler:
         self.engine, self.mode, self.clock = engine, mode, engine.clock
         self.width = 1 if mode == "batch1" else width
         cdb = mode == "cdb"
-        # cdb frees rows one or two at a time; prefilling each newcomer alone costs more than
-        # the decode it enables, so while work is in flight new requests are admitted once
-        # ``admit_min`` rows are free (or all arrived requests fit). Token batches admit
-        # between tokens anyway.
-        self.admit_min = admit_min or (max(1, self.width // 8) if cdb else 1)
+        # rows free up one or two at a time; prefilling each newcomer alone costs more than
+        # the decode it enables (a prefill reads every weight max_depth times), so while work is
+        # in flight new requests are admitted once ``admit_min`` rows are free (or all arrived
+        # requests fit). Every mode admits this way, so the baseline pays what cdb pays.
+        self.admit_min = admit_min or max(1, self.width // 8)
         self.min_coda_batch = min_coda_batch or (max(1, self.width // 4) if cdb else 1)
         self.coda_wait = coda_wait or (4 if cdb else 1)
         self.rows_free = list(range(self.width))[::-1]
@@ -153,7 +153,7 @@ class Scheduler:
         """static, no_refill, batch1: a batch of tokens starts together and ends together; the
         coda runs once per batch, on every row (exited rows wait for it idle)."""
         while self.waiting or self.active:
-            self._admit()
+            self._admit(busy=bool(self.active))
             if not self.active:
                 self._idle_until_next_arrival()
                 continue

@@ -1,0 +1,412 @@
+"""serve-sim: the real scheduler against a virtual clock and a cost model per stage launch.
+
+``SimEngine`` has the engine's interface and host state (rows, positions, loop counters, exit
+depths known at start) but no model: each launch advances a virtual clock by what a hardware
+profile says it costs. The batching policies, admission, coda queue and every counter are the
+real ``Scheduler``'s, so the simulated rows have the serve-bench schema.
+
+Work of one launch (``stage_work``), for ``tokens`` new tokens over ``rows`` rows attending to
+``L`` positions, with P = 4 d^2 + 2 d ff parameters per layer and ``n`` layers in the stage
+(prefill: prelude + max_depth x core + coda; start: prelude; core: core; finish: coda):
+
+    FLOPs = 2 tokens (n P + head) + 4 d L tokens n                  (matmuls + attention)
+    bytes = b [ n P + head                                          (weights, read per launch)
+              + 2 d n (rows L + tokens)                             (KV read, KV written)
+              + 4 d n_core copies ]                                 (KV copied on exit)
+
+with ``head`` = d V in the stages that read out (prefill, finish) and b bytes per value.
+A profile prices it one of two ways:
+
+    device     roofline: max(FLOPs / (peak eff_f), bytes / (bandwidth eff_b))  (GPU
+               profiles, from public specifications);  fitted: per stage a + alpha FLOPs +
+               beta bytes (non-negative least squares on this machine's own launch timers:
+               ``serve-sim --calibrate``)
+    host       launch + token x tokens emitted (+ ``iteration``, the scheduler's work per core
+               launch)
+    launch     max(host, device) with ``overlap`` (asynchronous launches: the host prepares the
+               next launch while the device runs; exit depths known ahead need no read back),
+               host + device without; plus sync x device-to-host reads With every overhead zero and
+cost proportional to FLOPs the simulated speedup equals the paper-convention bound exactly
+(tests check it).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import platform
+import tomllib
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from depthbench.config import ModelConfig, SimConfig, model_preset
+from depthbench.errors import UserError
+from depthbench.serving.engine import STAGES, HostState
+from depthbench.serving.exits import ExitCriterion, parse_exit
+from depthbench.serving.kvcache import copies_on_exit
+
+PROFILE_DIR = Path(__file__).parent / "profiles"
+
+
+# ---- hardware profiles -------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Profile:
+    name: str
+    kind: str = "roofline"         # roofline | fitted
+    source: str = ""               # where the constants come from
+    bytes_per_value: int = 2       # bf16 weights and KV (fp32 CPU: 4)
+    peak_flops: float = 0.0        # dense matmul FLOP/s (roofline)
+    mem_bw: float = 0.0            # bytes/s (roofline)
+    flops_efficiency: float = 1.0  # achieved fraction of peak_flops
+    bw_efficiency: float = 1.0     # achieved fraction of mem_bw
+    launch: float = 0.0            # host seconds per stage launch
+    sync: float = 0.0              # seconds per device-to-host read
+    token: float = 0.0             # host seconds per emitted token
+    iteration: float = 0.0         # scheduler seconds per core launch
+    attention: bool = True         # count attention FLOPs and KV bytes (False: parameters only)
+    paged: bool = True             # attention reads each row's own positions (a paged or varlen
+                                   # kernel); False: every row reads the launch's longest context
+    overlap: bool = True           # host work runs while the device works (asynchronous launches);
+                                   # only syncs add to the device time
+    fit: dict = field(default_factory=dict)   # fitted: stage -> [a, alpha, beta]
+
+    def __post_init__(self):
+        if self.kind not in ("roofline", "fitted"):
+            raise UserError(f"profile {self.name}: kind must be roofline or fitted (got {self.kind!r})")
+        if self.kind == "roofline" and not (self.peak_flops > 0 and self.mem_bw > 0):
+            raise UserError(f"profile {self.name}: a roofline profile needs peak_flops and mem_bw > 0")
+        if self.kind == "fitted" and set(self.fit) != set(STAGES):
+            raise UserError(f"profile {self.name}: a fitted profile needs [fit] {', '.join(STAGES)}")
+        nums = [self.peak_flops, self.mem_bw, self.flops_efficiency, self.bw_efficiency,
+                self.launch, self.sync, self.token, self.iteration,
+                *(v for c in self.fit.values() for v in c)]
+        if not all(isinstance(v, (int, float)) and math.isfinite(v) and v >= 0 for v in nums):
+            raise UserError(f"profile {self.name}: every constant must be a finite number >= 0")
+        if not all(len(c) == 3 for c in self.fit.values()):
+            raise UserError(f"profile {self.name}: each [fit] stage is [a, alpha, beta]")
+
+    def seconds(self, stage: str, flops: float, nbytes: float, syncs: int, tokens: int,
+                host_extra: float = 0.0) -> float:
+        host = self.launch + self.token * tokens + host_extra
+        if self.kind == "fitted":
+            a, alpha, beta = self.fit[stage]
+            device = a + alpha * flops + beta * nbytes
+        else:
+            device = max(flops / (self.peak_flops * self.flops_efficiency),
+                         nbytes / (self.mem_bw * self.bw_efficiency))
+        return (max(host, device) if self.overlap else host + device) + self.sync * syncs
+
+    def to_toml(self) -> str:
+        d = asdict(self)
+        fit = d.pop("fit")
+        lines = [f"{k} = {json.dumps(v)}" for k, v in d.items()]
+        if fit:
+            lines += ["", "[fit]  # stage = [a seconds, alpha seconds/FLOP, beta seconds/byte]"]
+            lines += [f"{k} = [{', '.join(repr(float(x)) for x in v)}]" for k, v in fit.items()]
+        return "\n".join(lines) + "\n"
+
+
+def load_profile(name_or_path: str) -> Profile:
+    """A packaged profile (``h100``, ``h200``, ``cpu``) or a profile TOML file."""
+    path = Path(name_or_path)
+    if not path.suffix:
+        path = PROFILE_DIR / f"{name_or_path}.toml"
+        if not path.is_file():
+            names = ", ".join(sorted(p.stem for p in PROFILE_DIR.glob("*.toml")))
+            raise UserError(f"no hardware profile {name_or_path!r}; packaged: {names}, or a .toml file")
+    try:
+        d = tomllib.loads(path.read_text())
+    except FileNotFoundError:
+        raise UserError(f"profile {path} does not exist") from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
+        raise UserError(f"profile {path} is not valid TOML: {e}") from None
+    known = {f for f in Profile.__dataclass_fields__}
+    unknown = sorted(set(d) - known)
+    if unknown:
+        raise UserError(f"profile {path}: unknown key(s) {', '.join(unknown)}; "
+                        f"known: {', '.join(sorted(known))}")
+    d.setdefault("name", path.stem)
+    try:
+        return Profile(**d)
+    except TypeError as e:
+        raise UserError(f"profile {path}: {e}") from None
+
+
+# ---- the work of a launch ----------------------------------------------------------------------------
+def stage_layers(cfg: ModelConfig, stage: str, max_depth: int) -> tuple[int, bool]:
+    """(transformer layers a launch of ``stage`` runs, whether it reads out the head)."""
+    return {"prefill": (cfg.n_prelude + max_depth * cfg.n_core + cfg.n_coda, True),
+            "start": (cfg.n_prelude, False), "core": (cfg.n_core, False),
+            "finish": (cfg.n_coda, True)}[stage]
+
+
+def stage_work(cfg: ModelConfig, stage: str, rows: int, tokens: int, L: int, max_depth: int,
+               bytes_per_value: int, copies: int = 0, attention: bool = True,
+               read: int | None = None) -> tuple[float, float]:
+    """(FLOPs, bytes moved) of one launch; see the module docstring. ``read``: cached
+    positions read per layer (default ``rows * L``, every row padded to the longest context);
+    ``attention=False`` counts parameters only (the paper's convention)."""
+    read = rows * L if read is None else read
+    if not attention:
+        L = copies = read = 0
+    d = cfg.d_model
+    n, head = stage_layers(cfg, stage, max_depth)
+    params = n * (4 * d * d + 2 * d * cfg.ff) + (d * cfg.vocab_size if head else 0)
+    if cfg.injection == "concat":
+        params += 2 * d * d * {"prefill": max_depth, "core": 1}.get(stage, 0)
+    per_token = read / max(rows, 1) * (tokens / max(rows, 1))   # positions each token attends
+    flops = 2.0 * tokens * params + 4.0 * d * per_token * rows * n
+    values = params + 2.0 * d * n * (read + tokens * (L > 0)) + 4.0 * d * cfg.n_core * copies
+    return flops, values * bytes_per_value
+
+
+def kv_bytes(cfg: ModelConfig, policy: str, max_depth: int, rows: int, max_len: int,
+             bytes_per_value: int) -> int:
+    per_core = {"depth_indexed": max_depth, "single": 1, "first_then_shared": 2}[policy]
+    slots = cfg.n_prelude + cfg.n_core * per_core + cfg.n_coda
+    return 2 * slots * rows * max_len * cfg.d_model * bytes_per_value
+
+
+class VirtualClock:
+    def __init__(self):
+        self.t = 0.0
+
+    def now(self) -> float:
+        return self.t
+
+    def wait_until(self, t: float) -> None:
+        self.t = max(self.t, t)
+
+
+class SimEngine(HostState):
+    """The engine's interface, priced by ``profile`` on a virtual clock (tokens are all 0)."""
+
+    def __init__(self, cfg: ModelConfig, criterion: ExitCriterion, kv_policy: str, n_rows: int,
+                 max_len: int, profile: Profile, record: bool = False):
+        if criterion.kind not in ("fixed", "trace", "replay"):
+            raise UserError(f"serve-sim needs exit depths known in advance, not {criterion.kind}")
+        super().__init__(criterion, n_rows, record)
+        self.cfg, self.kv_policy, self.profile = cfg, kv_policy, profile
+        self.clock = VirtualClock()
+        self.kv_nbytes = kv_bytes(cfg, kv_policy, self.max_depth, n_rows, max_len,
+                                  profile.bytes_per_value)
+
+    def _launch(self, stage, rows, tokens, L, syncs=0, emitted=0, copies=0, read=None) -> None:
+        p = self.profile
+        if not p.paged:
+            read = None
+        flops, nbytes = stage_work(self.cfg, stage, rows, tokens, L, self.max_depth,
+                                   p.bytes_per_value, copies, p.attention, read)
+        dt = p.seconds(stage, flops, nbytes, syncs, emitted,
+                       p.iteration if stage == "core" else 0.0)
+        self.clock.t += dt
+        self.stats["syncs"] += syncs
+        self._log(stage, dt, rows, tokens, L, copies)
+
+    def prefill(self, rows: list[int], prompts: list[list[int]]) -> list[int]:
+        lens = [len(q) for q in prompts]
+        self._launch("prefill", len(rows), len(rows) * max(lens), max(lens), syncs=1,
+                     emitted=len(rows))
+        self.pos_h[rows] = lens
+        self.stats["prefills"] += len(rows)
+        return [0] * len(rows)
+
+    def _read(self, rows: list[int]) -> int:
+        return int(self.pos_h[rows].sum()) + len(rows)
+
+    def start(self, rows: list[int], tokens: list[int], trace_depths=None) -> None:
+        self._launch("start", len(rows), len(rows), self.context(rows), read=self._read(rows))
+        self._set_target(rows, trace_depths)
+
+    def core(self, rows: list[int]) -> list[int]:
+        self._launch("core", len(rows), len(rows), self.context(rows), read=self._read(rows))
+        self.stats["core_rows"] += len(rows)
+        return self._known_exits(rows)
+
+    def finish(self, rows: list[int]) -> tuple[list[int], list[int]]:
+        depths = self.loop_h[rows].tolist()
+        copies = copies_on_exit(self.kv_policy, self.max_depth, depths)
+        self._launch("finish", len(rows), len(rows), self.context(rows), syncs=1,
+                     emitted=len(rows), copies=copies, read=self._read(rows))
+        self.pos_h[rows] += 1
+        return [0] * len(rows), depths
+
+
+# ---- simulating a workload ---------------------------------------------------------------------------
+def sim_model(cfg: SimConfig) -> ModelConfig:
+    mcfg = model_preset(cfg.random).replace(**cfg.model_set)
+    return mcfg if mcfg.vocab_size else mcfg.replace(vocab_size=256)
+
+
+def simulate(cfg: SimConfig, profile: Profile, mcfg: ModelConfig | None = None) -> dict:
+    """Every mode of ``cfg`` on ``profile``: serve-bench's result (rows, bounds, speedups)."""
+    from depthbench.serving.bench import compare_modes, random_workload, with_arrivals
+    mcfg = mcfg or sim_model(cfg)
+    crit = parse_exit(cfg.exit, cfg.min_depth, cfg.max_depth, cfg.lookahead, cfg.seed)
+    reqs = with_arrivals(random_workload(mcfg.vocab_size, cfg.requests, cfg.prompt_len,
+                                         cfg.max_new_tokens, cfg.seed, cfg.length_spread),
+                         cfg.rate, cfg.seed)
+    max_len = max(len(q.prompt) + q.max_new_tokens for q in reqs) + 1
+
+    def engines(mode):
+        width = 1 if mode == "batch1" else cfg.width
+        return lambda: SimEngine(mcfg, crit, cfg.kv_policy, width, max_len, profile)
+
+    sim = cfg.replace(warmup_requests=0)   # a virtual clock has nothing to warm up
+    return compare_modes(engines, mcfg, reqs, sim, cfg.prompt_len + (cfg.max_new_tokens or 32))
+
+
+def machine() -> str:
+    import torch
+    return f"{platform.machine()} {platform.processor() or platform.system()}, " \
+           f"torch {torch.__version__}, {torch.get_num_threads()} thread(s)"
+
+
+# ---- calibration on this machine -----------------------------------------------------------------
+def fit_records(cfg: ModelConfig, records, max_depth: int, bytes_per_value: int) -> dict:
+    """Per stage [a, alpha, beta] by non-negative least squares of launch seconds on
+    (1, FLOPs, bytes), and the fit's R^2."""
+    from scipy.optimize import nnls
+    fit, r2 = {}, {}
+    for stage in STAGES:
+        rec = [r for r in records if r[0] == stage]
+        if len(rec) < 3:
+            raise UserError(f"calibration saw {len(rec)} {stage} launches; raise --requests")
+        X = np.array([[1.0, *stage_work(cfg, stage, rows, tok, L, max_depth, bytes_per_value, cp)]
+                      for _, rows, tok, L, cp, _ in rec])
+        y = np.array([r[-1] for r in rec])
+        scale = X.max(axis=0)
+        scale[scale == 0] = 1.0
+        coef, _ = nnls(X / scale, y)
+        coef = coef / scale
+        fit[stage] = [float(c) for c in coef]
+        resid = y - X @ coef
+        r2[stage] = float(1 - (resid ** 2).sum() / max(((y - y.mean()) ** 2).sum(), 1e-30))
+    return {"fit": fit, "r2": r2}
+
+
+def calibrate(cfg: SimConfig, log=None) -> tuple[Profile, dict]:
+    """Run the real engine on this machine (the random model of ``cfg``'s shape, every mode at
+    each of ``cfg.calibrate_widths``) with launch timers on; fit a profile to the timings."""
+    import torch
+    from scipy.optimize import nnls
+
+    from depthbench.model import LoopedTransformer
+    from depthbench.serving.bench import random_workload, run_scheduled
+    from depthbench.serving.engine import Engine
+
+    mcfg = sim_model(cfg)
+    torch.manual_seed(cfg.seed)
+    model = LoopedTransformer(mcfg).eval()
+    bpv = next(model.parameters()).element_size()
+    crit = parse_exit(cfg.exit, cfg.min_depth, cfg.max_depth, cfg.lookahead, cfg.seed)
+    reqs = random_workload(mcfg.vocab_size, cfg.requests, cfg.prompt_len, cfg.max_new_tokens,
+                           cfg.seed, cfg.length_spread)
+    max_len = max(len(q.prompt) + q.max_new_tokens for q in reqs) + 1
+    records, runs = [], []
+    for width in cfg.calibrate_widths:
+        for mode in cfg.modes:
+            w = 1 if mode == "batch1" else width
+            run_reqs = reqs[: max(8, cfg.requests // 16)] if mode == "batch1" else reqs
+            engs = []
+
+            def make(w=w, engs=engs):
+                engs.append(Engine(model, crit, cfg.kv_policy, w, max_len, record=True))
+                return engs[-1]
+
+            res, done = run_scheduled(make, mode, cfg.replace(width=width), run_reqs)
+            eng = engs[-1]
+            records += eng.records
+            launched = sum(r[-1] for r in eng.records)
+            runs.append((res["wall_s"] - launched, eng.stats["core_launches"],
+                         res["output_tokens"], mode, width))
+            if log:
+                log(f"  width {width} {mode}: {res['tokens_per_s']:.1f} tokens/s")
+    fitted = fit_records(mcfg, records, cfg.max_depth, bpv)
+    # scheduler time between launches: per core launch and per emitted token
+    A = np.array([[c, t] for _, c, t, _, _ in runs], dtype=float)
+    y = np.array([r[0] for r in runs])
+    (iteration, token), _ = nnls(A, np.maximum(y, 0.0))
+    shape = ", ".join(f"{k}={v}" for k, v in mcfg.to_dict().items()
+                      if k in ("d_model", "n_heads", "n_prelude", "n_core", "n_coda", "vocab_size"))
+    prof = Profile(name="calibrated", kind="fitted", bytes_per_value=bpv, paged=False,
+                   source=f"serve-sim --calibrate on {machine()}: {cfg.random} ({shape}), "
+                          f"exit {cfg.exit}, widths {list(cfg.calibrate_widths)}, "
+                          f"{cfg.requests} requests; fit R^2 " +
+                          ", ".join(f"{k} {v:.3f}" for k, v in fitted["r2"].items()),
+                   token=float(token), iteration=float(iteration), fit=fitted["fit"])
+    return prof, {"r2": fitted["r2"], "launch_records": len(records)}
+
+
+# ---- the serve-sim stage -------------------------------------------------------------------------
+def sweep_plot(points: list[dict], path: Path, title: str) -> None:
+    """Speedup over static vs mean exit depth, one line per mode, against the bound."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from depthbench.fsio import atomic_write_bytes
+    fig, ax = plt.subplots(figsize=(6, 4))
+    pts = sorted(points, key=lambda r: r["mean_depth"])
+    bound = {}
+    for r in pts:
+        if r["mode"] != "static":
+            bound.setdefault(r["trace_mean"], (r["mean_depth"], r["paper_bound"]))
+    xb, yb = zip(*sorted(bound.values())) if bound else ((), ())
+    ax.plot(xb, yb, "k--", label="bound (parameter FLOPs)")
+    for mode in dict.fromkeys(r["mode"] for r in pts if r["mode"] != "static"):
+        mine = [r for r in pts if r["mode"] == mode]
+        ax.plot([r["mean_depth"] for r in mine], [r["speedup"] for r in mine], "o-", label=mode)
+    ax.set_xlabel("mean exit depth (decoded tokens)")
+    ax.set_ylabel("throughput / static")
+    ax.set_title(title, fontsize=9)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    import io
+    buf = io.BytesIO()
+    fig.tight_layout()
+    fig.savefig(buf, format="png", dpi=120)
+    plt.close(fig)
+    atomic_write_bytes(path, buf.getvalue())
+
+
+def run_sim(cfg: SimConfig, log=None) -> dict:
+    """The serve-sim stage: with ``cfg.calibrate``, measure this machine and write a fitted
+    profile there; otherwise simulate every mode on ``cfg.profile`` (and each trace mean of
+    ``cfg.means``), write ``serve`` rows to ``cfg.out`` and the sweep plot."""
+    from depthbench.fsio import atomic_write_text
+    from depthbench.rows import row_paths, write_rows
+    from depthbench.serving.bench import result_rows
+
+    if cfg.calibrate:
+        prof, info = calibrate(cfg, log)
+        atomic_write_text(Path(cfg.calibrate), prof.to_toml())
+        return {"profile": str(cfg.calibrate), "r2": info["r2"], "rows": [], "results": []}
+    profile = load_profile(cfg.profile)
+    if log:
+        log(f"profile {profile.name}: {profile.source}")
+    exits = [f"trace:{m:g}" for m in cfg.means] or [cfg.exit]
+    rows, results = [], []
+    for spec in exits:
+        res = simulate(cfg.replace(exit=spec), profile)
+        keys = dict(source=f"sim:{profile.name}", run=f"random:{cfg.random}", schedule=None,
+                    exit=spec, kv_policy=cfg.kv_policy, width=cfg.width, lookahead=cfg.lookahead,
+                    rate=cfg.rate, profile=profile.name, **cfg.tags)
+        rows += result_rows(res, **keys)
+        for r in res["results"]:
+            results.append({**r, "exit": spec,
+                            "trace_mean": float(spec.partition(":")[2]) if cfg.means else None})
+        if log:
+            log(f"  {spec} done")
+    out = {"rows": rows, "results": results, "profile": profile.name}
+    if cfg.out:
+        out["csv"], out["jsonl"] = write_rows(rows, cfg.out, "serve")
+        out["csv"], out["jsonl"] = row_paths(cfg.out)
+    plot = cfg.plot or (str(Path(cfg.out).with_suffix(".png")) if cfg.out and cfg.means else "")
+    if plot and cfg.means:
+        sweep_plot(results, Path(plot), f"serve-sim {profile.name}: {cfg.random}, width "
+                   f"{cfg.width}, kv {cfg.kv_policy}, max depth {cfg.max_depth}")
+        out["plot"] = plot
+    return out

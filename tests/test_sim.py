@@ -1,0 +1,134 @@
+"""serve-sim: the real scheduler on a virtual clock. Oracles: with zero overheads and cost
+proportional to parameter FLOPs the simulated speedup is the paper-convention bound; the
+simulated engine makes the same launches and exit depths as the real one; a calibrated profile
+reproduces the timings it was fitted to."""
+
+import json
+
+import pytest
+import torch
+from click.testing import CliRunner
+
+from depthbench.cli import main
+from depthbench.config import ConfigError, ModelConfig, SimConfig
+from depthbench.model import LoopedTransformer
+from depthbench.serving.bench import random_workload
+from depthbench.serving.engine import Engine
+from depthbench.serving.exits import parse_exit
+from depthbench.serving.scheduler import Scheduler
+from depthbench.serving.sim import (
+    Profile,
+    SimEngine,
+    calibrate,
+    fit_records,
+    load_profile,
+    simulate,
+    stage_work,
+)
+
+IDEAL = Profile("ideal", peak_flops=1e12, mem_bw=1e30, attention=False)
+SHAPE = dict(n_prelude=1, n_core=2, n_coda=1)
+
+
+@pytest.mark.parametrize("width,mean", [(4, 2.0), (8, 2.5), (16, 3.5)])
+@pytest.mark.parametrize("policy", ["depth_indexed", "single"])
+def test_zero_overhead_flop_proportional_cost_reproduces_the_bound_exactly(width, mean, policy):
+    # prompt_len 1: the prefill is exactly the first token at full depth, as the bound prices it
+    cfg = SimConfig(random="tiny", model_set=SHAPE, exit=f"trace:{mean}", max_depth=4,
+                    width=width, requests=40, prompt_len=1, max_new_tokens=12, kv_policy=policy,
+                    length_spread=0.5, min_coda_batch=2)
+    res = simulate(cfg, IDEAL)
+    for r in res["results"][1:]:
+        assert r["mode"] != "static"
+        assert r["speedup"] == pytest.approx(r["paper_bound"], rel=1e-9), r["mode"]
+    assert res["results"][0]["paper_bound"] > 1.05   # a bound with room to miss
+
+
+def test_simulated_engine_makes_the_real_engines_launches_and_depths():
+    torch.manual_seed(0)
+    mcfg = ModelConfig(vocab_size=40, d_model=32, n_heads=4, max_seq_len=64, **SHAPE)
+    model = LoopedTransformer(mcfg).eval()
+    crit = parse_exit("trace:2.5", 1, 4, seed=3)
+    reqs = random_workload(40, 9, 3, 6, 0, spread=0.5)
+    for mode in ("static", "no_refill", "cdb"):
+        real = Engine(model, crit, "depth_indexed", 3, 20, record=True)
+        sim = SimEngine(mcfg, crit, "depth_indexed", 3, 20, IDEAL, record=True)
+        a = Scheduler(real, mode, 3, min_coda_batch=2).run([q.fresh() for q in reqs])
+        b = Scheduler(sim, mode, 3, min_coda_batch=2).run([q.fresh() for q in reqs])
+        assert [q.depths for q in a] == [q.depths for q in b]
+        assert [r[:5] for r in real.records] == [r[:5] for r in sim.records]
+
+
+def test_stage_work_counts_parameters_as_the_flop_model_does():
+    from depthbench.flops import FlopModel
+    cfg = ModelConfig(vocab_size=50, d_model=32, n_heads=4, injection="concat", **SHAPE)
+    fm = FlopModel.of(cfg, 0)
+    per_token = {s: stage_work(cfg, s, 1, 1, 1, 4, 2, attention=False)[0]
+                 for s in ("start", "core", "finish")}
+    assert per_token["start"] + per_token["finish"] == pytest.approx(fm.f0)
+    assert per_token["core"] == pytest.approx(fm.fr)
+    assert stage_work(cfg, "prefill", 1, 1, 1, 4, 2, attention=False)[0] == pytest.approx(fm.forward(4))
+
+
+def test_a_fit_recovers_the_costs_it_was_given():
+    cfg = ModelConfig(vocab_size=50, d_model=32, n_heads=4, **SHAPE)
+    truth = {"prefill": [1e-3, 2e-11, 0.0], "start": [2e-4, 1e-11, 1e-10],
+             "core": [3e-4, 3e-11, 2e-10], "finish": [1e-4, 1e-11, 3e-10]}
+    recs = []
+    for stage, (a, al, be) in truth.items():
+        for rows in (1, 3, 8, 16, 40):
+            for L in (5, 30):
+                f, b = stage_work(cfg, stage, rows, rows * (4 if stage == "prefill" else 1), L, 4, 4)
+                recs.append((stage, rows, rows * (4 if stage == "prefill" else 1), L, 0, a + al * f + be * b))
+    fit = fit_records(cfg, recs, 4, 4)
+    for stage in truth:
+        assert fit["r2"][stage] > 0.999999
+        assert fit["fit"][stage][0] == pytest.approx(truth[stage][0], rel=1e-3, abs=1e-7)
+
+
+def test_calibration_writes_a_profile_that_predicts_its_own_runs(tmp_path):
+    torch.set_num_threads(1)
+    cfg = SimConfig(random="tiny", model_set=dict(d_model=64, **SHAPE), exit="trace:2.5",
+                    max_depth=4, requests=24, prompt_len=3, max_new_tokens=8,
+                    modes=("static", "cdb"), calibrate_widths=(4, 8), warmup_requests=2)
+    prof, info = calibrate(cfg)
+    path = tmp_path / "cpu.toml"
+    path.write_text(prof.to_toml())
+    again = load_profile(str(path))
+    assert again == prof and again.kind == "fitted" and not again.paged
+    res = simulate(cfg.replace(width=8), again)
+    assert all(r["tokens_per_s"] > 0 for r in res["results"])
+
+
+def test_gpu_profiles_load_and_name_their_sources():
+    for name in ("h100", "h200"):
+        p = load_profile(name)
+        assert p.kind == "roofline" and "datasheet" in p.source and p.peak_flops == 989e12
+    assert load_profile("h200").mem_bw > load_profile("h100").mem_bw
+
+
+def test_bad_profiles_and_exits_are_refused(tmp_path):
+    from depthbench.errors import UserError
+    bad = tmp_path / "bad.toml"
+    for text in ("kind = 'roofline'\npeak_flops = 0\nmem_bw = 1e12\n", "peak_flops = 1e12\nmem_bw = -1\n",
+                 "nonsense = 3\n", "kind = 'fitted'\n", "peak_flops = [\n"):
+        bad.write_text(text)
+        with pytest.raises(UserError):
+            load_profile(str(bad))
+    with pytest.raises(UserError):
+        load_profile("nope")
+    with pytest.raises(ConfigError):
+        SimConfig(random="tiny", exit="latent:0.1")
+
+
+def test_serve_sim_command_writes_rows_and_the_sweep_plot(tmp_path):
+    out = tmp_path / "sim" / "ouro"
+    r = CliRunner().invoke(main, ["serve-sim", "--random", "tiny", "--max-depth", "4",
+                                  "--means", "1.5,2.5,3.5", "--requests", "32", "--width", "8",
+                                  "--modes", "static,no_refill,cdb", "--out", str(out), "--json"])
+    assert r.exit_code == 0, r.output
+    rows = [json.loads(x) for x in out.with_suffix(".jsonl").read_text().splitlines()]
+    assert len(rows) == 9 and {x["kind"] for x in rows} == {"serve"}
+    assert out.with_suffix(".png").stat().st_size > 1000
+    r = CliRunner().invoke(main, ["serve-sim", "--random", "tiny", "--profile", str(tmp_path / "x.toml")])
+    assert r.exit_code == 2 and "does not exist" in r.output
