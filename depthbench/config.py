@@ -304,7 +304,27 @@ def train_preset(name: str) -> TrainConfig:
 # ---- stage configs ------------------------------------------------------------------------------
 EVAL_SPLITS = SPLITS[1:]
 SERVE_MODES = ("static", "no_refill", "batch1", "cdb")
-KV_POLICIES = ("depth_indexed", "single", "first_then_shared")
+KV_POLICIES = ("depth_indexed", "last_exited", "single", "first_then_shared")
+
+
+def kv_layout(policy: str, max_depth: int) -> tuple[int, bool, bool]:
+    """(private slots per core layer, whether a shared slot follows them, whether exits copy)
+    of a KV policy: ``depth_indexed``, ``last_exited``, ``single`` or ``first_then_shared[:N]``
+    (N private loops, default 1). See ``serving.kvcache``."""
+    name, sep, arg = str(policy).partition(":")
+    if name == "first_then_shared":
+        n = 1
+        if sep:
+            if not arg.isdigit() or not 1 <= int(arg) < max_depth:
+                raise ConfigError(f"KV policy {policy!r}: N must be an integer in 1..{max_depth - 1} "
+                                  "(max_depth - 1)")
+            n = int(arg)
+        return n, True, False
+    if sep or name not in KV_POLICIES:
+        raise ConfigError(f"unknown KV policy {policy!r}; choose one of {', '.join(KV_POLICIES)} "
+                          "(first_then_shared:N for N private loops)")
+    return {"depth_indexed": (max_depth, False, False), "last_exited": (max_depth, False, True),
+            "single": (0, True, False)}[name]
 DEVICES = ("auto", "cpu", "cuda")
 
 
@@ -443,7 +463,10 @@ class ServeConfig(_Plain):
         _check(bool(self.modes), "modes", "must name at least one mode")
         for m in self.modes:
             _one_of(m, SERVE_MODES, "modes")
-        _one_of(self.kv_policy, KV_POLICIES, "kv_policy")
+        try:
+            kv_layout(self.kv_policy, self.max_depth)
+        except ConfigError as e:
+            raise ConfigError(f"kv_policy: {e}") from None
         _one_of(self.device, DEVICES, "device")
         for f, hi in (("width", 1 << 16), ("requests", 1 << 20), ("min_depth", MAX_DEPTH),
                       ("max_depth", MAX_DEPTH), ("prompt_len", 1 << 16)):

@@ -15,12 +15,12 @@ from pathlib import Path
 
 from depthbench.config import (
     EVAL_SPLITS,
-    KV_POLICIES,
     MAX_DEPTH,
     SERVE_MODES,
     ConfigError,
     _check,
     _Plain,
+    kv_layout,
 )
 from depthbench.errors import UserError
 
@@ -134,7 +134,10 @@ class ServeSpec(_Plain):
             _one_of(m, SERVE_MODES, "modes")
         _check("static" in self.modes, "modes", "must include static (speedups are measured "
                "against it)")
-        _one_of(self.kv_policy, KV_POLICIES, "kv_policy")
+        try:
+            kv_layout(self.kv_policy, self.max_depth)
+        except ConfigError as e:
+            raise ConfigError(f"kv_policy: {e}") from None
         for f, hi in (("requests", 1 << 20), ("width", 1 << 16), ("max_depth", MAX_DEPTH)):
             _check(1 <= getattr(self, f) <= hi, f, f"must be between 1 and {hi}")
         try:

@@ -149,6 +149,7 @@ def bad(small_data, trained_run, tmp_path_factory):
         (root / f"{name}.toml").write_text(text)
         paths[name] = root / f"{name}.toml"
     (root / "rows").mkdir()
+    (root / "rows.toml").mkdir()
     (root / "rows" / "eval.jsonl").write_text(json.dumps({"depth": 1, "split": "eval_reordered",
                                                           "bits_per_person": 3.0}) + "\n")
     paths["rows_missing_cols"] = root / "rows"
@@ -199,6 +200,15 @@ def cases():
         ("serve-min-over-max", ["serve-bench", R, "--min-depth", "9", "--max-depth", "4"], "--min-depth: must be <= max_depth"),
         ("serve-too-long", ["serve-bench", R, "--max-new-tokens", "5000"], "max_seq_len"),
         ("serve-no-model", ["serve-bench"], "either"),
+        ("sim-no-shape", ["serve-sim"], "--random"),
+        ("sim-data-dependent-exit", ["serve-sim", "--random", "tiny", "--exit", "latent:0.1"], "known in advance"),
+        ("sim-missing-profile", ["serve-sim", "--random", "tiny", "--profile", "{root}/none.toml"], "does not exist"),
+        ("sim-unknown-profile", ["serve-sim", "--random", "tiny", "--profile", "tpu9"], "no hardware profile"),
+        ("sim-profile-is-dir", ["serve-sim", "--random", "tiny", "--profile", "{root}/rows.toml"], "profile"),
+        ("sim-bad-profile", ["serve-sim", "--random", "tiny", "--profile", "{bad_trace}"], "profile"),
+        ("sim-means-out-of-range", ["serve-sim", "--random", "tiny", "--max-depth", "4", "--means", "2,9"], "--means"),
+        ("sim-means-not-numbers", ["serve-sim", "--random", "tiny", "--means", "2,x"], "--means"),
+        ("sim-bad-spread", ["serve-sim", "--random", "tiny", "--length-spread", "1.5"], "--length-spread"),
         ("flops-bad-preset", ["flops", "--preset", "huge", "--schedule", "fixed:4"], "unknown model preset"),
         ("flops-bad-schedule", ["flops", "--preset", "tiny", "--schedule", "fixed"], "not a spec"),
         ("run-unknown-key", ["run", "{spec_unknown}", "--out", "{out}"], "unknown key train.learning_rate"),

@@ -263,3 +263,33 @@ def test_a_coda_queue_and_batched_admission_never_change_outputs(policy, spec):
         [q.fresh() for q in reqs])
     assert [(q.output, q.depths) for q in done] == [(q.output, q.depths) for q in ref]
     assert eng.stats["finish_launches"] < sum(len(q.output) - 1 for q in done) / 1.5
+
+
+def test_depth_indexed_reads_equal_the_copy_on_exit_layout_and_copy_nothing():
+    model = model_of(**SHAPES[1])
+    reqs = workload(n=7, new=6)
+    a, ea = serve(model, "latent:0.3", "cdb", "depth_indexed", width=3, reqs=reqs)
+    b, eb = serve(model, "latent:0.3", "cdb", "last_exited", width=3, reqs=reqs)
+    assert [(q.output, q.depths) for q in a] == [(q.output, q.depths) for q in b]
+    assert ea.kv.nbytes() == eb.kv.nbytes() and not ea.kv.copies and eb.kv.copies
+
+
+@pytest.mark.parametrize("n", [1, 2, 3])
+def test_first_then_shared_n_keeps_n_private_loops(n):
+    model = model_of(**SHAPES[1])
+    reqs = workload(n=5, new=5)
+    outs = [serve(model, "trace:2.5", mode, f"first_then_shared:{n}", width=3, reqs=reqs)
+            for mode in ("batch1", "cdb")]
+    assert [q.output for q in outs[0][0]] == [q.output for q in outs[1][0]]
+    assert outs[1][1].kv.per_core == n + 1
+    if n == 3:  # N = max_depth - 1: reads differ from depth_indexed only past loop 3
+        full, _ = serve(model, "fixed:3", "cdb", "depth_indexed", width=3, reqs=reqs)
+        mine, _ = serve(model, "fixed:3", "cdb", "first_then_shared:3", width=3, reqs=reqs)
+        assert [q.output for q in full] == [q.output for q in mine]
+
+
+def test_unknown_kv_layouts_are_refused():
+    from depthbench.config import ConfigError
+    for bad in ("paged", "first_then_shared:0", "first_then_shared:4", "single:2"):
+        with pytest.raises(ConfigError):
+            ServeConfig(kv_policy=bad, max_depth=4)

@@ -159,6 +159,7 @@ class Engine(HostState):
         pos = torch.arange(T, device=dev)
         rows_t = self._rows(rows)
         zero = torch.zeros(B, dtype=torch.long, device=dev)
+        self.kv.reset(rows_t)
 
         def views(slot_of_layer, n):
             return [SlotView(self.kv, slot_of_layer(j), rows_t, zero, T) for j in range(n)]
@@ -218,8 +219,15 @@ class Engine(HostState):
         loops = self.loop[rows_t] + 1
         mask, L = self._decode_mask(rows, pos)
         s_prev = self.S[rows_t]
-        views = [SlotView(self.kv, self.kv.core_slots(j, loops), rows_t, pos, L)
-                 for j in range(self.cfg.n_core)]
+        early = None
+        if self.crit.lookahead and not self.known_depth:
+            # the decision for this launch was taken from the previous loop's signal: read it
+            # before queuing the launch (it does not wait for this launch's result)
+            early = (self.pending[rows_t] & (loops >= self.crit.min_depth)) | (loops >= self.max_depth)
+            early = early.tolist()
+        rel = self.kv.read_rel(rows_t, loops, L)
+        views = [SlotView(self.kv, self.kv.core_slots(j, loops), rows_t, pos, L,
+                          self.kv.core_read_slots(j, rel)) for j in range(self.cfg.n_core)]
         s = m.core_step(s_prev[:, None], self.E[rows_t][:, None], pos[:, None], views, mask)[:, 0]
         self.S[rows_t] = s
         self.loop[rows_t] = loops
@@ -228,12 +236,14 @@ class Engine(HostState):
             exited = self._known_exits(rows)
         else:
             self.loop_h[rows] += 1
-            exited = self._decide(rows, rows_t, s, s_prev, pos, loops, mask, L)
+            exited = self._decide(rows, rows_t, s, s_prev, pos, loops, mask, L, early)
         self._log("core", time.perf_counter() - t0, len(rows), len(rows), L)
         return exited
 
-    def _decide(self, rows, rows_t, s, s_prev, pos, loops, mask, L) -> list[int]:
-        """Exit decisions from signals on the device (items may be at different loops)."""
+    def _decide(self, rows, rows_t, s, s_prev, pos, loops, mask, L, early=None) -> list[int]:
+        """Exit decisions from signals on the device (items may be at different loops). With
+        ``early`` (lookahead) the decision is already known: the signals only set the pending
+        flags for the next loop, and nothing is read back."""
         m, crit = self.model, self.crit
         sig = {"state": s, "prev_state": s_prev}
         if crit.needs_gate:
@@ -250,6 +260,8 @@ class Engine(HostState):
             sig["prev_logp"] = self.prev_logp[rows_t]
             self.prev_logp[rows_t] = torch.log_softmax(logits.float(), -1)
         stop, self.pending[rows_t] = crit.decide(loops, crit.fires(loops, sig), self.pending[rows_t])
+        if early is not None:
+            return [r for r, x in zip(rows, early) if x]
         self.stats["syncs"] += 1
         return [r for r, x in zip(rows, stop.tolist()) if x]
 
@@ -265,7 +277,7 @@ class Engine(HostState):
             logits = self.logits[rows_t]
         else:
             logits = self._readout(self.S[rows_t], rows_t, pos, mask, L)
-        self.kv.copy_on_exit(rows_t, pos, depths)
+        self.kv.record_exit(rows_t, pos, depths)
         self.pos[rows_t] = pos + 1
         self.pos_h[rows] += 1
         tokens = logits.argmax(-1).tolist()

@@ -1,18 +1,22 @@
 """KV storage for depth-adaptive decoding, and the policies for the looped layers.
 
-One preallocated tensor pair holds every slot: ``k[slot, row, head, position, :]``. A row is a
+One preallocated tensor pair holds every slot: ``k[slot, row, position, head, :]``. A row is a
 request's place in the batch; a slot is one layer's cache (prelude and coda layers have one
-each; the core layers have as many as the policy says). What a token at loop i reads from an
-earlier token at core layer j:
+each; a core layer has N private slots, one per loop 1..N, and possibly one shared slot).
+The store also keeps, per (row, position), the depth its token exited at (``max_depth`` while
+it is in flight). What a token at loop i reads from an earlier token t at core layer j, with
+d_t its exit depth and e = min(i, d_t):
 
-    depth_indexed      slot (j, i): one per loop, as in training. A token that exits at depth
-                       d < max_depth copies its depth-d KV into slots (j, d+1..max_depth).
-    single             slot (j): the earlier token's last state (its exit state).
-    first_then_shared  slot (j, first) at loop 1, slot (j, shared) after; a token that exits at
-                       depth 1 copies its loop-1 KV into the shared slot.
+    depth_indexed        private slot e (N = max_depth): as in training; nothing is copied,
+                         the read picks the slot per position
+    last_exited          the same values, laid out by copying: a token that exits at d copies
+                         its depth-d KV into slots d+1..max_depth, and reads take slot i
+    single               the shared slot: the earlier token's last state (N = 0)
+    first_then_shared:N  private slot e if e <= N, else the shared slot (N = 1 without :N)
 
-Only ``depth_indexed`` reproduces the training-time computation at full depth; the others use
-less memory (slots per core layer: max_depth, 1 and 2).
+A token at loop i writes private slot i if i <= N, else the shared slot. Only the depth-indexed
+layouts reproduce the training-time computation at full depth; the others use less memory
+(slots per core layer: max_depth, 1 and N + 1).
 """
 
 from __future__ import annotations
@@ -23,39 +27,44 @@ import os
 import numpy as np
 import torch
 
-from depthbench.config import KV_POLICIES, ModelConfig  # noqa: F401  (re-exported)
+from depthbench.config import KV_POLICIES, ModelConfig, kv_layout  # noqa: F401  (re-exported)
 
 
 def copies_on_exit(policy: str, max_depth: int, depths) -> int:
-    """Per core layer, how many (slot, position) entries ``copy_on_exit`` writes for tokens
-    that exited at ``depths``."""
-    d = np.asarray(depths, dtype=np.int64)
-    if policy == "depth_indexed":
-        return int((max_depth - d).sum())
-    return int((d == 1).sum()) if policy == "first_then_shared" else 0
+    """Per core layer, how many (slot, position) entries an exit copies (``last_exited``)."""
+    if policy != "last_exited":
+        return 0
+    return int((max_depth - np.asarray(depths, dtype=np.int64)).sum())
 
 
 class SlotView:
     """What one attention call sees: per batch row a (slot, row, position) to write its new
-    keys and values at, and the cached keys and values of positions 0..position to read."""
+    keys and values at, and the cached keys and values of positions 0..length-1 to read, from
+    the row's slot or, with ``read_slots`` (B, length), from a slot per position."""
 
     def __init__(self, store: KVStore, slots: torch.Tensor, rows: torch.Tensor,
-                 pos: torch.Tensor, length: int):
+                 pos: torch.Tensor, length: int, read_slots: torch.Tensor | None = None):
         self.store, self.slots, self.rows, self.pos, self.length = store, slots, rows, pos, length
+        self.read_slots = read_slots
 
     def extend(self, k: torch.Tensor, v: torch.Tensor):
         """k, v: (B, H, T, dh) for T new positions pos..pos+T-1 of each row."""
         st = self.store
         T = k.shape[2]
+        k, v = k.transpose(1, 2), v.transpose(1, 2)                       # (B, T, H, dh)
         if T == 1:
-            st.k[self.slots, self.rows, :, self.pos] = k[:, :, 0]
-            st.v[self.slots, self.rows, :, self.pos] = v[:, :, 0]
+            st.k[self.slots, self.rows, self.pos] = k[:, 0]
+            st.v[self.slots, self.rows, self.pos] = v[:, 0]
         else:  # prefill: every row writes positions 0..T-1
-            assert int(self.pos.max()) == 0
-            st.k[self.slots, self.rows, :, :T] = k
-            st.v[self.slots, self.rows, :, :T] = v
+            st.k[self.slots, self.rows, :T] = k
+            st.v[self.slots, self.rows, :T] = v
         L = self.length
-        return st.k[self.slots, self.rows, :, :L], st.v[self.slots, self.rows, :, :L]  # (B, H, L, dh)
+        if self.read_slots is None:
+            ks, vs = st.k[self.slots, self.rows, :L], st.v[self.slots, self.rows, :L]
+        else:
+            r, p = self.rows[:, None], st.positions[None, :L]
+            ks, vs = st.k[self.read_slots, r, p], st.v[self.read_slots, r, p]
+        return ks.transpose(1, 2), vs.transpose(1, 2)                     # (B, H, L, dh)
 
 
 def _free_bytes(device: torch.device) -> int:
@@ -67,25 +76,30 @@ def _free_bytes(device: torch.device) -> int:
 class KVStore:
     def __init__(self, cfg: ModelConfig, policy: str, max_depth: int, n_rows: int, max_len: int,
                  device, dtype=torch.float32):
-        if policy not in KV_POLICIES:
-            from depthbench.errors import UserError
-            raise UserError(f"unknown KV policy {policy!r}; choose one of {', '.join(KV_POLICIES)}")
+        from depthbench.config import ConfigError
+        from depthbench.errors import UserError
+        try:
+            self.n_private, self.shared, self.copies = kv_layout(policy, max_depth)
+        except ConfigError as e:
+            raise UserError(str(e)) from None
         self.cfg, self.policy, self.max_depth = cfg, policy, max_depth
-        per_core = {"depth_indexed": max_depth, "single": 1, "first_then_shared": 2}[policy]
-        self.per_core = per_core
-        self.n_slots = cfg.n_prelude + cfg.n_core * per_core + cfg.n_coda
+        self.per_core = self.n_private + int(self.shared)
+        self.n_slots = cfg.n_prelude + cfg.n_core * self.per_core + cfg.n_coda
         H, dh = cfg.n_heads, cfg.d_model // cfg.n_heads
-        shape = (self.n_slots, n_rows, H, max_len, dh)
+        shape = (self.n_slots, n_rows, max_len, H, dh)
         need = 2 * math.prod(shape) * torch.empty((), dtype=dtype).element_size()
         free = _free_bytes(torch.device(device))
         if need > 0.8 * free:
-            from depthbench.errors import UserError
             raise UserError(f"the KV store needs {need / 2**30:.1f} GiB ({self.n_slots} slots x "
                             f"{n_rows} rows x {max_len} positions) but {free / 2**30:.1f} GiB is "
                             "free; lower --width, --max-depth or the sequence length")
         self.k = torch.zeros(shape, device=device, dtype=dtype)
         self.v = torch.zeros(shape, device=device, dtype=dtype)
+        self.depth = torch.full((n_rows, max_len), max_depth, device=device, dtype=torch.long)
+        self.positions = torch.arange(max_len, device=device)
         self.max_len = max_len
+        # per-position reads are needed where a read's slot depends on the earlier token's exit
+        self.per_position = not self.copies and 0 < self.n_private
 
     def nbytes(self) -> int:
         return 2 * self.k.numel() * self.k.element_size()
@@ -97,23 +111,43 @@ class KVStore:
     def coda_slot(self, j: int) -> int:
         return self.cfg.n_prelude + self.cfg.n_core * self.per_core + j
 
-    def core_slots(self, j: int, loops: torch.Tensor) -> torch.Tensor:
-        """Slots of core layer j for items at 1-based ``loops``."""
-        base = self.cfg.n_prelude + j * self.per_core
-        if self.policy == "depth_indexed":
-            return base + loops - 1
-        if self.policy == "single":
-            return torch.full_like(loops, base)
-        return base + (loops > 1).long()
+    def _rel(self, loops: torch.Tensor) -> torch.Tensor:
+        """Slot within a core layer's group for 1-based ``loops`` (any shape)."""
+        return torch.where(loops <= self.n_private, loops - 1, torch.full_like(loops, self.n_private))
 
-    def copy_on_exit(self, rows: torch.Tensor, pos: torch.Tensor, depth: list[int]) -> None:
-        """Fill the deeper core slots of tokens that exited early (depth_indexed: loops
-        d+1..max_depth; first_then_shared: the shared slot after an exit at loop 1). ``single``
-        already holds the exit state. ``depth`` is on the host: nothing is read back."""
-        if self.policy == "single" or not depth:
+    def core_slots(self, j: int, loops: torch.Tensor) -> torch.Tensor:
+        """Write slots of core layer j for items at 1-based ``loops``."""
+        return self.cfg.n_prelude + j * self.per_core + self._rel(loops)
+
+    def read_rel(self, rows: torch.Tensor, loops: torch.Tensor, L: int) -> torch.Tensor | None:
+        """(B, L) slots within a core layer's group that items at ``loops`` read for positions
+        0..L-1 (None where every position reads the row's write slot)."""
+        if not self.per_position:
+            return None
+        return self._rel(torch.minimum(loops[:, None], self.depth[rows, :L]))
+
+    def core_read_slots(self, j: int, rel: torch.Tensor | None) -> torch.Tensor | None:
+        return None if rel is None else self.cfg.n_prelude + j * self.per_core + rel
+
+    # ---- exits ----------------------------------------------------------------------------------------
+    def reset(self, rows: torch.Tensor, pos: torch.Tensor | None = None) -> None:
+        """Mark positions in flight (reads take the reader's own loop): a token's position at
+        its start, or (``pos`` None) every position of newly admitted rows."""
+        if pos is None:
+            self.depth[rows] = self.max_depth
+        else:
+            self.depth[rows, pos] = self.max_depth
+
+    def record_exit(self, rows: torch.Tensor, pos: torch.Tensor, depth: list[int]) -> None:
+        """Note the exit depths of tokens (host list): the depth-indexed reads use them;
+        ``last_exited`` copies the exit-state KV into the deeper slots instead."""
+        if not depth:
+            return
+        if not self.copies:
+            self.depth[rows, pos] = torch.tensor(depth, device=rows.device)
             return
         d = np.asarray(depth, dtype=np.int64)
-        n_extra = self.max_depth - d if self.policy == "depth_indexed" else (d == 1).astype(np.int64)
+        n_extra = self.max_depth - d
         if int(n_extra.sum()) == 0:
             return
         item = np.repeat(np.arange(len(d)), n_extra)
@@ -125,5 +159,5 @@ class KVStore:
         r, p = rows[item_t], pos[item_t]
         for j in range(self.cfg.n_core):
             src, dst = self.core_slots(j, src_loop), self.core_slots(j, dst_loop)
-            self.k[dst, r, :, p] = self.k[src, r, :, p]
-            self.v[dst, r, :, p] = self.v[src, r, :, p]
+            self.k[dst, r, p] = self.k[src, r, p]
+            self.v[dst, r, p] = self.v[src, r, p]

@@ -41,7 +41,7 @@ from pathlib import Path
 
 import numpy as np
 
-from depthbench.config import ModelConfig, SimConfig, model_preset
+from depthbench.config import ModelConfig, SimConfig, kv_layout, model_preset
 from depthbench.errors import UserError
 from depthbench.serving.engine import STAGES, HostState
 from depthbench.serving.exits import ExitCriterion, parse_exit
@@ -73,6 +73,15 @@ class Profile:
     fit: dict = field(default_factory=dict)   # fitted: stage -> [a, alpha, beta]
 
     def __post_init__(self):
+        for f in ("attention", "paged", "overlap"):
+            if not isinstance(getattr(self, f), bool):
+                raise UserError(f"profile {self.name}: {f} must be true or false")
+        if not (isinstance(self.name, str) and isinstance(self.source, str)):
+            raise UserError("profile name and source must be strings")
+        if not (isinstance(self.bytes_per_value, int) and 1 <= self.bytes_per_value <= 8):
+            raise UserError(f"profile {self.name}: bytes_per_value must be an integer in 1..8")
+        if not (isinstance(self.fit, dict) and all(isinstance(c, list) for c in self.fit.values())):
+            raise UserError(f"profile {self.name}: [fit] maps stages to [a, alpha, beta]")
         if self.kind not in ("roofline", "fitted"):
             raise UserError(f"profile {self.name}: kind must be roofline or fitted (got {self.kind!r})")
         if self.kind == "roofline" and not (self.peak_flops > 0 and self.mem_bw > 0):
@@ -120,6 +129,8 @@ def load_profile(name_or_path: str) -> Profile:
         d = tomllib.loads(path.read_text())
     except FileNotFoundError:
         raise UserError(f"profile {path} does not exist") from None
+    except OSError as e:
+        raise UserError(f"cannot read profile {path}: {e.strerror}") from None
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
         raise UserError(f"profile {path} is not valid TOML: {e}") from None
     known = {f for f in Profile.__dataclass_fields__}
@@ -164,8 +175,8 @@ def stage_work(cfg: ModelConfig, stage: str, rows: int, tokens: int, L: int, max
 
 def kv_bytes(cfg: ModelConfig, policy: str, max_depth: int, rows: int, max_len: int,
              bytes_per_value: int) -> int:
-    per_core = {"depth_indexed": max_depth, "single": 1, "first_then_shared": 2}[policy]
-    slots = cfg.n_prelude + cfg.n_core * per_core + cfg.n_coda
+    n_private, shared, _ = kv_layout(policy, max_depth)
+    slots = cfg.n_prelude + cfg.n_core * (n_private + int(shared)) + cfg.n_coda
     return 2 * slots * rows * max_len * cfg.d_model * bytes_per_value
 
 
@@ -291,51 +302,63 @@ def calibrate(cfg: SimConfig, log=None) -> tuple[Profile, dict]:
     """Run the real engine on this machine (the random model of ``cfg``'s shape, every mode at
     each of ``cfg.calibrate_widths``) with launch timers on; fit a profile to the timings."""
     import torch
-    from scipy.optimize import nnls
 
     from depthbench.model import LoopedTransformer
-    from depthbench.serving.bench import random_workload, run_scheduled
-    from depthbench.serving.engine import Engine
 
     mcfg = sim_model(cfg)
     torch.manual_seed(cfg.seed)
     model = LoopedTransformer(mcfg).eval()
-    bpv = next(model.parameters()).element_size()
-    crit = parse_exit(cfg.exit, cfg.min_depth, cfg.max_depth, cfg.lookahead, cfg.seed)
-    reqs = random_workload(mcfg.vocab_size, cfg.requests, cfg.prompt_len, cfg.max_new_tokens,
-                           cfg.seed, cfg.length_spread)
-    max_len = max(len(q.prompt) + q.max_new_tokens for q in reqs) + 1
-    records, runs = [], []
+    runs = []
     for width in cfg.calibrate_widths:
         for mode in cfg.modes:
-            w = 1 if mode == "batch1" else width
-            run_reqs = reqs[: max(8, cfg.requests // 16)] if mode == "batch1" else reqs
-            engs = []
-
-            def make(w=w, engs=engs):
-                engs.append(Engine(model, crit, cfg.kv_policy, w, max_len, record=True))
-                return engs[-1]
-
-            res, done = run_scheduled(make, mode, cfg.replace(width=width), run_reqs)
-            eng = engs[-1]
-            records += eng.records
-            launched = sum(r[-1] for r in eng.records)
-            runs.append((res["wall_s"] - launched, eng.stats["core_launches"],
-                         res["output_tokens"], mode, width))
+            runs.append(measure(model, cfg.replace(width=width), mode))
             if log:
-                log(f"  width {width} {mode}: {res['tokens_per_s']:.1f} tokens/s")
-    fitted = fit_records(mcfg, records, cfg.max_depth, bpv)
-    # scheduler time between launches: per core launch and per emitted token
-    A = np.array([[c, t] for _, c, t, _, _ in runs], dtype=float)
-    y = np.array([r[0] for r in runs])
+                log(f"  width {width} {mode}: {runs[-1][0]['tokens_per_s']:.1f} tokens/s")
+    return fit_profile(mcfg, runs, cfg, next(model.parameters()).element_size())
+
+
+def measure(model, cfg: SimConfig, mode: str) -> tuple[dict, list, dict]:
+    """One mode on the real engine with launch records: (result, records, engine stats).
+    batch1 serves a sixteenth of the requests (at least 8): its rate does not depend on
+    how many there are."""
+    from depthbench.serving.bench import random_workload, run_scheduled
+    from depthbench.serving.engine import Engine
+
+    crit = parse_exit(cfg.exit, cfg.min_depth, cfg.max_depth, cfg.lookahead, cfg.seed)
+    reqs = random_workload(model.cfg.vocab_size, cfg.requests, cfg.prompt_len, cfg.max_new_tokens,
+                           cfg.seed, cfg.length_spread)
+    max_len = max(len(q.prompt) + q.max_new_tokens for q in reqs) + 1
+    if mode == "batch1":
+        reqs = reqs[: max(8, cfg.requests // 16)]
+    w = 1 if mode == "batch1" else cfg.width
+    engs = []
+
+    def make():
+        engs.append(Engine(model, crit, cfg.kv_policy, w, max_len, record=True))
+        return engs[-1]
+
+    res, done = run_scheduled(make, mode, cfg, reqs)
+    res["_depths"] = [d for q in done for d in q.depths]   # for the bound (callers pop it)
+    return res, engs[-1].records, dict(engs[-1].stats)
+
+
+def fit_profile(mcfg: ModelConfig, runs, cfg: SimConfig, bytes_per_value: int) -> tuple[Profile, dict]:
+    """A fitted profile from measured runs ``(result, records, stats)``: launch costs per stage,
+    then the scheduler's time between launches per core launch and per emitted token."""
+    from scipy.optimize import nnls
+    records = [r for _, recs, _ in runs for r in recs]
+    fitted = fit_records(mcfg, records, cfg.max_depth, bytes_per_value)
+    A = np.array([[st["core_launches"], res["output_tokens"]] for res, _, st in runs], dtype=float)
+    y = np.array([res["wall_s"] - sum(r[-1] for r in recs) for res, recs, _ in runs])
     (iteration, token), _ = nnls(A, np.maximum(y, 0.0))
     shape = ", ".join(f"{k}={v}" for k, v in mcfg.to_dict().items()
                       if k in ("d_model", "n_heads", "n_prelude", "n_core", "n_coda", "vocab_size"))
-    prof = Profile(name="calibrated", kind="fitted", bytes_per_value=bpv, paged=False,
+    widths = list(cfg.calibrate_widths)
+    prof = Profile(name="calibrated", kind="fitted", bytes_per_value=bytes_per_value, paged=False,
+                   overlap=False,
                    source=f"serve-sim --calibrate on {machine()}: {cfg.random} ({shape}), "
-                          f"exit {cfg.exit}, widths {list(cfg.calibrate_widths)}, "
-                          f"{cfg.requests} requests; fit R^2 " +
-                          ", ".join(f"{k} {v:.3f}" for k, v in fitted["r2"].items()),
+                          f"exit {cfg.exit}, widths {widths}, {cfg.requests} requests; fit R^2 "
+                          + ", ".join(f"{k} {v:.3f}" for k, v in fitted["r2"].items()),
                    token=float(token), iteration=float(iteration), fit=fitted["fit"])
     return prof, {"r2": fitted["r2"], "launch_records": len(records)}
 
@@ -348,6 +371,7 @@ def sweep_plot(points: list[dict], path: Path, title: str) -> None:
     import matplotlib.pyplot as plt
 
     from depthbench.fsio import atomic_write_bytes
+    path.parent.mkdir(parents=True, exist_ok=True)
     fig, ax = plt.subplots(figsize=(6, 4))
     pts = sorted(points, key=lambda r: r["mean_depth"])
     bound = {}
@@ -381,6 +405,7 @@ def run_sim(cfg: SimConfig, log=None) -> dict:
     from depthbench.serving.bench import result_rows
 
     if cfg.calibrate:
+        Path(cfg.calibrate).parent.mkdir(parents=True, exist_ok=True)
         prof, info = calibrate(cfg, log)
         atomic_write_text(Path(cfg.calibrate), prof.to_toml())
         return {"profile": str(cfg.calibrate), "r2": info["r2"], "rows": [], "results": []}
