@@ -199,17 +199,18 @@ def gpu_section(args) -> dict:
     (max depth 16, trace mean 8), 512 requests x 256+-50% tokens, prompts of 16, width 64."""
     from depthbench.serving.sim import load_profile, simulate
     out = {}
-    print("\n(d) simulated GPU profiles (steady state; min_coda_batch 1)")
+    print("\n(d) simulated GPU profiles (steady state; pool 80 requests)")
     for prof in ("h100", "h200"):
         p = load_profile(prof)
-        for shape, md, mean in (("ouro-like", 4, 2.0), ("huginn-like", 16, 8.0)):
+        for shape, md, mean, mcb in (("ouro-like", 4, 2.0, 1), ("huginn-like", 16, 8.0, 1),
+                                     ("huginn-like", 16, 8.0, 32)):
             cfg = SimConfig(random=shape, max_depth=md, exit=f"trace:{mean:g}", requests=512,
                             max_new_tokens=256, prompt_len=16, width=64, length_spread=0.5,
-                            modes=MODES, min_coda_batch=1)
+                            modes=MODES, min_coda_batch=mcb, coda_wait=8)
             by = {r["mode"]: r for r in simulate(cfg, p)["results"]}
             c, n = by["cdb"], by["no_refill"]
-            out[f"{prof}/{shape}"] = by
-            print(f"  {prof} {shape:>11}: cdb {c['steady_speedup']:.3f}x of bound "
+            out[f"{prof}/{shape}/min_coda_batch={mcb}"] = by
+            print(f"  {prof} {shape:>11} min_coda_batch {mcb:2d}: cdb {c['steady_speedup']:.3f}x of bound "
                   f"{c['steady_bound']:.3f} ({100 * c['steady_fraction']:.1f}%; whole run "
                   f"{100 * c['paper_fraction']:.1f}%), no_refill {n['steady_speedup']:.3f}x, "
                   f"cdb/no_refill {c['steady_tokens_per_s'] / n['steady_tokens_per_s']:.2f}x")

@@ -46,6 +46,9 @@ _WORKLOAD = [
                       "(0: width/8; 1: refill every freed row at once)."),
     click.option("--min-coda-batch", type=click.IntRange(0, 1 << 16), show_default=_d("min_coda_batch"),
                  help="cdb: exited tokens that wait before the coda runs (0: width/4)."),
+    click.option("--pool", type=click.IntRange(0, 1 << 16), show_default=_d("pool"),
+                 help="cdb: requests resident at once, each with its KV rows; core launches take "
+                      "at most --width of them (0: width + width/4)."),
     click.option("--coda-wait", type=click.IntRange(0, 1 << 16), show_default=_d("coda_wait"),
                  help="cdb: core launches an exited token waits for the coda at most (0: 4)."),
     click.option("--seed", type=cs.SEED, show_default=_d("seed")),

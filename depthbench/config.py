@@ -440,6 +440,7 @@ class ServeConfig(_Plain):
     exit: str = "latent:0.05"
     kv_policy: str = "depth_indexed"
     width: int = 64                # rows per core launch at most
+    pool: int = 0                  # cdb: requests resident at once (0: width + width // 4)
     requests: int = 256
     rate: float = 0.0              # requests/s (Poisson arrivals); 0: all at t = 0 (offline)
     max_new_tokens: int = 0        # 0: the rest of the dataset sequence (or 32 for random prompts)
@@ -471,7 +472,7 @@ class ServeConfig(_Plain):
         for f, hi in (("width", 1 << 16), ("requests", 1 << 20), ("min_depth", MAX_DEPTH),
                       ("max_depth", MAX_DEPTH), ("prompt_len", 1 << 16)):
             _check(1 <= getattr(self, f) <= hi, f, f"must be in 1..{hi} (got {getattr(self, f)})")
-        for f, hi in (("max_new_tokens", 1 << 16), ("admit_min", 1 << 16),
+        for f, hi in (("max_new_tokens", 1 << 16), ("admit_min", 1 << 16), ("pool", 1 << 16),
                       ("min_coda_batch", 1 << 16), ("coda_wait", 1 << 16),
                       ("warmup_requests", 1 << 16), ("seed", 2**32 - 1)):
             _check(0 <= getattr(self, f) <= hi, f, f"must be in 0..{hi} (got {getattr(self, f)})")

@@ -293,3 +293,14 @@ def test_unknown_kv_layouts_are_refused():
     for bad in ("paged", "first_then_shared:0", "first_then_shared:4", "single:2"):
         with pytest.raises(ConfigError):
             ServeConfig(kv_policy=bad, max_depth=4)
+
+
+def test_a_pool_larger_than_the_width_keeps_launches_within_width_and_outputs_unchanged():
+    model = model_of(**SHAPES[1])
+    reqs = workload(n=9, new=5)
+    ref, _ = serve(model, "trace:2.5", "batch1", width=3, reqs=reqs)
+    eng = Engine(model, parse_exit("trace:2.5", max_depth=4), "depth_indexed", 5, 64, record=True)
+    done = Scheduler(eng, "cdb", 3, pool=5).run([q.fresh() for q in reqs])
+    assert [(q.output, q.depths) for q in done] == [(q.output, q.depths) for q in ref]
+    core = [r for r in eng.records if r[0] == "core"]
+    assert max(r[1] for r in core) == 3

@@ -70,10 +70,17 @@ def _percentiles(x: list[float]) -> dict:
     return {f"p{q}": float(np.percentile(a, q)) for q in (50, 90, 99)}
 
 
+def engine_rows(mode: str, cfg: ServeConfig) -> int:
+    """KV rows an engine needs for ``mode``: 1 for batch1, cdb's pool, else the width."""
+    if mode == "batch1":
+        return 1
+    return max(cfg.width, cfg.pool or cfg.width + cfg.width // 4) if mode == "cdb" else cfg.width
+
+
 def run_mode(model: LoopedTransformer, crit: ExitCriterion, mode: str, cfg: ServeConfig,
              requests: list[Request], max_len: int) -> tuple[dict, list[Request]]:
-    width = 1 if mode == "batch1" else cfg.width
-    return run_scheduled(lambda: Engine(model, crit, cfg.kv_policy, width, max_len), mode, cfg,
+    rows = engine_rows(mode, cfg)
+    return run_scheduled(lambda: Engine(model, crit, cfg.kv_policy, rows, max_len), mode, cfg,
                          requests)
 
 
@@ -84,7 +91,8 @@ def run_scheduled(make_engine, mode: str, cfg: ServeConfig,
     width = 1 if mode == "batch1" else cfg.width
 
     def scheduler(eng):
-        return Scheduler(eng, mode, width, cfg.admit_min, cfg.min_coda_batch, cfg.coda_wait)
+        return Scheduler(eng, mode, width, cfg.admit_min, cfg.min_coda_batch, cfg.coda_wait,
+                         cfg.pool)
 
     if cfg.warmup_requests:  # first-call allocations and kernel selection stay out of the timing
         scheduler(make_engine()).run([q.fresh() for q in requests[: cfg.warmup_requests]])
@@ -176,8 +184,7 @@ def serve_bench(model: LoopedTransformer, requests: list[Request], cfg: ServeCon
                         f"model's max_seq_len={model.cfg.max_seq_len}; lower --max-new-tokens")
 
     def engines(mode):
-        width = 1 if mode == "batch1" else cfg.width
-        return lambda: Engine(model, crit, cfg.kv_policy, width, max_len)
+        return lambda: Engine(model, crit, cfg.kv_policy, engine_rows(mode, cfg), max_len)
 
     return compare_modes(engines, model.cfg, requests, cfg, seq_len_for_flops, progress)
 

@@ -55,6 +55,7 @@ class HostState:
     def __init__(self, criterion: ExitCriterion, n_rows: int, record: bool = False):
         self.crit = criterion
         self.max_depth = criterion.max_depth
+        self.n_rows = n_rows
         self.clock = WallClock()
         self.pos_h = np.zeros(n_rows, dtype=np.int64)
         self.loop_h = np.zeros(n_rows, dtype=np.int64)

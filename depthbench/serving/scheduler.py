@@ -60,7 +60,8 @@ class Request:
 
 class Scheduler:
     def __init__(self, engine: Engine, mode: str, width: int, admit_min: int | None = None,
-                 min_coda_batch: int | None = None, coda_wait: int | None = None):
+                 min_coda_batch: int | None = None, coda_wait: int | None = None,
+                 pool: int | None = None):
         assert mode in MODES
         if mode == "static":  # the baseline ignores the exit criterion: every token runs max_depth
             engine.crit = parse_exit(f"fixed:{engine.max_depth}", engine.max_depth, engine.max_depth)
@@ -74,7 +75,12 @@ class Scheduler:
         self.admit_min = admit_min or max(1, self.width // 8)
         self.min_coda_batch = min_coda_batch or (max(1, self.width // 4) if cdb else 1)
         self.coda_wait = coda_wait or (4 if cdb else 1)
-        self.rows_free = list(range(self.width))[::-1]
+        # cdb keeps more requests resident than a core launch takes (``pool`` rows of KV, by
+        # default width + width/4): tokens waiting for the coda or for admission then leave no
+        # place in a launch empty
+        self.pool = max(self.width, pool or self.width + self.width // 4) if cdb else self.width
+        self.pool = min(self.pool, getattr(engine, "n_rows", self.pool))   # the engine's KV rows
+        self.rows_free = list(range(self.pool))[::-1]
         self.active: dict[int, Request] = {}
         self.waiting: deque[Request] = deque()
         self.t0 = 0.0
@@ -178,13 +184,16 @@ class Scheduler:
             ready += self._admit(busy=bool(inflight or coda))
             if ready:
                 self._start(ready)
-                inflight = sorted(inflight + ready)
+                inflight += ready
                 ready = []
             if not inflight and not coda:
                 self._idle_until_next_arrival()
                 continue
             if inflight:
-                out = self.engine.core(inflight)
+                # at most ``width`` rows per launch, those that waited longest first
+                launch, inflight = inflight[: self.width], inflight[self.width:]
+                out = self.engine.core(sorted(launch))
+                inflight += launch
                 self.iterations += 1
                 if out:
                     gone = set(out)

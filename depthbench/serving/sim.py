@@ -253,7 +253,7 @@ def sim_model(cfg: SimConfig) -> ModelConfig:
 
 def simulate(cfg: SimConfig, profile: Profile, mcfg: ModelConfig | None = None) -> dict:
     """Every mode of ``cfg`` on ``profile``: serve-bench's result (rows, bounds, speedups)."""
-    from depthbench.serving.bench import compare_modes, random_workload, with_arrivals
+    from depthbench.serving.bench import compare_modes, engine_rows, random_workload, with_arrivals
     mcfg = mcfg or sim_model(cfg)
     crit = parse_exit(cfg.exit, cfg.min_depth, cfg.max_depth, cfg.lookahead, cfg.seed)
     reqs = with_arrivals(random_workload(mcfg.vocab_size, cfg.requests, cfg.prompt_len,
@@ -262,8 +262,7 @@ def simulate(cfg: SimConfig, profile: Profile, mcfg: ModelConfig | None = None) 
     max_len = max(len(q.prompt) + q.max_new_tokens for q in reqs) + 1
 
     def engines(mode):
-        width = 1 if mode == "batch1" else cfg.width
-        return lambda: SimEngine(mcfg, crit, cfg.kv_policy, width, max_len, profile)
+        return lambda: SimEngine(mcfg, crit, cfg.kv_policy, engine_rows(mode, cfg), max_len, profile)
 
     sim = cfg.replace(warmup_requests=0)   # a virtual clock has nothing to warm up
     return compare_modes(engines, mcfg, reqs, sim, cfg.prompt_len + (cfg.max_new_tokens or 32))
@@ -321,7 +320,7 @@ def measure(model, cfg: SimConfig, mode: str) -> tuple[dict, list, dict]:
     """One mode on the real engine with launch records: (result, records, engine stats).
     batch1 serves a sixteenth of the requests (at least 8): its rate does not depend on
     how many there are."""
-    from depthbench.serving.bench import random_workload, run_scheduled
+    from depthbench.serving.bench import engine_rows, random_workload, run_scheduled
     from depthbench.serving.engine import Engine
 
     crit = parse_exit(cfg.exit, cfg.min_depth, cfg.max_depth, cfg.lookahead, cfg.seed)
@@ -330,7 +329,7 @@ def measure(model, cfg: SimConfig, mode: str) -> tuple[dict, list, dict]:
     max_len = max(len(q.prompt) + q.max_new_tokens for q in reqs) + 1
     if mode == "batch1":
         reqs = reqs[: max(8, cfg.requests // 16)]
-    w = 1 if mode == "batch1" else cfg.width
+    w = engine_rows(mode, cfg)
     engs = []
 
     def make():
