@@ -17,49 +17,56 @@ def _d(name: str) -> str:
     return default_of(ServeConfig, name)
 
 
-_WORKLOAD = [
-    click.option("--random", metavar="PRESET", help="A random-weight model of this preset (tiny, "
-                 "small, paper-200m, paper-1b, ouro-like, huginn-like), e.g. with --exit trace:8."),
-    click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
-                 help="Override a model config key of --random, e.g. --set d_model=512."),
-    click.option("--modes", show_default=_d("modes"), help="Comma-separated batching modes."),
-    click.option("--exit", show_default=_d("exit"), help="Exit criterion: fixed:K, latent:TAU, "
-                 "kl:TAU, entropy:TAU, argmax:N, gate:Q, replay:FILE.json, trace:MEAN."),
-    click.option("--kv-policy", show_default=_d("kv_policy"),
-                 help="depth_indexed, single or first_then_shared."),
-    click.option("--width", type=cs.WIDTH, show_default=_d("width"), help="Rows per core launch at most."),
-    click.option("--requests", type=click.IntRange(1, 1 << 20), show_default=_d("requests")),
-    click.option("--rate", type=cs.FiniteFloat(0.0, 1e9), show_default=_d("rate"),
-                 help="Poisson arrival rate in requests/s (0: all requests at t=0)."),
-    click.option("--max-new-tokens", type=click.IntRange(0, 1 << 16), show_default=_d("max_new_tokens"),
-                 help="Tokens to generate per request (0: the rest of the dataset sequence; 32 "
-                      "for --random)."),
-    click.option("--prompt-len", type=click.IntRange(1, 1 << 16), show_default=_d("prompt_len"),
-                 help="Prompt length for --random."),
-    click.option("--length-spread", type=cs.FiniteFloat(0.0, 0.99), show_default=_d("length_spread"),
-                 help="--random: tokens per request vary uniformly by +- this fraction."),
-    click.option("--min-depth", type=cs.DEPTH, show_default=_d("min_depth")),
-    click.option("--max-depth", type=cs.DEPTH, show_default=_d("max_depth")),
-    click.option("--lookahead/--no-lookahead", default=None, help="Take exit decisions one loop ahead."),
-    click.option("--admit-min", type=click.IntRange(0, 1 << 16), show_default=_d("admit_min"),
-                 help="cdb: free rows needed before new requests are admitted while busy "
-                      "(0: width/8; 1: refill every freed row at once)."),
-    click.option("--min-coda-batch", type=click.IntRange(0, 1 << 16), show_default=_d("min_coda_batch"),
-                 help="cdb: exited tokens that wait before the coda runs (0: width/4)."),
-    click.option("--pool", type=click.IntRange(0, 1 << 16), show_default=_d("pool"),
-                 help="cdb: requests resident at once, each with its KV rows; core launches take "
-                      "at most --width of them (0: width + width/4)."),
-    click.option("--coda-wait", type=click.IntRange(0, 1 << 16), show_default=_d("coda_wait"),
-                 help="cdb: core launches an exited token waits for the coda at most (0: 4)."),
-    click.option("--seed", type=cs.SEED, show_default=_d("seed")),
-    click.option("--out", type=click.Path(), help="Result file base (.csv and .jsonl are written)."),
-]
+def _workload(cls) -> list:
+    def _d(name: str) -> str:
+        return default_of(cls, name)
+
+    return [
+        click.option("--random", metavar="PRESET", help="A random-weight model of this preset (tiny, "
+                     "small, paper-200m, paper-1b, ouro-like, huginn-like), e.g. with --exit trace:8."),
+        click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
+                     help="Override a model config key of --random, e.g. --set d_model=512."),
+        click.option("--modes", show_default=_d("modes"), help="Comma-separated batching modes."),
+        click.option("--exit", show_default=_d("exit"), help="Exit criterion: fixed:K, latent:TAU, "
+                     "kl:TAU, entropy:TAU, argmax:N, gate:Q, replay:FILE.json, trace:MEAN."),
+        click.option("--kv-policy", show_default=_d("kv_policy"),
+                     help="depth_indexed, last_exited, single or first_then_shared[:N]."),
+        click.option("--width", type=cs.WIDTH, show_default=_d("width"),
+                     help="Rows per core launch at most."),
+        click.option("--requests", type=click.IntRange(1, 1 << 20), show_default=_d("requests")),
+        click.option("--rate", type=cs.FiniteFloat(0.0, 1e9), show_default=_d("rate"),
+                     help="Poisson arrival rate in requests/s (0: all requests at t=0)."),
+        click.option("--max-new-tokens", type=click.IntRange(0, 1 << 16), show_default=_d("max_new_tokens"),
+                     help="Tokens to generate per request (0: the rest of the dataset sequence; 32 "
+                          "for --random)."),
+        click.option("--prompt-len", type=click.IntRange(1, 1 << 16), show_default=_d("prompt_len"),
+                     help="Prompt length for --random."),
+        click.option("--length-spread", type=cs.FiniteFloat(0.0, 0.99), show_default=_d("length_spread"),
+                     help="--random: tokens per request vary uniformly by +- this fraction."),
+        click.option("--min-depth", type=cs.DEPTH, show_default=_d("min_depth")),
+        click.option("--max-depth", type=cs.DEPTH, show_default=_d("max_depth")),
+        click.option("--lookahead/--no-lookahead", default=None, help="Take exit decisions one loop ahead."),
+        click.option("--admit-min", type=click.IntRange(0, 1 << 16), show_default=_d("admit_min"),
+                     help="Free rows needed before new requests are admitted while busy "
+                          "(0: width/8; 1: refill every freed row at once)."),
+        click.option("--min-coda-batch", type=click.IntRange(0, 1 << 16), show_default=_d("min_coda_batch"),
+                     help="cdb: exited tokens that wait before the coda runs (0: width/4)."),
+        click.option("--pool", type=click.IntRange(0, 1 << 16), show_default=_d("pool"),
+                     help="cdb: requests resident at once, each with its KV rows; core launches take "
+                          "at most --width of them (0: width + width/4)."),
+        click.option("--coda-wait", type=click.IntRange(0, 1 << 16), show_default=_d("coda_wait"),
+                     help="cdb: core launches an exited token waits for the coda at most (0: 4)."),
+        click.option("--seed", type=cs.SEED, show_default=_d("seed")),
+        click.option("--out", type=click.Path(), help="Result file base (.csv and .jsonl are written)."),
+    ]
 
 
-def _workload_options(f):
-    for opt in reversed(_WORKLOAD):
-        f = opt(f)
-    return f
+def _workload_options(cls):
+    def apply(f):
+        for opt in reversed(_workload(cls)):
+            f = opt(f)
+        return f
+    return apply
 
 
 def _modes(given: dict, sets, modes) -> dict:
@@ -82,7 +89,7 @@ def _show(res: dict) -> None:
 
 @click.command("serve-bench")
 @click.argument("run", required=False, type=click.Path())
-@_workload_options
+@_workload_options(ServeConfig)
 @click.option("--data", type=click.Path(), help="Dataset for the workload (default: the run's).")
 @click.option("--device", show_default=_d("device"), help="auto, cpu or cuda.")
 @click.option("--save-trace", type=click.Path(dir_okay=False),
@@ -113,7 +120,7 @@ def serve_bench_cmd(sets, modes, config_file, as_json, **given):
 
 
 @click.command("serve-sim")
-@_workload_options
+@_workload_options(SimConfig)
 @click.option("--profile", show_default=default_of(SimConfig, "profile"),
               help="Hardware profile: h100, h200, or a profile TOML (e.g. from --calibrate).")
 @click.option("--means", help="Sweep these trace means (comma-separated) and plot speedup vs "
@@ -127,6 +134,9 @@ def serve_bench_cmd(sets, modes, config_file, as_json, **given):
 @cs.json_option
 def serve_sim_cmd(sets, modes, means, calibrate_widths, config_file, as_json, **given):
     """Simulate serving: the real scheduler on a virtual clock, each launch priced by a profile.
+
+    Exit depths must be known in advance (trace:MEAN, replay:FILE, fixed:K; default: the first
+    --means, or a trace of mean (1 + max_depth) / 2). Rows as serve-bench's, source sim:PROFILE.
 
     \b
     Examples:
