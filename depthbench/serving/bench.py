@@ -2,10 +2,14 @@
 
 Per mode: output tokens/s, TTFT and inter-token latency percentiles, mean exit depth and its
 histogram, core launches and rows per launch, padding waste (empty places in core launches of
-``width`` rows), realized speedup over ``static``, the ceiling
-``(F0 + K_max Fr) / (F0 + mean_depth Fr)``, fraction of ceiling (``realized / ceiling`` and
-``(realized - 1) / (ceiling - 1)``), and the exact-match recall of what was generated when the
-workload comes from a dataset.
+``width`` rows), launches per token by stage, host syncs, KV memory, realized speedup over
+``static``, the ceiling ``(F0 + K_max Fr) / (F0 + mean_depth Fr)``, fraction of ceiling
+(``realized / ceiling`` and ``(realized - 1) / (ceiling - 1)``); the continuous-depth-batching
+paper's bound (parameter FLOPs, the requested depths, each request's first token at full
+depth) and the fraction of it realized, over the whole run and over the steady-state window
+(the middle 80% of emitted tokens); and the exact-match recall of what was generated when the
+workload comes from a dataset. ``compare_modes`` takes an engine factory, so the simulator
+(``serving.sim``) produces the same rows.
 """
 
 from __future__ import annotations
