@@ -14,6 +14,7 @@ import math
 import os
 import pickle
 import re
+import warnings
 import zipfile
 from pathlib import Path
 
@@ -94,7 +95,9 @@ def load(path: Path, map_location="cpu") -> dict:
         raise CheckpointError(f"checkpoint {path} does not exist")
     _verify(path)
     try:
-        ck = torch.load(path, map_location=map_location, weights_only=True)
+        with warnings.catch_warnings():   # a refused file is reported below, in one line
+            warnings.simplefilter("ignore", UserWarning)
+            ck = torch.load(path, map_location=map_location, weights_only=True)
     except (pickle.UnpicklingError, zipfile.BadZipFile, EOFError, RuntimeError, ValueError,
             KeyError, AttributeError, TypeError) as e:
         first = str(e).strip().splitlines()[0][:160] if str(e).strip() else type(e).__name__

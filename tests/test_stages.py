@@ -24,7 +24,10 @@ PKG = Path(__file__).resolve().parents[1] / "depthbench"
 # columns that measure time or name a path: they differ between two runs of the same stages
 VARYING = {"wall_clock", "wall_clock_s", "checkpoint", "source", "tokens_per_s", "speedup",
            "wall_s", "prefill_s", "decode_tokens_per_s", "decode_speedup", "fraction_of_ceiling",
-           "fraction_of_gain", "decode_fraction_of_ceiling"}
+           "fraction_of_gain", "decode_fraction_of_ceiling", "paper_fraction",
+           # the steady-state window is cut by emission times
+           "steady_tokens_per_s", "steady_window_s", "steady_speedup", "steady_fraction",
+           "steady_bound"}
 
 
 def rows_of(results: Path) -> dict[str, pd.DataFrame]:
@@ -266,6 +269,7 @@ def test_the_cli_imports_only_actions_and_configs():
     allowed = {"depthbench.cli_support", "depthbench.cli_serve", "depthbench.config",
                "depthbench.train.run_train", "depthbench.evaluate.run_eval",
                "depthbench.probe.run_probe", "depthbench.serving.bench.run_bench",
+               "depthbench.serving.sim.run_sim",
                "depthbench.report.run_report", "depthbench.pipeline.Pipeline",
                "depthbench.pipeline.load_spec", "depthbench.flops.flop_summary",
                "depthbench.lm_eval_adapter.TASKS_DIR", "data_gen.generate", "data_gen.resolve_config"}
