@@ -400,7 +400,7 @@ def run_sim(cfg: SimConfig, log=None) -> dict:
     profile there; otherwise simulate every mode on ``cfg.profile`` (and each trace mean of
     ``cfg.means``), write ``serve`` rows to ``cfg.out`` and the sweep plot."""
     from depthbench.fsio import atomic_write_text
-    from depthbench.rows import row_paths, write_rows
+    from depthbench.rows import write_rows
     from depthbench.serving.bench import result_rows
 
     if cfg.calibrate:
@@ -427,7 +427,6 @@ def run_sim(cfg: SimConfig, log=None) -> dict:
     out = {"rows": rows, "results": results, "profile": profile.name}
     if cfg.out:
         out["csv"], out["jsonl"] = write_rows(rows, cfg.out, "serve")
-        out["csv"], out["jsonl"] = row_paths(cfg.out)
     plot = cfg.plot or (str(Path(cfg.out).with_suffix(".png")) if cfg.out and cfg.means else "")
     if plot and cfg.means:
         sweep_plot(results, Path(plot), f"serve-sim {profile.name}: {cfg.random}, width "
