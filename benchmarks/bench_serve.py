@@ -2,15 +2,16 @@
 
 (a) a trained tiny model with a real exit criterion (all four modes, and lookahead);
 (b) a random-weight model with d_model=512 (1 prelude, 2 core, 1 coda layers), a synthetic depth
-    trace of mean 8 of 16, width 64: static, no_refill and cdb measured ``--rounds`` times
-    interleaved, each mode's fastest run shown (this machine's speed drifts by 10-20% over minutes),
-    with whole-run and steady-state speedups against the paper-convention bound, and beside
-    each figure the same workload simulated on a profile calibrated from these runs' own launch
-    timers (widths 16 and 64);
-(c) the simulator's prediction against measurement at held-out widths 32 and 48;
+    trace of mean 8 of 16, width 64: static, no_refill and cdb measured side by side (a core
+    launch of each in turn: this machine's speed drifts by 10-20% over minutes, and so hits all
+    modes alike) in ``--rounds`` rounds, with whole-run and steady-state speedups against the
+    paper-convention bound, and beside each figure the same workload simulated on a profile
+    calibrated from the first round's own launch timers (widths 16 and 64, run beside it);
+(c) the simulator's prediction against measurement at held-out widths 32 and 48 (measured in
+    the first round too);
 (d) the documented H100 and H200 profiles on ouro-like and huginn-like shapes.
 
-    python benchmarks/bench_serve.py [--skip-trained] [--rounds 3] [--requests 128] [--width 64]
+    python benchmarks/bench_serve.py [--skip-trained] [--rounds 3] [--requests 256] [--width 64]
 
 (a) uses RUN (default: the quickstart's uniform run; trained here if missing).
 """
@@ -72,7 +73,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--run", type=Path, default=DEFAULT_RUN)
     ap.add_argument("--exit", default="argmax:2")
-    ap.add_argument("--requests", type=int, default=128)
+    ap.add_argument("--requests", type=int, default=256)
     ap.add_argument("--width", type=int, default=64)
     ap.add_argument("--new-tokens", type=int, default=32)
     ap.add_argument("--d-model", type=int, default=512)
@@ -136,50 +137,48 @@ def _with_bounds(results: list[dict], cfg: SimConfig) -> list[dict]:
 
 
 def random_model_section(args) -> dict:
-    """(b) the random d_model=512 model, trace mean 8 of 16, width 64: every mode measured
-    ``--rounds`` times interleaved (each mode's fastest run is reported: drift only slows),
-    then the calibrated simulator beside it; (c) calibration on widths 16 and 64, prediction
-    and measurement at held-out widths 32 and 48."""
+    """(b) the random d_model=512 model, trace mean 8 of 16, width 64: the modes measured side by
+    side (a core launch of each in turn) in ``--rounds`` rounds, the first with widths 16, 32
+    and 48 beside 64 (all twelve runs interleaved, so they share the machine's speed); the
+    calibrated simulator beside it; (c) the profile fitted to that round's widths 16 and 64
+    predicts its held-out widths 32 and 48."""
     from depthbench.serving.sim import fit_profile, measure, simulate
     cfg = _cfg(args, width=args.width, calibrate_widths=(16, args.width))
     torch.manual_seed(0)
     model = LoopedTransformer(sim_model(cfg)).eval()
-    def best_of(width: int, n: int) -> list:
-        """Each mode ``n`` times, interleaved; per mode the fastest run (drift only slows)."""
-        got = [[measure(model, cfg.replace(width=width), m) for m in MODES] for _ in range(n)]
-        return [max((g[i] for g in got), key=lambda x: x[0]["tokens_per_s"])
-                for i in range(len(MODES))], got
-
-    best64, got = best_of(args.width, args.rounds)
-    for i, rd in enumerate(got):   # each round's figure, to show the spread
-        by = {m: g[0] for m, g in zip(MODES, rd)}
-        print(f"  round {i + 1}: cdb steady-state speedup "
-              f"{by['cdb']['steady_tokens_per_s'] / by['static']['steady_tokens_per_s']:.3f}, "
-              f"no_refill {by['no_refill']['steady_tokens_per_s'] / by['static']['steady_tokens_per_s']:.3f}")
-    measured = _with_bounds([dict(b[0]) for b in best64], cfg)
-    for rd in got:
-        for g in rd:
-            g[0].pop("_depths", None)
-    runs = best64 + best_of(16, 2)[0]
+    widths = (16, 32, 48, args.width)
+    first = measure(model, cfg, widths=widths)
+    rounds = [{m: first[args.width, m] for m in MODES}]
+    rounds += [{m: run for (_, m), run in measure(model, cfg).items()} for _ in range(args.rounds - 1)]
+    tables = [_with_bounds([dict(rd[m][0]) for m in MODES], cfg) for rd in rounds]
+    print("\n(b) every round (modes side by side), steady-state fraction of the bound:")
+    for i, t in enumerate(tables):
+        by = {r["mode"]: r for r in t}
+        c = by["cdb"]
+        print(f"  round {i + 1}: cdb {c['steady_speedup']:.3f}x of {c['steady_bound']:.3f} "
+              f"({100 * c['steady_fraction']:.1f}%; whole run {100 * c['paper_fraction']:.1f}%), "
+              f"no_refill {by['no_refill']['steady_speedup']:.3f}x "
+              f"({100 * by['no_refill']['steady_fraction']:.1f}%)")
+    fr = sorted(next(r for r in t if r["mode"] == "cdb")["steady_fraction"] for t in tables)
+    print(f"  cdb steady-state fraction: median {100 * fr[len(fr) // 2]:.1f}%, "
+          f"min {100 * fr[0]:.1f}%, max {100 * fr[-1]:.1f}%")
+    runs = [first[w, m] for w in (16, args.width) for m in MODES]
     prof, info = fit_profile(sim_model(cfg), runs, cfg, 4)
     simulated = simulate(cfg, prof)["results"]
     _side_by_side(f"(b) random d_model={args.d_model} model, trace mean 8 of 16, width {args.width}, "
-                  f"{args.requests} requests x {args.new_tokens}+-50% tokens (each mode's fastest of "
-                  f"{args.rounds} interleaved rounds; simulated on this machine's calibrated profile, "
-                  f"fit R^2 {', '.join(f'{k} {v:.2f}' for k, v in info['r2'].items())})",
-                  measured, simulated)
+                  f"{args.requests} requests x {args.new_tokens}+-50% tokens, round 1; simulated on "
+                  f"the profile calibrated from round 1 (widths 16 and {args.width}), fit R^2 "
+                  f"{', '.join(f'{k} {v:.2f}' for k, v in info['r2'].items())}", tables[0], simulated)
     held = {}
     for w in (32, 48):
-        m = [r[0] for r in best_of(w, 2)[0]]
         sim = simulate(cfg.replace(width=w), prof)["results"]
-        held[w] = {r["mode"]: (r["tokens_per_s"], q["tokens_per_s"]) for r, q in zip(m, sim)}
-    print("\n(c) held-out widths: measured (best of 2) vs simulated tokens/s (profile fitted to "
-          f"the fastest run of each mode at widths 16 and {args.width})")
+        held[w] = {q["mode"]: (first[w, q["mode"]][0]["tokens_per_s"], q["tokens_per_s"]) for q in sim}
+    print("\n(c) held-out widths, measured in round 1 beside the calibration runs vs simulated "
+          "tokens/s")
     for w, by in held.items():
         print(f"  width {w}: " + ", ".join(f"{k} {a:.1f} vs {b:.1f} ({100 * (b / a - 1):+.1f}%)"
                                           for k, (a, b) in by.items()))
-    return {"measured": measured, "simulated": simulated, "held_out": held,
-            "profile": prof.to_toml()}
+    return {"rounds": tables, "simulated": simulated, "held_out": held, "profile": prof.to_toml()}
 
 
 def _side_by_side(title: str, measured: list[dict], simulated: list[dict]) -> None:
@@ -202,7 +201,7 @@ def gpu_section(args) -> dict:
     (max depth 16, trace mean 8), 512 requests x 256+-50% tokens, prompts of 16, width 64."""
     from depthbench.serving.sim import load_profile, simulate
     out = {}
-    print("\n(d) simulated GPU profiles (steady state; pool 80 requests)")
+    print("\n(d) simulated GPU profiles (steady state; cdb pool: width + min_coda_batch)")
     for prof in ("h100", "h200"):
         p = load_profile(prof)
         for shape, md, mean, mcb in (("ouro-like", 4, 2.0, 1), ("huginn-like", 16, 8.0, 1),

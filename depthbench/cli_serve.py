@@ -50,13 +50,16 @@ def _workload(cls) -> list:
                      help="Free rows needed before new requests are admitted while busy "
                           "(0: width/8; 1: refill every freed row at once)."),
         click.option("--min-coda-batch", type=click.IntRange(0, 1 << 16), show_default=_d("min_coda_batch"),
-                     help="cdb: exited tokens that wait before the coda runs (0: width/4)."),
+                     help="cdb: exited tokens that wait before the coda runs (0: width/2)."),
         click.option("--pool", type=click.IntRange(0, 1 << 16), show_default=_d("pool"),
                      help="cdb: requests resident at once, each with its KV rows; core launches take "
-                          "at most --width of them (0: width + width/4)."),
+                          "at most --width of them (0: width + the coda batch)."),
         click.option("--coda-wait", type=click.IntRange(0, 1 << 16), show_default=_d("coda_wait"),
                      help="cdb: core launches an exited token waits for the coda at most (0: 4)."),
         click.option("--seed", type=cs.SEED, show_default=_d("seed")),
+        click.option("--interleave/--one-at-a-time", default=None,
+                     help="Measure the modes side by side, one core launch of each in turn, so a "
+                          "drift in the machine's speed hits all alike (default; CPU only)."),
         click.option("--out", type=click.Path(), help="Result file base (.csv and .jsonl are written)."),
     ]
 

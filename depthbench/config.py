@@ -440,7 +440,7 @@ class ServeConfig(_Plain):
     exit: str = "latent:0.05"
     kv_policy: str = "depth_indexed"
     width: int = 64                # rows per core launch at most
-    pool: int = 0                  # cdb: requests resident at once (0: width + width // 4)
+    pool: int = 0                  # cdb: requests resident at once (0: width + min_coda_batch)
     requests: int = 256
     rate: float = 0.0              # requests/s (Poisson arrivals); 0: all at t = 0 (offline)
     max_new_tokens: int = 0        # 0: the rest of the dataset sequence (or 32 for random prompts)
@@ -450,10 +450,11 @@ class ServeConfig(_Plain):
     max_depth: int = 16
     lookahead: bool = False        # exit decisions one loop ahead
     admit_min: int = 0             # cdb: free rows needed to admit while busy (0: width // 8)
-    min_coda_batch: int = 0        # cdb: exited tokens that wait before the coda runs (0: width // 4)
+    min_coda_batch: int = 0        # cdb: exited tokens that wait before the coda runs (0: width // 2)
     coda_wait: int = 0             # cdb: core launches the oldest exited token waits at most (0: 4)
     seed: int = 0
     warmup_requests: int = 4
+    interleave: bool = True        # CPU: the modes measured side by side, a step of each in turn
     device: str = "auto"
     out: str = ""                  # result file base ("": no file)
     save_trace: str = ""           # write the cdb mode's exit depths as a replay trace

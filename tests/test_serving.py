@@ -164,7 +164,7 @@ def test_scheduler_refills_freed_places_at_once_and_respects_width():
     plan = {0: [1, 1, 1], 1: [4, 4, 4], 2: [2, 2, 2], 3: [1, 3, 1]}
     reqs = [Request(i, [i], 4) for i in range(4)]
     eng = FakeEngine(plan)
-    done = Scheduler(eng, "cdb", width=2).run(reqs)
+    done = Scheduler(eng, "cdb", width=2, pool=2).run(reqs)
     assert all(len(eng.launches[i]) <= 2 for i in range(len(eng.launches)))
     assert [q.depths[1:] for q in done] == [plan[i] for i in range(4)]
     # request 0 finishes after 3 launches; its row is taken by request 2 in the very next launch
@@ -180,7 +180,7 @@ def test_requests_that_finish_mid_batch_free_their_rows():
     plan = {0: [2], 1: [2, 2, 2, 2, 2], 2: [1, 1]}
     reqs = [Request(0, [0], 2), Request(1, [1], 6), Request(2, [2], 3)]
     eng = FakeEngine(plan)
-    done = Scheduler(eng, "cdb", width=2).run(reqs)
+    done = Scheduler(eng, "cdb", width=2, pool=2).run(reqs)
     assert [len(q.output) for q in done] == [2, 6, 3]
     assert all(q.status.name == "FINISHED" for q in done)
 
@@ -304,3 +304,74 @@ def test_a_pool_larger_than_the_width_keeps_launches_within_width_and_outputs_un
     assert [(q.output, q.depths) for q in done] == [(q.output, q.depths) for q in ref]
     core = [r for r in eng.records if r[0] == "core"]
     assert max(r[1] for r in core) == 3
+
+
+def test_default_pool_holds_the_coda_batch_beside_a_full_launch():
+    from depthbench.serving.scheduler import cdb_sizes
+    assert cdb_sizes(64) == (32, 96)
+    assert cdb_sizes(64, min_coda_batch=8) == (8, 72)
+    assert cdb_sizes(64, pool=70) == (32, 70)
+    assert cdb_sizes(64, pool=10) == (32, 64)   # never fewer rows than a launch takes
+    assert cdb_sizes(1) == (1, 2)
+
+
+def test_a_turn_clock_runs_only_during_turns_and_skips_idle_time():
+    import time
+
+    from depthbench.serving.engine import TurnClock
+    c = TurnClock()
+    assert c.now() == 0.0
+    c.resume()
+    time.sleep(0.01)
+    c.pause()
+    t = c.now()
+    assert t >= 0.01
+    time.sleep(0.01)
+    assert c.now() == t                 # paused: another mode's turn costs this one nothing
+    t0 = time.perf_counter()
+    c.wait_until(t + 5.0)               # waiting for an arrival: no sleep
+    assert c.now() == t + 5.0 and time.perf_counter() - t0 < 1.0
+
+
+@pytest.mark.parametrize("rate", [0.0, 50.0])
+def test_modes_side_by_side_take_turns_and_serve_what_they_serve_alone(rate):
+    """Interleaved measurement: the same tokens, depths and launches as one mode after another;
+    the modes' core launches alternate through the run; each mode's clock counts only its own
+    turns, so their times add up to no more than the run's."""
+    import time
+
+    from depthbench.serving.bench import run_side_by_side, with_arrivals
+    model = model_of(**SHAPES[1])
+    reqs = with_arrivals(workload(n=9, new=5), rate, 0)
+    cfg = ServeConfig(exit="latent:0.3", width=3, max_depth=4, warmup_requests=0)
+    modes = ("static", "no_refill", "cdb")
+
+    def makers(order):
+        def maker(mode):
+            def make():
+                eng = Engine(model, parse_exit(cfg.exit, max_depth=4), cfg.kv_policy, 5, 64)
+                core = eng.core
+                eng.core = lambda rows: (order.append(mode), core(rows))[1]
+                return eng
+            return make
+        return {m: (m, cfg, maker(m)) for m in modes}
+
+    side_order, alone_order = [], []
+    t0 = time.perf_counter()
+    side = run_side_by_side(makers(side_order), reqs, interleave=True)
+    elapsed = time.perf_counter() - t0
+    alone = run_side_by_side(makers(alone_order), reqs, interleave=False)
+    for m in modes:
+        assert [(q.output, q.depths) for q in side[m][1]] == [(q.output, q.depths) for q in alone[m][1]]
+        if rate == 0:   # with arrivals over time, what is batched depends on the timing
+            assert side[m][0]["core_launches"] == alone[m][0]["core_launches"]
+    if rate == 0:
+        assert sorted(side_order) == sorted(alone_order)
+    switches = sum(a != b for a, b in zip(side_order, side_order[1:]))
+    assert sum(a != b for a, b in zip(alone_order, alone_order[1:])) == len(modes) - 1
+    assert switches >= 3 * len(modes)
+    for m in modes:   # every mode's launches spread over the whole run
+        at = [i for i, x in enumerate(side_order) if x == m]
+        assert at[0] < len(side_order) / 4 and at[-1] > 3 * len(side_order) / 4
+    if rate == 0:
+        assert sum(side[m][0]["wall_s"] for m in modes) <= elapsed

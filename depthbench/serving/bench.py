@@ -24,9 +24,10 @@ from depthbench.config import ServeConfig
 from depthbench.errors import UserError
 from depthbench.flops import FlopModel
 from depthbench.model import LoopedTransformer
-from depthbench.serving.engine import STAGES, Engine
-from depthbench.serving.exits import ExitCriterion, parse_exit
-from depthbench.serving.scheduler import Request, Scheduler
+from depthbench.runtime import hold_freed_memory
+from depthbench.serving.engine import STAGES, Engine, TurnClock
+from depthbench.serving.exits import parse_exit
+from depthbench.serving.scheduler import Request, Scheduler, cdb_sizes
 
 
 def dataset_workload(ds, n: int, max_new_tokens: int, seed: int) -> list[Request]:
@@ -78,33 +79,57 @@ def engine_rows(mode: str, cfg: ServeConfig) -> int:
     """KV rows an engine needs for ``mode``: 1 for batch1, cdb's pool, else the width."""
     if mode == "batch1":
         return 1
-    return max(cfg.width, cfg.pool or cfg.width + cfg.width // 4) if mode == "cdb" else cfg.width
+    return cdb_sizes(cfg.width, cfg.min_coda_batch, cfg.pool)[1] if mode == "cdb" else cfg.width
 
 
-def run_mode(model: LoopedTransformer, crit: ExitCriterion, mode: str, cfg: ServeConfig,
-             requests: list[Request], max_len: int) -> tuple[dict, list[Request]]:
-    rows = engine_rows(mode, cfg)
-    return run_scheduled(lambda: Engine(model, crit, cfg.kv_policy, rows, max_len), mode, cfg,
-                         requests)
+def _scheduler(eng, mode: str, cfg: ServeConfig) -> Scheduler:
+    return Scheduler(eng, mode, 1 if mode == "batch1" else cfg.width, cfg.admit_min,
+                     cfg.min_coda_batch, cfg.coda_wait, cfg.pool)
 
 
-def run_scheduled(make_engine, mode: str, cfg: ServeConfig,
-                  requests: list[Request]) -> tuple[dict, list[Request]]:
-    """One mode over ``requests`` on a fresh engine from ``make_engine`` (the real ``Engine``
-    or the simulator's), timed by the engine's clock: the per-mode result."""
-    width = 1 if mode == "batch1" else cfg.width
-
-    def scheduler(eng):
-        return Scheduler(eng, mode, width, cfg.admit_min, cfg.min_coda_batch, cfg.coda_wait,
-                         cfg.pool)
-
-    if cfg.warmup_requests:  # first-call allocations and kernel selection stay out of the timing
-        scheduler(make_engine()).run([q.fresh() for q in requests[: cfg.warmup_requests]])
-    eng = make_engine()
-    t0 = eng.clock.now()
-    done = scheduler(eng).run([q.fresh() for q in requests])
-    wall = eng.clock.now() - t0
-    return mode_result(mode, cfg, done, eng, wall, width), done
+def run_side_by_side(entries: dict, requests: list[Request],
+                     interleave: bool = True) -> dict:
+    """Each entry ``key: (mode, cfg, make_engine)`` (an engine factory: the real ``Engine`` or
+    the simulator's) serves ``requests`` on a fresh engine, timed by the engine's clock: per key
+    the mode's result and the requests served. With ``interleave`` the entries run side by side,
+    one scheduler step (a core launch and what precedes it) at a time, each step going to the
+    entry with the fewest tokens emitted so far, each engine on a ``TurnClock`` that runs only
+    during its own steps: the entries start and finish together, so a drift in the machine's
+    speed over the run hits all of them alike. Otherwise (the simulator; CUDA, where a launch
+    outlives its step) one after another."""
+    runs = {}
+    for key, (mode, cfg, make) in entries.items():
+        if cfg.warmup_requests:  # first-call allocations and kernel selection stay out of the timing
+            _scheduler(make(), mode, cfg).run([q.fresh() for q in requests[: cfg.warmup_requests]])
+        eng = make()
+        if interleave:
+            eng.clock = TurnClock()
+        sched, reqs = _scheduler(eng, mode, cfg), [q.fresh() for q in requests]
+        runs[key] = (sched, cfg, reqs, sched.steps(reqs))
+    walls = {}
+    if interleave:
+        live = dict(runs)
+        while live:
+            key = min(live, key=lambda k: live[k][0].emitted)
+            sched, steps = live[key][0], live[key][3]
+            sched.clock.resume()
+            try:
+                next(steps)
+            except StopIteration:
+                del live[key]
+                walls[key] = sched.now()
+            finally:
+                sched.clock.pause()
+    else:
+        for key, (sched, _, _, steps) in runs.items():
+            for _ in steps:
+                pass
+            walls[key] = sched.now()
+    out = {}
+    for key, (sched, cfg, reqs, _) in runs.items():
+        done = sorted(reqs, key=lambda q: q.id)
+        out[key] = (mode_result(sched.mode, cfg, done, sched.engine, walls[key], sched.width), done)
+    return out
 
 
 def mode_result(mode: str, cfg: ServeConfig, done: list[Request], eng, wall: float,
@@ -190,22 +215,23 @@ def serve_bench(model: LoopedTransformer, requests: list[Request], cfg: ServeCon
     def engines(mode):
         return lambda: Engine(model, crit, cfg.kv_policy, engine_rows(mode, cfg), max_len)
 
-    return compare_modes(engines, model.cfg, requests, cfg, seq_len_for_flops, progress)
+    side = cfg.interleave and next(model.parameters()).device.type == "cpu"
+    hold_freed_memory()   # a launch's cost must not depend on what was allocated before it
+    return compare_modes(engines, model.cfg, requests, cfg, seq_len_for_flops, progress, side)
 
 
 def compare_modes(engines, mcfg, requests: list[Request], cfg: ServeConfig,
-                  seq_len_for_flops: int, progress=None) -> dict:
-    """Every mode of ``cfg`` over the same requests (``engines(mode)`` makes a fresh engine),
-    with the bounds, speedups over ``static`` and whether the adaptive modes agree."""
+                  seq_len_for_flops: int, progress=None, interleave: bool = False) -> dict:
+    """Every mode of ``cfg`` over the same requests (``engines(mode)`` makes a fresh engine;
+    ``interleave``: side by side, see ``run_side_by_side``), with the bounds, speedups over
+    ``static`` and whether the adaptive modes agree."""
     fm = FlopModel.of(mcfg, seq_len_for_flops)
     fm_params = FlopModel.of(mcfg, 0)   # parameters only, the paper's convention
-    results, outputs = [], {}
-    for mode in cfg.modes:
-        r, done = run_scheduled(engines(mode), mode, cfg, requests)
-        results.append(r)
-        outputs[mode] = done
-        if progress:
-            progress(mode)
+    ran = run_side_by_side({m: (m, cfg, engines(m)) for m in cfg.modes}, requests, interleave)
+    results = [ran[m][0] for m in cfg.modes]
+    outputs = {m: ran[m][1] for m in cfg.modes}
+    if progress:
+        progress(", ".join(cfg.modes))
     static = next((r for r in results if r["mode"] == "static"), None)
     # the bound prices the requested depths: an adaptive mode's (static runs max_depth)
     requested = next((m for m in ("cdb", "no_refill", "batch1") if m in outputs), "static")

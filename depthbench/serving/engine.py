@@ -47,6 +47,29 @@ class WallClock:
         time.sleep(max(0.0, t - self.now()))
 
 
+class TurnClock:
+    """A wall clock that runs only while its engine has the machine: several modes measured side
+    by side (``serving.bench.run_side_by_side``) each read the time of their own turns, so a
+    change in the machine's speed hits all of them alike. Waiting for an arrival advances it
+    without sleeping (an idle engine holds no machine time)."""
+
+    def __init__(self):
+        self.elapsed, self.since = 0.0, None
+
+    def resume(self) -> None:
+        self.since = time.perf_counter()
+
+    def pause(self) -> None:
+        self.elapsed += time.perf_counter() - self.since
+        self.since = None
+
+    def now(self) -> float:
+        return self.elapsed + (0.0 if self.since is None else time.perf_counter() - self.since)
+
+    def wait_until(self, t: float) -> None:
+        self.elapsed += max(0.0, t - self.now())
+
+
 class HostState:
     """What the scheduler reads from an engine, kept on the host: per row its position, loop
     and (where known at start) exit depth; per stage launch counts, tokens and seconds; the

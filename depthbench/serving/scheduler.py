@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import itertools
 from collections import deque
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from enum import IntEnum
 
@@ -27,6 +28,15 @@ from depthbench.serving.engine import Engine
 from depthbench.serving.exits import parse_exit
 
 MODES = SERVE_MODES
+
+
+def cdb_sizes(width: int, min_coda_batch: int = 0, pool: int = 0) -> tuple[int, int]:
+    """cdb's coda batch and pool (0: the defaults). By default the coda runs once width/2
+    exited tokens wait (on a CPU as on a GPU a launch of a few rows costs nearly what a full one
+    does: it reads every weight of its layers), and the pool holds that many requests more than a
+    core launch takes, so the tokens waiting for the coda leave no place in a launch empty."""
+    mcb = min_coda_batch or max(1, width // 2)
+    return mcb, max(width, pool or width + mcb)
 
 
 class Status(IntEnum):
@@ -73,18 +83,18 @@ class Scheduler:
         # in flight new requests are admitted once ``admit_min`` rows are free (or all arrived
         # requests fit). Every mode admits this way, so the baseline pays what cdb pays.
         self.admit_min = admit_min or max(1, self.width // 8)
-        self.min_coda_batch = min_coda_batch or (max(1, self.width // 4) if cdb else 1)
+        self.min_coda_batch, pool = cdb_sizes(self.width, min_coda_batch, pool) if cdb else (1, 0)
         self.coda_wait = coda_wait or (4 if cdb else 1)
-        # cdb keeps more requests resident than a core launch takes (``pool`` rows of KV, by
-        # default width + width/4): tokens waiting for the coda or for admission then leave no
-        # place in a launch empty
-        self.pool = max(self.width, pool or self.width + self.width // 4) if cdb else self.width
+        # cdb keeps more requests resident than a core launch takes: tokens waiting for the
+        # coda or for admission then leave no place in a launch empty
+        self.pool = pool if cdb else self.width
         self.pool = min(self.pool, getattr(engine, "n_rows", self.pool))   # the engine's KV rows
         self.rows_free = list(range(self.pool))[::-1]
         self.active: dict[int, Request] = {}
         self.waiting: deque[Request] = deque()
         self.t0 = 0.0
         self.iterations = 0
+        self.emitted = 0                    # tokens emitted so far (progress, side by side)
 
     def now(self) -> float:
         return self.clock.now() - self.t0
@@ -94,6 +104,7 @@ class Scheduler:
         req.output.append(token)
         req.depths.append(depth)
         req.token_times.append(t)
+        self.emitted += 1
         if req.done():
             req.status = Status.FINISHED
             del self.active[req.row]
@@ -147,21 +158,25 @@ class Scheduler:
 
     # ---- the policies -------------------------------------------------------------------------------
     def run(self, requests: list[Request]) -> list[Request]:
-        self.waiting = deque(sorted(requests, key=lambda q: (q.arrival, q.id)))
-        self.t0 = self.clock.now()
-        if self.mode == "cdb":
-            self._run_cdb()
-        else:
-            self._run_token_batches()
+        for _ in self.steps(requests):
+            pass
         return sorted(requests, key=lambda q: q.id)
 
-    def _run_token_batches(self) -> None:
+    def steps(self, requests: list[Request]) -> Iterator[None]:
+        """Serve ``requests``, yielding after every core launch (and every idle wait): the
+        unit in which ``serving.bench.run_side_by_side`` interleaves modes."""
+        self.waiting = deque(sorted(requests, key=lambda q: (q.arrival, q.id)))
+        self.t0 = self.clock.now()
+        yield from self._run_cdb() if self.mode == "cdb" else self._run_token_batches()
+
+    def _run_token_batches(self) -> Iterator[None]:
         """static, no_refill, batch1: a batch of tokens starts together and ends together; the
         coda runs once per batch, on every row (exited rows wait for it idle)."""
         while self.waiting or self.active:
             self._admit(busy=bool(self.active))
             if not self.active:
                 self._idle_until_next_arrival()
+                yield
                 continue
             rows = sorted(self.active)
             self._start(rows)
@@ -169,13 +184,14 @@ class Scheduler:
             while running:
                 out = self.engine.core(running)
                 self.iterations += 1
+                yield
                 if out:
                     gone = set(out)
                     running = [r for r in running if r not in gone]
                     exited += out
             self._finish(sorted(exited))
 
-    def _run_cdb(self) -> None:
+    def _run_cdb(self) -> Iterator[None]:
         inflight: list[int] = []            # rows with a token in the loop
         coda: list[int] = []                # rows whose token exited and waits for the coda
         waited = 0                          # core launches the oldest of ``coda`` has waited
@@ -188,6 +204,7 @@ class Scheduler:
                 ready = []
             if not inflight and not coda:
                 self._idle_until_next_arrival()
+                yield
                 continue
             if inflight:
                 # at most ``width`` rows per launch, those that waited longest first
@@ -206,3 +223,4 @@ class Scheduler:
                          or not inflight):
                 ready = self._finish(sorted(coda))
                 coda, waited = [], 0
+            yield

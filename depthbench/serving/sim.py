@@ -308,37 +308,49 @@ def calibrate(cfg: SimConfig, log=None) -> tuple[Profile, dict]:
     torch.manual_seed(cfg.seed)
     model = LoopedTransformer(mcfg).eval()
     runs = []
-    for width in cfg.calibrate_widths:
-        for mode in cfg.modes:
-            runs.append(measure(model, cfg.replace(width=width), mode))
-            if log:
-                log(f"  width {width} {mode}: {runs[-1][0]['tokens_per_s']:.1f} tokens/s")
+    for (width, mode), run in measure(model, cfg, widths=cfg.calibrate_widths).items():
+        runs.append(run)
+        if log:
+            log(f"  width {width} {mode}: {run[0]['tokens_per_s']:.1f} tokens/s")
     return fit_profile(mcfg, runs, cfg, next(model.parameters()).element_size())
 
 
-def measure(model, cfg: SimConfig, mode: str) -> tuple[dict, list, dict]:
-    """One mode on the real engine with launch records: (result, records, engine stats).
-    batch1 serves a sixteenth of the requests (at least 8): its rate does not depend on
-    how many there are."""
-    from depthbench.serving.bench import engine_rows, random_workload, run_scheduled
+def measure(model, cfg: SimConfig, modes=(), widths=()) -> dict[tuple[int, str], tuple]:
+    """The modes of ``cfg`` (or ``modes``) at each of ``widths`` (default: ``cfg.width``) on the
+    real engine with launch records, all side by side unless ``cfg.interleave`` is off: per
+    (width, mode) its (result, records, engine stats). batch1 runs on its own over a sixteenth
+    of the requests (at least 8): its rate does not depend on how many there are."""
+    from depthbench.runtime import hold_freed_memory
+    from depthbench.serving.bench import engine_rows, random_workload, run_side_by_side
     from depthbench.serving.engine import Engine
 
+    hold_freed_memory()
     crit = parse_exit(cfg.exit, cfg.min_depth, cfg.max_depth, cfg.lookahead, cfg.seed)
     reqs = random_workload(model.cfg.vocab_size, cfg.requests, cfg.prompt_len, cfg.max_new_tokens,
                            cfg.seed, cfg.length_spread)
     max_len = max(len(q.prompt) + q.max_new_tokens for q in reqs) + 1
-    if mode == "batch1":
-        reqs = reqs[: max(8, cfg.requests // 16)]
-    w = engine_rows(mode, cfg)
-    engs = []
+    engs: dict[tuple[int, str], Engine] = {}
 
-    def make():
-        engs.append(Engine(model, crit, cfg.kv_policy, w, max_len, record=True))
-        return engs[-1]
+    def entry(width, mode):
+        c = cfg.replace(width=width)
 
-    res, done = run_scheduled(make, mode, cfg, reqs)
-    res["_depths"] = [d for q in done for d in q.depths]   # for the bound (callers pop it)
-    return res, engs[-1].records, dict(engs[-1].stats)
+        def make():
+            engs[width, mode] = Engine(model, crit, c.kv_policy, engine_rows(mode, c), max_len,
+                                       record=True)
+            return engs[width, mode]
+        return mode, c, make
+
+    keys = [(w, m) for w in widths or (cfg.width,) for m in modes or cfg.modes]
+    ran = run_side_by_side({k: entry(*k) for k in keys if k[1] != "batch1"}, reqs, cfg.interleave)
+    for k in keys:
+        if k[1] == "batch1":
+            ran |= run_side_by_side({k: entry(*k)}, reqs[: max(8, cfg.requests // 16)], False)
+    out = {}
+    for k in keys:
+        res, done = ran[k]
+        res["_depths"] = [d for q in done for d in q.depths]   # for the bound (callers pop it)
+        out[k] = (res, engs[k].records, dict(engs[k].stats))
+    return out
 
 
 def fit_profile(mcfg: ModelConfig, runs, cfg: SimConfig, bytes_per_value: int) -> tuple[Profile, dict]:
