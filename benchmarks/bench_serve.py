@@ -78,6 +78,8 @@ def main():
     ap.add_argument("--new-tokens", type=int, default=32)
     ap.add_argument("--d-model", type=int, default=512)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--seed", type=int, default=0, help="workload and depth trace of (b) and (c)")
+    ap.add_argument("--skip-gpu", action="store_true", help="leave out (d)")
     ap.add_argument("--rounds", type=int, default=3, help="interleaved repetitions of (b)")
     ap.add_argument("--skip-trained", action="store_true", help="only (b)-(d)")
     args = ap.parse_args()
@@ -87,7 +89,8 @@ def main():
     if not args.skip_trained:
         trained_section(args, out)
     out["random"] = random_model_section(args)
-    out["gpu_sim"] = gpu_section(args)
+    if not args.skip_gpu:
+        out["gpu_sim"] = gpu_section(args)
     print(json.dumps(out, default=str))
 
 
@@ -119,7 +122,7 @@ def _cfg(args, **kw) -> SimConfig:
                                                     n_core=2, n_coda=1, max_seq_len=128),
                      exit="trace:8", max_depth=16, requests=args.requests, prompt_len=4,
                      max_new_tokens=args.new_tokens, length_spread=0.5, modes=MODES,
-                     **kw)
+                     seed=args.seed, **kw)
 
 
 def _with_bounds(results: list[dict], cfg: SimConfig) -> list[dict]:
@@ -198,21 +201,23 @@ def _side_by_side(title: str, measured: list[dict], simulated: list[dict]) -> No
 
 def gpu_section(args) -> dict:
     """(d) the documented GPU profiles: ouro-like (max depth 4, trace mean 2) and huginn-like
-    (max depth 16, trace mean 8), 512 requests x 256+-50% tokens, prompts of 16, width 64."""
+    (max depth 16, trace mean 8), 512 requests x 256+-50% tokens, prompts of 16, width 64; the
+    coda run once width/2 exited tokens wait (the default) and every iteration."""
     from depthbench.serving.sim import load_profile, simulate
     out = {}
     print("\n(d) simulated GPU profiles (steady state; cdb pool: width + min_coda_batch)")
     for prof in ("h100", "h200"):
         p = load_profile(prof)
-        for shape, md, mean, mcb in (("ouro-like", 4, 2.0, 1), ("huginn-like", 16, 8.0, 1),
-                                     ("huginn-like", 16, 8.0, 32)):
+        for shape, md, mean, mcb in (("ouro-like", 4, 2.0, 0), ("ouro-like", 4, 2.0, 1),
+                                     ("huginn-like", 16, 8.0, 0), ("huginn-like", 16, 8.0, 1)):
             cfg = SimConfig(random=shape, max_depth=md, exit=f"trace:{mean:g}", requests=512,
                             max_new_tokens=256, prompt_len=16, width=64, length_spread=0.5,
                             modes=MODES, min_coda_batch=mcb, coda_wait=8)
             by = {r["mode"]: r for r in simulate(cfg, p)["results"]}
             c, n = by["cdb"], by["no_refill"]
             out[f"{prof}/{shape}/min_coda_batch={mcb}"] = by
-            print(f"  {prof} {shape:>11} min_coda_batch {mcb:2d}: cdb {c['steady_speedup']:.3f}x of bound "
+            print(f"  {prof} {shape:>11} min_coda_batch {mcb or 'width/2':>7}: "
+                  f"cdb {c['steady_speedup']:.3f}x of bound "
                   f"{c['steady_bound']:.3f} ({100 * c['steady_fraction']:.1f}%; whole run "
                   f"{100 * c['paper_fraction']:.1f}%), no_refill {n['steady_speedup']:.3f}x, "
                   f"cdb/no_refill {c['steady_tokens_per_s'] / n['steady_tokens_per_s']:.2f}x")
