@@ -80,6 +80,8 @@ def main():
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--seed", type=int, default=0, help="workload and depth trace of (b) and (c)")
     ap.add_argument("--skip-gpu", action="store_true", help="leave out (d)")
+    ap.add_argument("--measure-only", action="store_true",
+                    help="(b)'s rounds at --width alone: no calibration, simulation or (c)")
     ap.add_argument("--rounds", type=int, default=3, help="interleaved repetitions of (b)")
     ap.add_argument("--skip-trained", action="store_true", help="only (b)-(d)")
     args = ap.parse_args()
@@ -149,7 +151,7 @@ def random_model_section(args) -> dict:
     cfg = _cfg(args, width=args.width, calibrate_widths=(16, args.width))
     torch.manual_seed(0)
     model = LoopedTransformer(sim_model(cfg)).eval()
-    widths = (16, 32, 48, args.width)
+    widths = (args.width,) if args.measure_only else (16, 32, 48, args.width)
     first = measure(model, cfg, widths=widths)
     rounds = [{m: first[args.width, m] for m in MODES}]
     rounds += [{m: run for (_, m), run in measure(model, cfg).items()} for _ in range(args.rounds - 1)]
@@ -165,6 +167,8 @@ def random_model_section(args) -> dict:
     fr = sorted(next(r for r in t if r["mode"] == "cdb")["steady_fraction"] for t in tables)
     print(f"  cdb steady-state fraction: median {100 * fr[len(fr) // 2]:.1f}%, "
           f"min {100 * fr[0]:.1f}%, max {100 * fr[-1]:.1f}%")
+    if args.measure_only:
+        return {"rounds": tables}
     runs = [first[w, m] for w in (16, args.width) for m in MODES]
     prof, info = fit_profile(sim_model(cfg), runs, cfg, 4)
     simulated = simulate(cfg, prof)["results"]
