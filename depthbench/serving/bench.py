@@ -97,39 +97,41 @@ def run_side_by_side(entries: dict, requests: list[Request],
     during its own steps: the entries start and finish together, so a drift in the machine's
     speed over the run hits all of them alike. Otherwise (the simulator; CUDA, where a launch
     outlives its step) one after another."""
-    runs = {}
-    for key, (mode, cfg, make) in entries.items():
+    def prepare(key):
+        mode, cfg, make = entries[key]
         if cfg.warmup_requests:  # first-call allocations and kernel selection stay out of the timing
             _scheduler(make(), mode, cfg).run([q.fresh() for q in requests[: cfg.warmup_requests]])
         eng = make()
         if interleave:
             eng.clock = TurnClock()
         sched, reqs = _scheduler(eng, mode, cfg), [q.fresh() for q in requests]
-        runs[key] = (sched, cfg, reqs, sched.steps(reqs))
-    walls = {}
-    if interleave:
-        live = dict(runs)
-        while live:
-            key = min(live, key=lambda k: live[k][0].emitted)
-            sched, steps = live[key][0], live[key][3]
-            sched.clock.resume()
-            try:
-                next(steps)
-            except StopIteration:
-                del live[key]
-                walls[key] = sched.now()
-            finally:
-                sched.clock.pause()
-    else:
-        for key, (sched, _, _, steps) in runs.items():
+        return sched, cfg, reqs, sched.steps(reqs)
+
+    def result(sched, cfg, reqs):   # the engine (and its KV store) is dropped after this
+        done = sorted(reqs, key=lambda q: q.id)
+        return mode_result(sched.mode, cfg, done, sched.engine, sched.now(), sched.width), done
+
+    out = {}
+    if not interleave:   # one engine at a time: no more memory than the largest mode needs
+        for key in entries:
+            sched, cfg, reqs, steps = prepare(key)
             for _ in steps:
                 pass
-            walls[key] = sched.now()
-    out = {}
-    for key, (sched, cfg, reqs, _) in runs.items():
-        done = sorted(reqs, key=lambda q: q.id)
-        out[key] = (mode_result(sched.mode, cfg, done, sched.engine, walls[key], sched.width), done)
-    return out
+            out[key] = result(sched, cfg, reqs)
+        return out
+    live = {key: prepare(key) for key in entries}
+    while live:
+        key = min(live, key=lambda k: live[k][0].emitted)
+        sched, cfg, reqs, steps = live[key]
+        sched.clock.resume()
+        try:
+            next(steps)
+        except StopIteration:
+            del live[key]
+            out[key] = result(sched, cfg, reqs)
+        finally:
+            sched.clock.pause()
+    return {key: out[key] for key in entries}
 
 
 def mode_result(mode: str, cfg: ServeConfig, done: list[Request], eng, wall: float,
