@@ -158,8 +158,7 @@ class Scheduler:
 
     # ---- the policies -------------------------------------------------------------------------------
     def run(self, requests: list[Request]) -> list[Request]:
-        for _ in self.steps(requests):
-            pass
+        deque(self.steps(requests), maxlen=0)   # run every step
         return sorted(requests, key=lambda q: q.id)
 
     def steps(self, requests: list[Request]) -> Iterator[None]:
