@@ -66,15 +66,21 @@ def _n_orders(n_attributes: int) -> int:
 
 @dataclass(frozen=True, kw_only=True)
 class GenConfig:
-    n_people: int = 256
+    n_people: int = 512
     attributes: tuple[Attribute, ...] = field(
-        default_factory=lambda: tuple(Attribute(name=n, n_values=16384) for n in DEFAULT_ATTRIBUTE_NAMES[:5]))
+        default_factory=lambda: tuple(Attribute(name=n, n_values=256) for n in DEFAULT_ATTRIBUTE_NAMES[:6]))
     name_tokens: int = 3           # tokens per person name
     name_pool: int = 64            # distinct name tokens N0..N{pool-1}
     value_pool: int = 128          # distinct value tokens V0..V{pool-1}, shared by all attributes
     orders_per_person: int = 4     # distinct training orders per person (multiplicity)
     n_unseen_people: int = 128     # control people, never trained on
     text_eval_people: int = 0      # people per split written to eval_*.jsonl (0 = all)
+    # every block of M_a consecutive trained people holds each of attribute a's M_a values once
+    # (a seeded permutation per block), so each value is used floor or ceil of n_people / M_a
+    # times and the training distribution of values is (near) uniform: a model that learns it
+    # without binding values to names reads no bits (DESIGN.md section 1). False: independent
+    # uniform draws, which leak log2(M_a * count / n_people) bits per fact when M_a > n_people.
+    balanced_values: bool = True
     shard_people: int = 65536      # people generated and written per shard (bounds memory)
     seed: int = 0
 
@@ -88,6 +94,8 @@ class GenConfig:
                      "shard_people"):
             if type(getattr(self, name)) is not int or getattr(self, name) < 1:
                 raise ValueError(f"{name} must be a positive integer (got {getattr(self, name)!r})")
+        if not isinstance(self.balanced_values, bool):
+            raise ValueError(f"balanced_values must be true or false (got {self.balanced_values!r})")
         for name in ("n_unseen_people", "text_eval_people", "seed"):
             if type(getattr(self, name)) is not int or getattr(self, name) < 0:
                 raise ValueError(f"{name} must be an integer >= 0 (got {getattr(self, name)!r})")
@@ -173,24 +181,27 @@ def parse_attributes(spec: str) -> tuple[Attribute, ...]:
 
 # ---- presets ---------------------------------------------------------------------------------
 def tiny() -> GenConfig:
-    """CPU quickstart and tests: 256 people, 5 attributes of 14 bits (a 70-bit ceiling).
+    """CPU quickstart and tests: 512 people, 6 attributes of 256 balanced values (8 bits each, a
+    48-bit ceiling), two people per value.
 
-    256 rather than 512 people: with 512, uniform:1-16 training stayed on its loss plateau
-    (never memorizing) on some seeds; with 256 every schedule saturates on every seed (measured
-    in docs/calibration.md)."""
+    Sized so that the comparison falls between the floor and the ceiling (docs/calibration.md):
+    256 people saturate every schedule (about 250 exposures per person in the tiny training
+    preset), 1024 leave every schedule near chance (about 60); 512 get about 125."""
     return GenConfig()
 
 
 def small() -> GenConfig:
+    """16,384 people, 8 attributes of 4,096 balanced values (a 96-bit ceiling), four a value."""
     return GenConfig(
-        n_people=10_000, name_pool=256, n_unseen_people=1000,
+        n_people=16_384, name_pool=256, n_unseen_people=1000,
         attributes=tuple(Attribute(name=n, n_values=4096) for n in DEFAULT_ATTRIBUTE_NAMES[:8]))
 
 
 def paper() -> GenConfig:
-    """Paper scale: a million people; the text eval files cover a subsample for lm-eval."""
+    """Paper scale: 2^20 people, 8 attributes of 65,536 balanced values (16 people a value);
+    the text eval files cover a subsample for lm-eval."""
     return GenConfig(
-        n_people=1_000_000, name_pool=1024, value_pool=512, n_unseen_people=10_000,
+        n_people=1 << 20, name_pool=1024, value_pool=512, n_unseen_people=10_000,
         text_eval_people=10_000,
         attributes=tuple(Attribute(name=n, n_values=65536) for n in DEFAULT_ATTRIBUTE_NAMES[:8]))
 

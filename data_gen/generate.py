@@ -7,6 +7,10 @@ Design choices:
   by the shard size whatever the number of people.
 - Every random draw comes from a ``numpy.random.Generator`` seeded by (seed, stream, shard), so
   shards are independent and the output is byte-identical for the same config and seed.
+- Trained people's values are balanced: people [k M_a, (k+1) M_a) hold a seeded permutation of
+  attribute a's M_a values, so every value is used (near) equally often in training and the
+  training distribution of values carries no bits about anyone. Independent draws would not: with
+  fewer people than values, the few values used form a table a model learns without names.
 - Each person gets a held-out first attribute ``e``. Training orders never start with ``e``;
   the evaluation order always does, so it is never a training order and its first fact is never
   first in training.
@@ -28,12 +32,16 @@ import numpy as np
 
 from data_gen.config import GenConfig
 
-FORMAT_VERSION = 2  # 2: dataset_hash covers the whole manifest
+FORMAT_VERSION = 3  # 2: dataset_hash covers the whole manifest; 3: balanced value assignment
 SPECIAL_TOKENS = ("<pad>", "<bos>", "<eos>")
 SPLITS = ("train", "eval_reordered", "eval_seen_order", "eval_unseen_people")
 
 # Random streams (first element of a SeedSequence spawn key).
-_STREAM_VALUES, _STREAM_PEOPLE, _STREAM_UNSEEN, _STREAM_NAMES = range(4)
+_STREAM_VALUES, _STREAM_PEOPLE, _STREAM_UNSEEN, _STREAM_NAMES, _STREAM_BALANCE = range(5)
+
+# value sets up to this size are assigned in balanced blocks (one permutation of the set per
+# block, 32 MiB at most); larger ones are drawn independently (bounded memory at any scale)
+BALANCE_MAX_VALUES = 1 << 22
 
 _M1 = np.uint64(0xBF58476D1CE4E5B9)
 _M2 = np.uint64(0x94D049BB133111EB)
@@ -136,6 +144,27 @@ def _name_tokens(cfg: GenConfig, perm: NamePermutation, person: np.ndarray) -> n
     digits = [code // cfg.name_pool ** (cfg.name_tokens - 1 - i) % cfg.name_pool
               for i in range(cfg.name_tokens)]
     return np.stack(digits, axis=1)                                        # (n, name_tokens)
+
+
+def balanced_values(cfg: GenConfig, lo: int, hi: int) -> np.ndarray:
+    """(hi - lo, A) value indices of trained people lo..hi-1: person p holds element p mod M_a of
+    the permutation seeded by (seed, attribute, p // M_a), so each block of M_a consecutive people
+    uses every value once. Shard boundaries do not matter: a block is rebuilt from its seed."""
+    out = np.empty((hi - lo, len(cfg.attributes)), dtype=np.int64)
+    for a, attr in enumerate(cfg.attributes):
+        M = attr.n_values
+        if M > BALANCE_MAX_VALUES:
+            rng = np.random.default_rng(np.random.SeedSequence(cfg.seed, spawn_key=(
+                _STREAM_BALANCE, a, lo)))
+            out[:, a] = rng.integers(0, M, size=hi - lo)
+            continue
+        for block in range(lo // M, (hi - 1) // M + 1):
+            rng = np.random.default_rng(np.random.SeedSequence(cfg.seed, spawn_key=(
+                _STREAM_BALANCE, a, block)))
+            b0 = block * M
+            s0, s1 = max(lo, b0), min(hi, b0 + M)
+            out[s0 - lo:s1 - lo, a] = rng.permutation(M)[s0 - b0:s1 - b0]
+    return out
 
 
 def _order_with_first(rng: np.random.Generator, first: np.ndarray, A: int) -> np.ndarray:
@@ -345,8 +374,11 @@ def _generate_into(cfg: GenConfig, out: Path, progress: Callable[[int], None] | 
             rng = np.random.default_rng(np.random.SeedSequence(cfg.seed, spawn_key=(stream, shard)))
             person = np.arange(lo, hi)
             names = _name_tokens(cfg, perm, person)
-            values = np.stack([rng.integers(0, a.n_values, size=hi - lo) for a in cfg.attributes],
-                              axis=1)                                      # (n, A)
+            if stream == _STREAM_PEOPLE and cfg.balanced_values:
+                values = balanced_values(cfg, lo, hi)                      # (n, A)
+            else:  # unseen people's values are fresh uniform draws, as trained people's would be
+                values = np.stack([rng.integers(0, a.n_values, size=hi - lo)
+                                   for a in cfg.attributes], axis=1)       # (n, A)
             yield rng, person, names, values
 
     for rng, person, names, values in people(_STREAM_PEOPLE, 0, cfg.n_people):

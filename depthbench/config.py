@@ -215,12 +215,12 @@ class TrainConfig(_Plain):
 
 
 # ---- presets -----------------------------------------------------------------------------------
-# tiny: a fully looped model (no prelude or coda, one shared layer) sized against the tiny
-# dataset so that depth matters: at depth 1 it cannot reach the 70-bit ceiling.
+# tiny: a fully looped model (no prelude or coda, one shared layer, about 83k parameters) sized
+# against the tiny dataset (512 people x 48 bits: 0.30 bits per parameter) so that no schedule
+# saturates at the full budget. Additive injection keeps an identity path across loops: with the
+# concat adapter, uniform:1-16 with full backprop stayed on its loss plateau (docs/calibration.md).
 def tiny_model() -> ModelConfig:
-    # truncated backprop through the last 4 loops (as Huginn trains): with full backprop through
-    # up to 16 loops, uniform:1-16 stayed on its loss plateau on some seeds (docs/calibration.md)
-    return ModelConfig(d_model=64, n_heads=4, n_prelude=0, n_core=1, n_coda=0, n_grad_loops=4)
+    return ModelConfig(d_model=64, n_heads=4, n_prelude=0, n_core=1, n_coda=0, injection="add")
 
 
 def small_model() -> ModelConfig:
@@ -230,13 +230,13 @@ def small_model() -> ModelConfig:
 def paper_200m_model() -> ModelConfig:
     """About 200M parameters: 2 prelude, 6 core, 2 coda layers at width 1280."""
     return ModelConfig(d_model=1280, n_heads=10, n_prelude=2, n_core=6, n_coda=2,
-                       init_state="random", n_grad_loops=8, max_seq_len=512)
+                       init_state="random", max_seq_len=512)
 
 
 def paper_1b_model() -> ModelConfig:
     """About 1B parameters: 2 prelude, 16 core, 2 coda layers at width 2048."""
     return ModelConfig(d_model=2048, n_heads=16, n_prelude=2, n_core=16, n_coda=2,
-                       init_state="random", n_grad_loops=8, max_seq_len=512)
+                       init_state="random", max_seq_len=512)
 
 
 def ouro_like_model() -> ModelConfig:

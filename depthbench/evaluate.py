@@ -18,6 +18,7 @@ from depthbench.config import EVAL_SPLITS, EvalConfig
 from depthbench.data import Dataset, shard_range
 from depthbench.errors import UserError
 from depthbench.metrics import EvalSums, FactIndex
+from depthbench.reference import person_agnostic
 from depthbench.rows import write_rows
 from depthbench.runtime import Runtime
 
@@ -78,8 +79,11 @@ def sweep_per_depth(model, ds: Dataset, split: str, depths: list[int], rt: Runti
 
 
 def result_rows(ck: dict, run_meta: dict, run_name: str, ds: Dataset, split: str,
-                sums: dict[int, EvalSums]) -> list[dict]:
-    """Tidy rows, one per depth, with the grouping keys of DESIGN.md section 2."""
+                sums: dict[int, EvalSums], params: int | None = None) -> list[dict]:
+    """Tidy rows, one per depth, with the grouping keys of DESIGN.md section 2, each with the
+    split's floor (the person-agnostic reference, ``reference.py``) and the model's parameter
+    count, so that a reader of the rows alone can bracket and size every reading."""
+    floor = person_agnostic(ds, split)
     rows = []
     for depth, s in sorted(sums.items()):
         rows.append({
@@ -87,6 +91,9 @@ def result_rows(ck: dict, run_meta: dict, run_name: str, ds: Dataset, split: str
             "step": ck["step"], "depth": depth, "split": split,
             **s.result(ds.attributes),
             "ceiling_bits": ds.ceiling_bits,
+            "floor_bits_per_person": floor["bits_per_person"],
+            "floor_exact_match": floor["exact_match"],
+            "params": params, "people_trained": ds.config.n_people,
             "modeled_train_flops": ck.get("flops"), "wall_clock_s": ck.get("wall_clock"),
             "dataset_hash": ds.hash, "checkpoint": ck.get("path"),
         })
@@ -125,7 +132,8 @@ def run_eval(cfg: EvalConfig) -> dict:
             for split in splits:
                 sums = sweep(model.to(rt.device), ds, split, depths, rt, cfg.batch_size,
                              cfg.max_people)
-                rows += result_rows(ck, meta, name, ds, split, sums)
+                rows += result_rows(ck, meta, name, ds, split, sums,
+                                    sum(p.numel() for p in model.parameters()))
     finally:
         teardown(rt)
     rows = [{**r, **cfg.tags} for r in rows]

@@ -208,7 +208,8 @@ class Pipeline:
             for seed in t.seeds:
                 ref = next(st for st in trains if st.id == f"train-{slug(t.matched_uniform, seed)}")
                 matched.append(stage(t.matched_schedule, seed, base.steps, "matched-",
-                                     match=ref.config["out"], after=[ref.id]))
+                                     match=ref.config["out"], after=[ref.id],
+                                     tags={"matched_to": t.matched_uniform}))
         return trains, matched
 
     def _checkpoints(self, train: Stage) -> list[int | None]:

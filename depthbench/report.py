@@ -164,16 +164,61 @@ def _ci_lines(ax, df: pd.DataFrame, value: str, color: dict, label_n: bool = Tru
         ax.fill_between(c["depth"], c["lo"], c["hi"], color=color[s], alpha=0.18, lw=0)
 
 
+def _floor(re: pd.DataFrame, col: str) -> float | None:
+    """The split's person-agnostic reading, when the rows carry it (older rows do not)."""
+    if col not in re.columns or re[col].isna().all():
+        return None
+    return float(re[col].dropna().iloc[0])
+
+
+def _floor_line(ax, re: pd.DataFrame, col: str) -> None:
+    f = _floor(re, col)
+    if f is not None:
+        ax.axhline(f, ls=":", color="k", lw=1.2, label=f"floor (person-agnostic, {f:.2g})")
+
+
 def _fig_bits(figs, re: pd.DataFrame, color: dict) -> None:
     fig, ax = figs.new("Recalled bits per person vs serving depth (held-out order)",
                        "serving depth K", "bits per person")
     _ci_lines(ax, re, "bits_per_person", color)
     ax.axhline(float(re["ceiling_bits"].iloc[0]), ls="--", color="k", lw=1, label="task ceiling")
+    _floor_line(ax, re, "floor_bits_per_person")
     ax.set_ylim(bottom=0)
     ax.legend(fontsize=8)
     figs.save(fig, "bits_vs_depth.png", "Recalled bits per person at every serving depth "
               "(eval_reordered, final checkpoints). Lines: mean over seeds; bands: 95% confidence "
-              "intervals over seeds (t-interval); dashed: the task ceiling.")
+              "intervals over seeds (t-interval); dashed: the task ceiling; dotted: the floor, "
+              "what a model that knows every value's training frequency but no person reads.")
+
+
+def _fig_exact(figs, re: pd.DataFrame, color: dict) -> None:
+    fig, ax = figs.new("Exact-match recall vs serving depth (held-out order)",
+                       "serving depth K", "exact match")
+    _ci_lines(ax, re, "exact_match", color)
+    ax.axhline(1.0, ls="--", color="k", lw=1, label="every fact")
+    _floor_line(ax, re, "floor_exact_match")
+    ax.set_ylim(0, 1.05)
+    ax.legend(fontsize=8)
+    figs.save(fig, "exact_match_vs_depth.png", "Exact-match recall (greedy decoding of every "
+              "value token) at every serving depth, eval_reordered, final checkpoints; mean over "
+              "seeds with 95% confidence intervals (t-interval); dotted: the person-agnostic "
+              "floor's greedy answer.")
+
+
+def _brackets(fin: pd.DataFrame) -> pd.DataFrame | None:
+    """Floor, ceiling and the task's size per split: what every reading lies between."""
+    if "floor_bits_per_person" not in fin.columns:
+        return None
+    out = []
+    for split, g in fin.groupby("split"):
+        row = {"split": split, "floor bits/person": round(float(g["floor_bits_per_person"].iloc[0]), 2),
+               "floor exact match": round(float(g["floor_exact_match"].iloc[0]), 4),
+               "ceiling bits/person": round(float(g["ceiling_bits"].iloc[0]), 2)}
+        if split != "eval_unseen_people" and "params" in g.columns and g["params"].notna().any():
+            bits = float(g["ceiling_bits"].iloc[0]) * float(g["people_trained"].iloc[0])
+            row["task bits per parameter"] = round(bits / float(g["params"].dropna().iloc[0]), 3)
+        out.append(row)
+    return pd.DataFrame(out)
 
 
 def _fig_budgets(figs, re: pd.DataFrame, color: dict) -> None:
@@ -185,6 +230,7 @@ def _fig_budgets(figs, re: pd.DataFrame, color: dict) -> None:
     for ax, b in zip(axes[0], budgets):
         _ci_lines(ax, re[re["budget"] == b], "bits_per_person", color)
         ax.axhline(ceiling, ls="--", color="k", lw=1, label="task ceiling")
+        _floor_line(ax, re, "floor_bits_per_person")
         ax.set_title(f"{100 * b:.0f}% of the FLOP budget", fontsize=11)
         ax.set_xlabel("serving depth K")
         ax.set_ylim(0, ceiling * 1.05)
@@ -194,7 +240,7 @@ def _fig_budgets(figs, re: pd.DataFrame, color: dict) -> None:
     figs.save(fig, "bits_vs_depth_by_budget.png", "Recalled bits per person vs serving depth at "
               "each matched training budget (modeled FLOPs; each run's steps derived from its "
               "schedule's cost). Mean over seeds with 95% confidence intervals (t-interval); "
-              "dashed: the task ceiling.")
+              "dashed: the task ceiling; dotted: the person-agnostic floor.")
 
 
 def _fig_paired(figs, pd_bits: pd.DataFrame, pd_nll: pd.DataFrame, ref: str, color: dict) -> None:
@@ -231,6 +277,17 @@ def _paired_words(d: pd.DataFrame, what: str, higher: str) -> list[str]:
     return out
 
 
+def _paired_mean_em(re: pd.DataFrame, ref: str) -> pd.DataFrame:
+    """Each schedule minus ``ref`` on exact match averaged over the serving depths, per seed."""
+    per = re.groupby(["schedule", "seed"], as_index=False)["exact_match"].mean()
+    d = paired_differences(per.assign(depth=0), "exact_match", ref)
+    return pd.DataFrame({
+        "schedule": d["schedule"], "paired seeds": d["pairs"],
+        "difference [95% CI]": [f"{m:+.4f} [{lo:+.4f}, {hi:+.4f}]" if np.isfinite(h) else f"{m:+.4f}"
+                                for m, lo, hi, h in zip(d["diff"], d["lo"], d["hi"], d["ci95"])],
+        "CI excludes 0": np.where(d["sign"] != 0, "yes", "no")})
+
+
 def _paired_table(d: pd.DataFrame) -> pd.DataFrame:
     t = d.copy()
     t["difference [95% CI]"] = [f"{m:+.2f} [{lo:+.2f}, {hi:+.2f}]" if np.isfinite(h) else f"{m:+.2f}"
@@ -256,6 +313,7 @@ def _eval_sections(figs, ev: pd.DataFrame, color: dict, reference: str | None, t
                           for w in _paired_words(d, "bits per person", "more bits")]
         re = re[re["budget"] == re["budget"].max()]  # the other figures: the full budget
     _fig_bits(figs, re, color)
+    _fig_exact(figs, re, color)
     ref = _reference(re["schedule"], reference)
     if ref is not None and re["schedule"].nunique() > 1:
         d_bits = paired_differences(re, "bits_per_person", ref)
@@ -265,6 +323,8 @@ def _eval_sections(figs, ev: pd.DataFrame, color: dict, reference: str | None, t
             notes += _paired_words(d_bits, "bits per person", "more bits")
             tables.append((f"Paired difference to {ref}: bits per person (per seed, then mean and "
                            "95% CI over seeds)", _paired_table(d_bits)))
+            tables.append((f"Paired difference to {ref}: exact match averaged over serving depths "
+                           "(per seed, then mean and 95% CI over seeds)", _paired_mean_em(re, ref)))
     _fig_fixed(figs, re, color)
     # ---- NLL vs modeled FLOPs ------------------------------------------------------------------
     mean_nll = re.groupby(["run", "schedule"]).agg(
@@ -278,6 +338,11 @@ def _eval_sections(figs, ev: pd.DataFrame, color: dict, reference: str | None, t
     figs.save(fig, "nll_vs_flops.png", "Each marker is one run: mean NLL over all serving "
               "depths against the run's modeled training FLOPs.")
     tables[:0] = _summary_tables(re, ref)
+    brackets = _brackets(fin)
+    if brackets is not None:
+        tables.insert(0, ("Brackets: the person-agnostic floor (training value frequencies, no "
+                          "name, no model), the task ceiling, and the task's size (trained "
+                          "people x ceiling bits per model parameter)", brackets))
     files["findings.md"] = _findings(re, ref)
     ctrl = fin[fin["split"] == "eval_unseen_people"]
     if not ctrl.empty:
@@ -315,15 +380,21 @@ def _findings(re: pd.DataFrame, ref: str | None) -> str:
                                                wall=("wall_clock_s", "first")).reset_index()
     ref_flops = runs.loc[runs["schedule"] == ref, "flops"].mean() if ref else np.nan
     ceiling = float(re["ceiling_bits"].iloc[0])
-    head = (["schedule", "seeds"] + [f"depth {d}" for d in depths]
+    head = (["schedule", "seeds"] + [f"depth {d}: bits (EM)" for d in depths]
             + [f"modeled FLOPs (% of {ref})" if ref else "modeled FLOPs", "train s/run"])
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    floor = _floor(re, "floor_bits_per_person")
+    if floor is not None:
+        em = _floor(re, "floor_exact_match")
+        lines.append("| floor (no model) | - | " + " | ".join(
+            f"{floor:.1f} ({100 * floor / ceiling:.0f}%), EM {em:.2f}" for _ in depths) + " | - | - |")
     for s, g in re.groupby("schedule"):
         cells = [f"`{s}`", str(g["seed"].nunique())]
         for d in depths:
             m, h, _ = t_interval(g.loc[g["depth"] == d, "bits_per_person"])
             ci = f" ± {h:.1f}" if np.isfinite(h) else ""
-            cells.append(f"{m:.1f}{ci} ({100 * m / ceiling:.0f}%)")
+            em = g.loc[g["depth"] == d, "exact_match"].mean()
+            cells.append(f"{m:.1f}{ci} ({100 * m / ceiling:.0f}%), EM {em:.2f}")
         r = runs[runs["schedule"] == s]
         cells.append(f"{100 * r['flops'].mean() / ref_flops:.0f}%" if ref else f"{r['flops'].mean():.2e}")
         cells.append(f"{r['wall'].mean():.0f}")
@@ -336,6 +407,7 @@ def _summary_tables(re: pd.DataFrame, ref: str | None) -> list[tuple[str, pd.Dat
         "terminal_nll": g.loc[g["depth"].idxmax(), "nll"],
         "mean_serving_nll": g["nll"].mean(),
         "exact_match": g.loc[g["depth"].idxmax(), "exact_match"],
+        "mean_exact_match": g["exact_match"].mean(),
         "best_bits": g["bits_per_person"].max(),
         "flops": g["modeled_train_flops"].iloc[0],
         "wall": g["wall_clock_s"].iloc[0] if "wall_clock_s" in g else np.nan,
@@ -355,17 +427,22 @@ def _summary_tables(re: pd.DataFrame, ref: str | None) -> list[tuple[str, pd.Dat
             f"wall-clock reduction vs {ref_name} (%)": _fmt(100 * (1 - g["wall"].mean() / ref_wall),
                                                            100 * g["wall"].std() / ref_wall, 1),
             "exact match at max depth": _fmt(g["exact_match"].mean(), g["exact_match"].std()),
+            "exact match, mean over depths": _fmt(g["mean_exact_match"].mean(),
+                                                  g["mean_exact_match"].std()),
             "best bits/person": _fmt(g["best_bits"].mean(), g["best_bits"].std(), 1),
         })
-    ci = mean_ci(re, ["depth", "schedule"], "bits_per_person")
-    ci["cell"] = [f"{m:.1f} ± {h:.1f}" if np.isfinite(h) else f"{m:.1f}"
-                  for m, h in zip(ci["mean"], ci["ci95"])]
-    depth_tab = ci.pivot_table(index="depth", columns="schedule", values="cell",
-                               aggfunc="first").reset_index()
+    def by_depth(value: str, digits: int) -> pd.DataFrame:
+        ci = mean_ci(re, ["depth", "schedule"], value)
+        ci["cell"] = [f"{m:.{digits}f} ± {h:.{digits}f}" if np.isfinite(h) else f"{m:.{digits}f}"
+                      for m, h in zip(ci["mean"], ci["ci95"])]
+        return ci.pivot_table(index="depth", columns="schedule", values="cell",
+                              aggfunc="first").reset_index()
     return [("Schedules (mean ± SD over seeds, eval_reordered, final checkpoints)",
              pd.DataFrame(summary)),
             ("Recalled bits per person by serving depth (mean ± 95% CI half-width over seeds, "
-             "t-interval)", depth_tab)]
+             "t-interval)", by_depth("bits_per_person", 1)),
+            ("Exact-match recall by serving depth (mean ± 95% CI half-width over seeds, "
+             "t-interval)", by_depth("exact_match", 3))]
 
 
 def run_report(cfg: ReportConfig) -> list[Path]:
@@ -388,7 +465,18 @@ def build_report(paths: list[Path], out: str | Path, title: str = "depthbench re
     return [out / n for n in names]
 
 
+def arm_label(schedule: str, matched_to) -> str:
+    """A FLOP-matched run's arm, told apart from its schedule's full-budget runs:
+    ``uniform:1-16~fixed-first:0.67:4:1-16`` is uniform:1-16 at the FLOPs of the schedule
+    after "~" (the paper's "Uniform, matched")."""
+    return f"{schedule}~{matched_to}" if isinstance(matched_to, str) and matched_to else schedule
+
+
 def _build(rows: dict, out: Path, title: str, reference: str | None, paths) -> list[str]:
+    for kind, df in rows.items():
+        if "matched_to" in df.columns and "schedule" in df.columns:
+            rows[kind] = df.assign(schedule=[arm_label(s, m) for s, m in
+                                             zip(df["schedule"], df["matched_to"])])
     figs = _Figures(out)
     schedules = set()
     for df in rows.values():

@@ -24,7 +24,7 @@ def trained_run(small_data, tmp_path_factory):
     """uniform:1-4 for 400 steps (about 10 s): it recalls several bits per person of the
     trained people and about none of the unseen ones."""
     run = tmp_path_factory.mktemp("runs") / "uniform"
-    train(small_data, run, ModelConfig(d_model=64, n_heads=4),
+    train(small_data, run, ModelConfig(d_model=64, n_heads=4, injection="add"),
           TrainConfig(steps=400, batch_size=32, lr=3e-3, warmup_steps=20, ckpt_every=0,
                       keep_steps=(200,), seed=0),
           "uniform:1-4", progress=False, log=lambda *a: None)

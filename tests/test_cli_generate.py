@@ -18,7 +18,7 @@ def test_generate_writes_a_dataset_and_json_summary(tmp_path):
     r = run("generate", "--out", str(tmp_path / "d"), "--set", "n_people=50", "--json")
     assert r.exit_code == 0, r.output
     summary = json.loads(r.stdout.strip().splitlines()[-1])
-    assert summary["people"] == 50 and summary["ceiling_bits"] == pytest.approx(70.0)
+    assert summary["people"] == 50 and summary["ceiling_bits"] == pytest.approx(48.0)
     assert (tmp_path / "d" / "manifest.json").is_file()
 
 
@@ -36,7 +36,7 @@ def test_config_file_and_overrides_layer(tmp_path):
 
 REFUSED = [
     (["--set", "attributes=only:10"], "at least 2 attributes"),
-    (["--set", "orders_per_person=97"], "orders_per_person"),
+    (["--set", "orders_per_person=601"], "orders_per_person"),
     (["--set", "name_pool=3"], "name_pool"),
     (["--set", "value_pool=10"], "value_pool"),
     (["--set", "n_people=0"], "n_people"),

@@ -50,7 +50,7 @@ def quiet(*a, **k):
 
 # Losses of the first steps of a seeded tiny CPU run (torch 2.13 CPU, one thread). A change to
 # the model, data order, depth draws or optimizer shows up here.
-GOLDEN = [3.4133, 3.3406, 3.3067, 3.2689, 3.2836]
+GOLDEN = [3.4073, 3.3482, 3.2953, 3.2647, 3.2304]
 
 
 def test_golden_losses_and_determinism(data, tmp_path):
@@ -193,6 +193,9 @@ def test_tampered_dataset_is_refused(data, tmp_path):
 def test_nan_loss_exits_2_and_keeps_the_last_good_checkpoint(data, tmp_path):
     r = CliRunner().invoke(main, ["train", "--data", str(data), "--out", str(tmp_path / "n"),
                                   "--steps", "40", *SETS, "--set", "lr=1e6", "--set", "grad_clip=0",
+                                  # the concat adapter blows up at this LR (additive injection
+                                  # under pre-norm only saturates)
+                                  "--set", "injection=concat",
                                   "--set", "warmup_steps=0", "--set", "ckpt_every=1"])
     _one_line_error(r, "loss became")
     kept = ckpt.latest(tmp_path / "n")
