@@ -343,6 +343,11 @@ def _eval_sections(figs, ev: pd.DataFrame, color: dict, reference: str | None, t
         tables.insert(0, ("Brackets: the person-agnostic floor (training value frequencies, no "
                           "name, no model), the task ceiling, and the task's size (trained "
                           "people x ceiling bits per model parameter)", brackets))
+    if "n_grad_loops" in fin.columns and (fin["n_grad_loops"].fillna(0) > 0).any():
+        trunc = fin[fin["n_grad_loops"].fillna(0) > 0].groupby("schedule")["n_grad_loops"].first()
+        notes.append("Truncated backprop: " + "; ".join(
+            f"`{s}` trained with gradients through its last {int(g)} loops only"
+            for s, g in trunc.items()) + " (the other runs: full backprop).")
     files["findings.md"] = _findings(re, ref)
     ctrl = fin[fin["split"] == "eval_unseen_people"]
     if not ctrl.empty:

@@ -180,6 +180,28 @@ def test_report_from_hand_made_rows_produces_every_file(tmp_path):
     assert page.count("<img") == len([n for n in names if n.endswith(".png")])
 
 
+def test_report_brackets_readings_and_tells_a_matched_arm_apart(tmp_path):
+    d = _hand_made_rows(tmp_path)
+    rows = [json.loads(x) for x in (d / "eval.jsonl").read_text().splitlines()]
+    extra = []
+    for r in rows:
+        r.update(floor_bits_per_person=0.0 if r["split"] == "eval_reordered" else 0.25,
+                 floor_exact_match=0.004, params=1000, people_trained=10, n_grad_loops=0)
+        if r["schedule"] == "uniform:1-16":  # the same seeds at fewer FLOPs, a lower reading
+            extra.append({**r, "run": "matched-" + r["run"], "matched_to": "fixed:4",
+                          "exact_match": r["exact_match"] - 0.5, "modeled_train_flops": 1e12})
+    (d / "eval.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows + extra))
+    build_report([d], tmp_path / "rep", title="brackets")
+    md = (tmp_path / "rep" / "README.md").read_text()
+    assert "Brackets" in md and "task bits per parameter" in md and "0.7" in md  # 10 x 70 / 1000
+    assert "floor (no model)" in (tmp_path / "rep" / "findings.md").read_text()
+    assert (tmp_path / "rep" / "exact_match_vs_depth.png").is_file()
+    # the matched arm is its own schedule, and its paired exact-match gap is read off exactly
+    assert "uniform:1-16~fixed:4" in md
+    line = next(x for x in md.splitlines() if "uniform:1-16~fixed:4" in x and "-0.5000" in x)
+    assert "yes" in line
+
+
 def test_report_errors(tmp_path):
     r = CliRunner().invoke(main, ["report", str(tmp_path / "nothing"), "--out", str(tmp_path / "r")])
     assert r.exit_code == 2 and "does not exist" in r.stderr
