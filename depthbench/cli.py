@@ -244,7 +244,7 @@ def run_cmd(spec, out, plan, rerun, executor, as_json):
     """Run an experiment grid: generate, train, eval, probe, serve-bench, report.
 
     SPEC is a TOML file or the name of a packaged experiment (quickstart, budgets, fixed-depths,
-    smoke, paper-200m, paper-1b); without SPEC, the quickstart. Finished stages are skipped on
+    matched, smoke, paper-200m, paper-1b); without SPEC, the quickstart. Finished stages are skipped on
     a rerun; an interrupted one continues; a finished one whose settings changed is reported
     and rerun only with --rerun.
 
