@@ -86,11 +86,10 @@ def run_one(recipe: str, schedule: str, seed: int, threads: int, work: str) -> d
     from depthbench.config import model_preset, train_preset
     from depthbench.data import Dataset
     from depthbench.evaluate import sweep
-    from depthbench.schedules import parse_schedule
-    from depthbench.train import train
-
     from depthbench.flops import FlopModel, match_steps, schedule_flops
     from depthbench.reference import person_agnostic
+    from depthbench.schedules import parse_schedule
+    from depthbench.train import train
 
     over = RECIPES[recipe][1]
     data = _dataset(over.get("data", {}), Path(work))

@@ -67,9 +67,10 @@ def _count_in(train: np.ndarray, queries: np.ndarray) -> np.ndarray:
     """How many rows of ``train`` equal each row of ``queries``."""
     t, q = _codes(train, queries)
     uniq, counts = np.unique(t, return_counts=True)
-    at = np.clip(np.searchsorted(uniq, q), 0, max(len(uniq) - 1, 0))
-    return np.where((len(uniq) > 0) & (uniq[at] == q), counts[at], 0) if len(uniq) else \
-        np.zeros(len(q), dtype=np.int64)
+    if not len(uniq):
+        return np.zeros(len(q), dtype=np.int64)
+    at = np.minimum(np.searchsorted(uniq, q), len(uniq) - 1)
+    return np.where(uniq[at] == q, counts[at], 0)
 
 
 def _greedy(table: np.ndarray, counts: np.ndarray) -> np.ndarray:
