@@ -215,8 +215,8 @@ class TrainConfig(_Plain):
 
 
 # ---- presets -----------------------------------------------------------------------------------
-# tiny: a fully looped model (no prelude or coda, one shared layer, about 83k parameters) sized
-# against the tiny dataset (512 people x 48 bits: 0.30 bits per parameter) so that no schedule
+# tiny: a fully looped model (no prelude or coda, one shared layer, about 75k parameters) sized
+# against the tiny dataset (512 people x 48 bits: 0.33 bits per parameter) so that no schedule
 # saturates at the full budget. Additive injection keeps an identity path across loops: with the
 # concat adapter, uniform:1-16 with full backprop stayed on its loss plateau (docs/calibration.md).
 def tiny_model() -> ModelConfig:
