@@ -221,15 +221,14 @@ def paired(rows: list[dict], recipe: str, a: str, b: str) -> dict | None:
     and the exact two-sided sign-flip p (every assignment of signs to the paired differences)."""
     from itertools import product
 
-    from scipy import stats
+    from depthbench.stats import t_interval
     by = {(r["schedule"], r["seed"]): _mean_em(r) for r in rows if r["recipe"] == recipe
           and r["threads"] == 1}
     seeds = sorted(s for (sch, s) in by if sch == a and (b, s) in by)
     if len(seeds) < 2:
         return None
     d = [by[(a, s)] - by[(b, s)] for s in seeds]
-    m, sd, n = statistics.mean(d), statistics.stdev(d), len(d)
-    half = stats.t.ppf(0.975, n - 1) * sd / n ** 0.5
+    m, half, n = t_interval(d)
     obs = abs(sum(d))
     flips = [abs(sum(x * sg for x, sg in zip(d, signs))) >= obs - 1e-12
              for signs in product((1, -1), repeat=n)]

@@ -18,7 +18,7 @@ from depthbench.config import EVAL_SPLITS, EvalConfig
 from depthbench.data import Dataset, shard_range
 from depthbench.errors import UserError
 from depthbench.metrics import EvalSums, FactIndex
-from depthbench.reference import person_agnostic
+from depthbench.reference import PersonAgnostic
 from depthbench.rows import write_rows
 from depthbench.runtime import Runtime
 
@@ -79,11 +79,10 @@ def sweep_per_depth(model, ds: Dataset, split: str, depths: list[int], rt: Runti
 
 
 def result_rows(ck: dict, run_meta: dict, run_name: str, ds: Dataset, split: str,
-                sums: dict[int, EvalSums], params: int | None = None) -> list[dict]:
+                sums: dict[int, EvalSums], floor: dict, params: int) -> list[dict]:
     """Tidy rows, one per depth, with the grouping keys of DESIGN.md section 2, each with the
-    split's floor (the person-agnostic reference, ``reference.py``) and the model's parameter
+    split's ``floor`` (its ``reference.PersonAgnostic`` reading) and the model's parameter
     count, so that a reader of the rows alone can bracket and size every reading."""
-    floor = person_agnostic(ds, split)
     rows = []
     for depth, s in sorted(sums.items()):
         rows.append({
@@ -129,12 +128,13 @@ def run_eval(cfg: EvalConfig) -> dict:
             rows = harness_sweep(cfg.run, str(ds.path), depths, splits, cfg.checkpoint, limit,
                                  cfg.batch_size)
         else:
-            rows = []
+            rows, floors = [], PersonAgnostic(ds)
+            params = sum(p.numel() for p in model.parameters())
             for split in splits:
                 sums = sweep(model.to(rt.device), ds, split, depths, rt, cfg.batch_size,
                              cfg.max_people)
-                rows += result_rows(ck, meta, name, ds, split, sums,
-                                    sum(p.numel() for p in model.parameters()))
+                rows += result_rows(ck, meta, name, ds, split, sums, floors.reading(split),
+                                    params)
     finally:
         teardown(rt)
     rows = [{**r, **cfg.tags} for r in rows]

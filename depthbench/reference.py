@@ -63,14 +63,22 @@ def _codes(*arrays: np.ndarray) -> list[np.ndarray]:
     return np.split(inv.reshape(-1).astype(np.int64), cuts)
 
 
-def _count_in(train: np.ndarray, queries: np.ndarray) -> np.ndarray:
-    """How many rows of ``train`` equal each row of ``queries``."""
-    t, q = _codes(train, queries)
-    uniq, counts = np.unique(t, return_counts=True)
-    if not len(uniq):
-        return np.zeros(len(q), dtype=np.int64)
-    at = np.minimum(np.searchsorted(uniq, q), len(uniq) - 1)
-    return np.where(uniq[at] == q, counts[at], 0)
+def _tally(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct rows of ``rows`` (N, L) and how often each occurs."""
+    (codes,) = _codes(rows)
+    _, first, counts = np.unique(codes, return_index=True, return_counts=True)
+    return rows[first], counts
+
+
+def _count_in(distinct: np.ndarray, counts: np.ndarray, queries: np.ndarray) -> np.ndarray:
+    """The count of each row of ``queries`` in a tally (0 for a row it does not hold)."""
+    if not len(distinct):
+        return np.zeros(len(queries), dtype=np.int64)
+    d, q = _codes(distinct, queries)
+    order = np.argsort(d)
+    d, counts = d[order], counts[order]
+    at = np.minimum(np.searchsorted(d, q), len(d) - 1)
+    return np.where(d[at] == q, counts[at], 0)
 
 
 def _greedy(table: np.ndarray, counts: np.ndarray) -> np.ndarray:
@@ -113,31 +121,38 @@ def _reading(ds: Dataset, split: str, nll_and_hit) -> dict:
     return {**out, **per}
 
 
-def person_agnostic(ds: Dataset, split: str) -> dict:
-    """The floor: the reading on ``split`` of training value frequencies without names."""
-    train = _facts(ds, "train")
+class PersonAgnostic:
+    """The floor: training value frequencies without names, tallied once from the training split
+    and read on any split."""
 
-    def score(a, people, values):
-        (codes,) = _codes(train[a][1])
-        _, first, counts = np.unique(codes, return_index=True, return_counts=True)
-        table = train[a][1][first]                                         # (distinct, L)
-        n, M = counts.sum(), int(ds.n_values[a])
-        eps = 1.0 / (n + 1)
-        c = _count_in(train[a][1], values)
-        p = (1 - eps) * c / n + eps / M
-        hit = (values == _greedy(table, counts)[None, :]).all(axis=1)
-        return -np.log(p), hit
-    return _reading(ds, split, score)
+    def __init__(self, ds: Dataset):
+        self.ds = ds
+        self.tallies = [_tally(values) for _, values in _facts(ds, "train")]
+        self.greedy = [_greedy(distinct, counts) for distinct, counts in self.tallies]
+
+    def reading(self, split: str) -> dict:
+        def score(a, people, values):
+            distinct, counts = self.tallies[a]
+            n, M = counts.sum(), int(self.ds.n_values[a])
+            eps = 1.0 / (n + 1)
+            p = (1 - eps) * _count_in(distinct, counts, values) / n + eps / M
+            hit = (values == self.greedy[a][None, :]).all(axis=1)
+            return -np.log(p), hit
+        return _reading(self.ds, split, score)
+
+
+def person_agnostic(ds: Dataset, split: str) -> dict:
+    """The floor's reading on ``split``."""
+    return PersonAgnostic(ds).reading(split)
 
 
 def know_everything(ds: Dataset, split: str) -> dict:
     """The ceiling side: the reading on ``split`` of a lookup table of every training fact."""
-    train = _facts(ds, "train")
+    known = [_tally(np.concatenate([people[:, None], values], axis=1))
+             for people, values in _facts(ds, "train")]
 
     def score(a, people, values):
-        t_people, t_values = train[a]
-        known = np.concatenate([t_people[:, None], t_values], axis=1)
-        hit = _count_in(known, np.concatenate([people[:, None], values], axis=1)) > 0
+        hit = _count_in(*known[a], np.concatenate([people[:, None], values], axis=1)) > 0
         nll = np.where(hit, 0.0, math.log(int(ds.n_values[a])))
         return nll, hit
     return _reading(ds, split, score)
