@@ -185,9 +185,10 @@ def tiny() -> GenConfig:
     48-bit ceiling), two people per value.
 
     Sized so that the comparison falls between the floor and the ceiling: with the tiny training
-    preset (1000 steps of 64) each person is seen about 125 times. At 256 people (about 250
-    exposures) every schedule saturated; at 1024 (about 60) uniform:1-16 stayed near chance. At
-    512 no schedule saturates and every one trains on 8 seeds (docs/calibration.md)."""
+    preset (1500 steps of 64) each person is seen about 190 times. At 256 people (about 250
+    exposures in 1000 steps) every schedule saturated; at 1024 (about 60) uniform:1-16 stayed
+    near chance. At 512 no schedule saturates and every one trains on 8 seeds
+    (docs/calibration.md)."""
     return GenConfig()
 
 
