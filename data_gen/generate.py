@@ -22,8 +22,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import shutil
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -428,31 +426,22 @@ def generate(cfg: GenConfig, out: str | Path, *, force: bool = False,
     The files are written into a temporary sibling directory that is renamed into place only
     when complete, so an error or interrupt never leaves a half-written dataset at ``out``.
     """
+    from depthbench.errors import UserError
+    from depthbench.fsio import check_replaceable, replaced_dir
+
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise FileExistsError(f"{out} exists and is not a directory; choose another --out")
-    if out.is_dir() and any(out.iterdir()) and not force:
+    if out.is_dir() and any(p.name != ".lock" for p in out.iterdir()) and not force:
         raise FileExistsError(f"{out} is not empty; pass --force to replace it or choose "
                               "another --out")
-    if out.is_dir() and any(out.iterdir()) and not (out / "manifest.json").is_file():
-        raise FileExistsError(f"{out} is not empty and not a depthbench dataset; --force only "
-                              "replaces a dataset: choose another --out")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
     try:
+        check_replaceable(out.resolve() if out.is_symlink() else out, "dataset")
+    except UserError:
+        raise FileExistsError(f"{out} is not empty and not a depthbench dataset (no marker, or files its manifest does not list); --force "
+                              "only replaces a depthbench dataset: choose another --out") from None
+    with replaced_dir(out, "dataset") as tmp:
         t0 = time.perf_counter()
         manifest = _generate_into(cfg, tmp, progress)
         manifest_seconds = time.perf_counter() - t0
-        if out.exists():
-            old = out.parent / f".{out.name}.old-{os.getpid()}"
-            out.rename(old)
-            tmp.rename(out)
-            shutil.rmtree(old)
-        else:
-            tmp.rename(out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return {**manifest, "seconds": manifest_seconds}

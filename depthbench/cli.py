@@ -230,7 +230,7 @@ def probe_update_cmd(config_file, as_json, **given):
 @main.command("run")
 @click.argument("spec", required=False)
 @click.option("--out", type=click.Path(file_okay=False),
-              help="Working directory of the experiment (default: runs/NAME).")
+              help="Experiment directory (default: runs/NAME; report: reports/NAME or OUT/report).")
 @click.option("--plan", is_flag=True, help="Write every stage's config and print its command instead of "
               "running it.")
 @click.option("--rerun", multiple=True, metavar="STAGE",
@@ -260,6 +260,7 @@ def run_cmd(spec, out, plan, rerun, executor, as_json):
 
     s = load_spec(spec)
     pipe = Pipeline(s, Path(out) if out else Path("runs") / s.name, log=click.echo,
+                    report_dir=Path(out) / "report" if out else None,
                     rerun=rerun, executor=executor)
     summary = pipe.run(plan=plan)
     if not plan:

@@ -85,6 +85,9 @@ class _Plain:
     def _check_types(self) -> None:
         for f in dataclasses.fields(self):
             problem = _type_problem(getattr(self, f.name), f.type)
+            if not problem and f.name == "tags":
+                from depthbench.rows import tags_problem
+                problem = tags_problem(self.tags)
             if problem:
                 raise ConfigError(f"{f.name}: {problem} (got {getattr(self, f.name)!r})")
             if f.type in ("float", "float | None") and getattr(self, f.name) is not None:
@@ -395,6 +398,7 @@ class EvalConfig(_Plain):
         _depths_ok(self.depths, "depths")
         for s in self.splits:
             _one_of(s, EVAL_SPLITS, "splits")
+        object.__setattr__(self, "splits", tuple(dict.fromkeys(self.splits)))  # each split once
         _one_of(self.device, DEVICES, "device")
         _one_of(self.harness, ("native", "lm-eval"), "harness")
         _check(1 <= self.batch_size <= 1 << 20, "batch_size", "must be in 1..1048576")

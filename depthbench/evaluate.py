@@ -17,9 +17,10 @@ from depthbench.checkpoint import open_run, run_dir_of
 from depthbench.config import EVAL_SPLITS, EvalConfig
 from depthbench.data import Dataset, shard_range
 from depthbench.errors import UserError
+from depthbench.fsio import refuse_over_inputs
 from depthbench.metrics import EvalSums, FactIndex
 from depthbench.reference import PersonAgnostic
-from depthbench.rows import write_rows
+from depthbench.rows import row_paths, tag_rows, write_rows
 from depthbench.runtime import Runtime
 
 
@@ -118,6 +119,9 @@ def run_eval(cfg: EvalConfig) -> dict:
     try:
         model, ck, meta, ds = open_run(cfg.run, cfg.checkpoint, cfg.data or None, rt.device)
         name = _run_name(cfg.run)
+        out = cfg.out or Path(run_dir_of(cfg.run) or Path(cfg.run).parent) / "eval" / \
+            f"step_{ck['step']:07d}"
+        refuse_over_inputs(row_paths(out), run_dir_of(cfg.run), ds.path, [cfg.run])
         if cfg.harness == "lm-eval":
             try:
                 from depthbench.lm_eval_adapter import harness_sweep
@@ -137,10 +141,8 @@ def run_eval(cfg: EvalConfig) -> dict:
                                     params)
     finally:
         teardown(rt)
-    rows = [{**r, **cfg.tags} for r in rows]
+    rows = tag_rows(rows, cfg.tags)
     summary = {"rows": rows, "step": ck["step"], "ceiling_bits": ds.ceiling_bits}
     if rt.is_main:
-        out = cfg.out or Path(run_dir_of(cfg.run) or Path(cfg.run).parent) / "eval" / \
-            f"step_{ck['step']:07d}"
         summary["csv"], summary["jsonl"] = write_rows(rows, out, "eval")
     return summary

@@ -7,52 +7,130 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import json
 import os
+import secrets
 import shutil
 from pathlib import Path
 
 from depthbench.errors import UserError
 
 LOCK_NAME = ".lock"
+# A directory depthbench made holds this file, naming what it is ({"made_by": "depthbench",
+# "kind": ...}); only such a directory (or one holding nothing but what the tool lists it
+# wrote) is ever replaced whole. A file name alone (manifest.json, report.json) is no proof.
+MARKER = ".depthbench"
+
+
+def _tmp_sibling(path: Path, what: str = "tmp") -> Path:
+    """A fresh hidden sibling whose name is short whatever ``path``'s is (a 255-character name
+    still has room for it)."""
+    return path.parent / f".db-{what}-{os.getpid()}-{secrets.token_hex(4)}"
+
+
+def atomic_write_many(files: dict) -> None:
+    """Write several files so that they appear together or not at all: every one is written to
+    a temporary sibling and fsynced first; only then are they renamed into place. A failure
+    before the renames leaves every target as it was."""
+    items = [(Path(p), data.encode() if isinstance(data, str) else data)
+             for p, data in files.items()]
+    for path, _ in items:
+        if path.is_dir() and not path.is_symlink():
+            raise UserError(f"{path} is a directory; choose another output path")
+        path.parent.mkdir(parents=True, exist_ok=True)
+    tmps: list[Path] = []
+    try:
+        for path, data in items:
+            tmps.append(_tmp_sibling(path))
+            with open(tmps[-1], "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+        for (path, _), tmp in zip(items, tmps):
+            os.replace(tmp, path)
+    except BaseException:
+        for tmp in tmps:
+            tmp.unlink(missing_ok=True)
+        raise
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:
     """Write to a temporary file in the same directory, fsync, rename over ``path``."""
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    atomic_write_many({path: data})
 
 
 def atomic_write_text(path: Path, text: str) -> None:
     atomic_write_bytes(path, text.encode())
 
 
-@contextlib.contextmanager
-def replaced_dir(out: str | Path):
-    """Yield a temporary sibling directory to fill; on success it replaces ``out`` whole (the
-    old content is kept until the new one is in place), on any error or interrupt it is
-    removed and ``out`` is left as it was."""
+def _listed(d: Path, kind: str) -> set[str] | None:
+    """The files an older depthbench wrote into ``d`` without a marker, as its own index lists
+    them (a dataset's manifest, a report's report.json), or None."""
+    index = {"dataset": "manifest.json", "report": "report.json"}.get(kind)
+    try:
+        doc = json.loads((d / index).read_text()) if index else None
+    except (OSError, ValueError, UnicodeDecodeError):
+        return None
+    if not isinstance(doc, dict):
+        return None
+    if kind == "dataset" and isinstance(doc.get("files"), dict):
+        return {index, *map(str, doc["files"])}
+    if kind == "report" and isinstance(doc.get("figures"), list):
+        return {index, "index.html", "README.md", "findings.md", *map(str, doc["figures"]),
+                *map(str, doc.get("files", []))}
+    return None
+
+
+def made_by_tool(d: Path, kind: str) -> bool:
+    """``d`` is a directory depthbench made as a ``kind`` (its marker says so, or it holds
+    nothing but the files its own index lists), so replacing it loses nothing of the user's."""
+    d = Path(d)
+    try:
+        mark = json.loads((d / MARKER).read_text())
+        if isinstance(mark, dict) and mark.get("made_by") == "depthbench":
+            return mark.get("kind") == kind
+    except (OSError, ValueError, UnicodeDecodeError):
+        pass
+    listed = _listed(d, kind)
+    return listed is not None and all(p.name in listed | {LOCK_NAME} for p in d.iterdir())
+
+
+def check_replaceable(out: Path, kind: str, flag: str = "--out") -> None:
+    """Refuse (UserError) an ``out`` that exists and is not an empty directory or a ``kind``
+    depthbench made."""
     out = Path(out)
     if out.exists() and not out.is_dir():
-        raise UserError(f"{out} exists and is not a directory; choose another output path")
+        raise UserError(f"{flag} {out} exists and is not a directory; choose another path")
+    if out.is_dir() and not is_empty_dir(out) and not made_by_tool(out, kind):
+        raise UserError(f"{flag} {out} is not empty and is not a {kind} depthbench made (no "
+                        f"{MARKER} marker); depthbench replaces only its own outputs: choose "
+                        "an empty or new directory")
+
+
+@contextlib.contextmanager
+def replaced_dir(out: str | Path, kind: str):
+    """Yield a temporary sibling directory to fill; on success it replaces ``out`` whole (the
+    old content is kept until the new one is in place), on any error or interrupt it is
+    removed and ``out`` is left as it was. Only an empty directory or a ``kind`` depthbench
+    made is replaced; a symlinked ``out`` keeps its link and gets new content."""
+    out = Path(out)
+    if out.is_symlink():
+        out = out.resolve()
+    check_replaceable(out, kind)
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
+    tmp = _tmp_sibling(out)
     tmp.mkdir()
     try:
         yield tmp
+        (tmp / MARKER).write_text(json.dumps({"made_by": "depthbench", "kind": kind}) + "\n")
         if out.exists():
-            old = out.parent / f".{out.name}.old-{os.getpid()}"
+            old = _tmp_sibling(out, "old")
             out.rename(old)
-            tmp.rename(out)
+            try:
+                tmp.rename(out)
+            except BaseException:
+                old.rename(out)
+                raise
             shutil.rmtree(old, ignore_errors=True)
         else:
             tmp.rename(out)
@@ -68,11 +146,13 @@ class DirLock:
 
     def __init__(self, directory: str | Path, what: str = "directory"):
         self.dir, self.what, self.fd = Path(directory), what, None
+        self.created = False
 
     def __enter__(self) -> DirLock:
         if self.dir.exists() and not self.dir.is_dir():
             raise UserError(f"{self.dir} is a file; choose a directory for the {self.what}")
         self.dir.mkdir(parents=True, exist_ok=True)
+        self.created = not (self.dir / LOCK_NAME).exists()
         fd = os.open(self.dir / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -89,8 +169,11 @@ class DirLock:
         self.fd = fd
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, exc_type, *exc) -> None:
         if self.fd is not None:
+            if exc_type is not None and self.created:
+                # refused or failed work leaves no lock file in a directory it found
+                (self.dir / LOCK_NAME).unlink(missing_ok=True)
             fcntl.flock(self.fd, fcntl.LOCK_UN)
             os.close(self.fd)
             self.fd = None
@@ -99,3 +182,24 @@ class DirLock:
 def is_empty_dir(d: Path) -> bool:
     """No entries other than the lock file."""
     return not any(p.name != LOCK_NAME for p in Path(d).iterdir())
+
+
+RUN_OWN = ("run.json", "metrics.jsonl", LOCK_NAME, "checkpoints")
+
+
+def refuse_over_inputs(outputs, run=None, data=None, inputs=(), flag: str = "--out") -> None:
+    """Refuse (UserError) output paths that would land on what a command reads: inside the
+    dataset directory ``data``, on the run directory's own files (its record, training log,
+    lock and checkpoints) or on any of the input files ``inputs``."""
+    def real(p):
+        return Path(p).resolve()
+
+    own = [real(run) / n for n in RUN_OWN] if run else []
+    ins = {real(p) for p in inputs if p}
+    for out in map(real, outputs):
+        if data and (real(data) == out or real(data) in out.parents):
+            raise UserError(f"{flag} {out} is inside the dataset {data}; write results "
+                            "elsewhere (a dataset holds only its own files)")
+        if any(out == o or o in out.parents for o in own) or out in ins:
+            raise UserError(f"{flag} {out} would replace a file this command reads (the run's "
+                            "record, log or checkpoints, or an input file); choose another path")

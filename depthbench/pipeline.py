@@ -39,7 +39,7 @@ from depthbench.config import (
 )
 from depthbench.errors import UserError
 from depthbench.fsio import DirLock, atomic_write_text
-from depthbench.spec import ExperimentSpec, load_spec  # noqa: F401  (load_spec re-exported)
+from depthbench.spec import ExperimentSpec, budget_tag, load_spec  # noqa: F401  (load_spec re-exported)
 
 CONFIGS = {"train": TrainJob, "eval": EvalConfig, "probe-update": ProbeConfig,
            "serve-bench": ServeConfig, "report": ReportConfig}
@@ -147,11 +147,15 @@ class Stage:
 
 
 class Pipeline:
-    def __init__(self, spec: ExperimentSpec, out: Path, log=print, rerun=(), executor="local"):
+    def __init__(self, spec: ExperimentSpec, out: Path, log=print, rerun=(), executor="local",
+                 report_dir: Path | None = None):
+        """``report_dir``: where the report goes when the spec does not say (report.out);
+        default reports/NAME."""
         self.spec, self.out, self.log = spec, Path(out), log
         self.rerun, self.executor = tuple(rerun), executor
         self.data, self.results = self.out / "data", self.out / "results"
-        self.report_dir = Path(spec.report.out or Path("reports") / (spec.report.name or spec.name))
+        self.report_dir = Path(spec.report.out or report_dir
+                               or Path("reports") / (spec.report.name or spec.name))
         self.stages_dir, self.plan_dir = self.out / "stages", self.out / "plan"
         self.keys: dict[str, str] = {}  # stage id -> hash of its config and inputs
 
@@ -168,8 +172,13 @@ class Pipeline:
         evals = [st for t in runs for st in self._eval_stages(t)]
         probes = [st for t in runs for st in self._probe_stages(t)] if s.probe.enabled else []
         serve = self._serve_stage(runs) if s.serve.enabled else []
+        # the report reads exactly this grid's result files: rows a rerun left behind (an
+        # earlier dataset's, or a step the runs no longer have) are never mixed in
+        files = [str(o) for st in evals + probes + serve for o in st.outputs] + [
+            str(self.results / kind / f"{Path(t.config['out']).name}.jsonl")
+            for t in runs for kind in ("curves", "runs")]
         report = Stage("report", "report", ReportConfig(
-            results=(str(self.results),), out=str(self.report_dir), title=s.name).to_dict(),
+            results=tuple(files), out=str(self.report_dir), title=s.name).to_dict(),
             [self.report_dir / "index.html"], [st.id for st in evals + probes + serve + runs])
         return [g for g in ([gen], trains, matched, evals + probes + serve, [report]) if g]
 
@@ -199,7 +208,7 @@ class Pipeline:
         by_cost = sorted(t.schedules, key=lambda s: -parse_schedule(s).depths(base.steps, 0).mean())
         if t.budgets:
             steps_of = budget_steps(gen_cfg, mcfg, base, t.budget_schedule)
-            trains = [stage(s, seed, steps_of(s, b, seed), f"b{round(100 * b):03d}-", tags={"budget": b})
+            trains = [stage(s, seed, steps_of(s, b, seed), budget_tag(b), tags={"budget": b})
                       for b in sorted(t.budgets, reverse=True) for s in by_cost for seed in t.seeds]
         else:
             trains = [stage(s, seed, base.steps) for s in by_cost for seed in t.seeds]
@@ -286,7 +295,9 @@ class Pipeline:
                 self.log(f"rerun {st.id}: its inputs were rerun")
                 shutil.rmtree(st.config["out"])
             return True
-        if not any(fnmatch.fnmatchcase(st.id, p) or p == "all" for p in self.rerun):
+        # the report is drawn from the rows alone: it follows its inputs without --rerun
+        if st.command != "report" and not any(fnmatch.fnmatchcase(st.id, p) or p == "all"
+                                              for p in self.rerun):
             raise UserError(f"stage {st.id} finished with other settings ({'; '.join(diff[:4])}"
                             f"{'; ...' if len(diff) > 4 else ''}); rerun it with --rerun "
                             f"'{st.id}' (patterns such as 'train-*' work), or give another --out")
@@ -314,9 +325,37 @@ class Pipeline:
              "outputs": [str(o) for o in st.outputs], "finished": time.time()}, indent=1) + "\n")
 
     # ---- running -------------------------------------------------------------------------------
+    def preflight(self) -> None:
+        """What the spec already shows is wrong, refused before the first stage runs."""
+        from depthbench.fsio import check_replaceable
+        from depthbench.serving.exits import parse_exit
+        check_replaceable(self.report_dir, "report", "the report directory")
+        r, o = self.report_dir.resolve(), self.out.resolve()
+        parts = [o / n for n in ("data", "results", "runs", "stages", "plan", "logs",
+                                 "submitit")]
+        if r == o or r in o.parents or any(r == q or q in r.parents for q in parts):
+            raise UserError(f"the report directory {self.report_dir} would replace the experiment "
+                            f"directory {self.out} or a part of it; set report.out elsewhere")
+        devices = {self._device(), train_preset(self.spec.train.preset).device}
+        if "cuda" in devices:
+            from depthbench import runtime
+            if not runtime.cuda_available():
+                raise UserError("the spec runs on device cuda (train preset "
+                                f"{self.spec.train.preset!r} or run.device) but this machine has "
+                                "no CUDA GPU; set run.device = \"cpu\" and train.set.device = "
+                                "\"cpu\", or run it on a GPU machine")
+        sv = self.spec.serve
+        if sv.enabled and parse_exit(sv.exit, 1, sv.max_depth).needs_gate:
+            m_over, _ = split_sets(self.spec.train.set)
+            if not model_preset(self.spec.train.preset).replace(**m_over).exit_gate:
+                raise UserError(f"serve.exit {sv.exit!r} reads the learned exit gate, but the "
+                                "trained model has none; add exit_gate = true to train.set or "
+                                "choose another exit")
+
     def run(self, plan: bool = False) -> dict:
         if plan:
             return self._plan()
+        self.preflight()
         with DirLock(self.out, "experiment directory"):
             t0, groups = time.perf_counter(), self.stages()
             for group in groups:

@@ -17,7 +17,8 @@ from depthbench.checkpoint import open_run, run_dir_of
 from depthbench.config import ProbeConfig, TrainConfig
 from depthbench.data import TrainBatches
 from depthbench.evaluate import sweep
-from depthbench.rows import write_rows
+from depthbench.fsio import refuse_over_inputs
+from depthbench.rows import row_paths, tag_rows, write_rows
 from depthbench.runtime import setup, teardown
 from depthbench.schedules import parse_depths, parse_schedule
 from depthbench.stats import t_interval
@@ -64,12 +65,15 @@ def run_probe(cfg: ProbeConfig) -> dict:
     rt = setup(cfg.device)
     try:
         model, ck, meta, ds = open_run(cfg.run, cfg.checkpoint, None, rt.device)
+        run_dir = run_dir_of(cfg.run)
+        out = cfg.out or Path(run_dir or Path(cfg.run).parent) / "probe" / \
+            f"step_{ck['step']:07d}_{cfg.depth_a}_vs_{cfg.depth_b}"
+        refuse_over_inputs(row_paths(out), run_dir, ds.path, [cfg.run])
         diffs = nll_differences(model, ck, ds, cfg, rt)
     finally:
         teardown(rt)
     tcfg = TrainConfig.from_dict(ck["train_config"])
     switch = meta.get("switch_step")
-    run_dir = run_dir_of(cfg.run)
     rows = []
     for k, d in diffs.items():
         mean, half, _ = t_interval(d)
@@ -78,9 +82,7 @@ def run_probe(cfg: ProbeConfig) -> dict:
                      "depth": k, "depth_a": cfg.depth_a, "depth_b": cfg.depth_b,
                      "nll_diff": mean, "ci95": half, "batches": len(d),
                      "lr": cfg.lr or probe_lr(ck, tcfg),
-                     "updates_after_switch": None if switch is None else ck["step"] - switch,
-                     **cfg.tags})
-    out = cfg.out or Path(run_dir or Path(cfg.run).parent) / "probe" / \
-        f"step_{ck['step']:07d}_{cfg.depth_a}_vs_{cfg.depth_b}"
+                     "updates_after_switch": None if switch is None else ck["step"] - switch})
+    rows = tag_rows(rows, cfg.tags)
     csv, jsonl = write_rows(rows, out, "probe")
     return {"rows": rows, "csv": csv, "jsonl": jsonl, "step": ck["step"]}

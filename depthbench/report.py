@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import html
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -17,7 +18,7 @@ import pandas as pd
 
 from depthbench.config import ReportConfig
 from depthbench.errors import UserError
-from depthbench.fsio import atomic_write_text, replaced_dir
+from depthbench.fsio import atomic_write_text, check_replaceable, replaced_dir
 from depthbench.stats import describe_runs, mean_ci, paired_differences, t_interval
 
 PALETTE = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2",
@@ -47,9 +48,12 @@ def load_rows(paths: list[Path]) -> dict[str, pd.DataFrame]:
             raise UserError(f"result path {p} does not exist")
     if not files:
         raise UserError(f"no result files (.jsonl or .csv) under {', '.join(map(str, paths))}")
+    # a file named twice (a directory and a file in it, or a path spelled two ways) is read once
+    files = list({f.resolve(): f for f in files}.values())
     kinds: dict[str, list[pd.DataFrame]] = {k: [] for k in SCHEMA}
     for f in files:
         df = _read(f)
+        df["_file"] = str(f)
         if df.empty:
             continue
         if "kind" in df.columns:
@@ -66,7 +70,49 @@ def load_rows(paths: list[Path]) -> dict[str, pd.DataFrame]:
     out = {k: pd.concat(v, ignore_index=True) for k, v in kinds.items() if v}
     if not out:
         raise UserError("none of the given files holds depthbench result rows")
-    return out
+    for kind, df in out.items():
+        _refuse_duplicates(df, kind)
+    _refuse_mixed_datasets(out)
+    return {k: df.drop(columns="_file") for k, df in out.items()}
+
+
+# kind -> the columns that name one row; two rows with the same key are the same measurement
+# given twice (or two runs of one name), which would count as two seeds
+ROW_KEYS = {"eval": ["run", "step", "split", "depth"], "probe": ["run", "step", "depth",
+                                                                "depth_a", "depth_b"],
+            "curve": ["run", "step"], "run": ["run"], "serve": None}
+
+
+def _refuse_duplicates(df: pd.DataFrame, kind: str) -> None:
+    named = ROW_KEYS[kind]
+    # serve: repeated benchmarks are separate rows unless every value repeats (a copied file)
+    key = [c for c in (named or df.columns) if c in df.columns and c != "_file"]
+    key += ["budget"] if "budget" in df.columns and "budget" not in key else []
+    dup = df.duplicated(key, keep=False)
+    if not dup.any():
+        return
+    first = df[dup].iloc[0]
+    same = df[dup & (df[key].astype(str) == first[key].astype(str)).all(axis=1)]
+    where = sorted(set(same["_file"]))
+    what = ", ".join(f"{c} {first[c]}" for c in key) if named else "every column"
+    raise UserError(f"the {kind} row ({what}) is given {len(same)} times (in "
+                    f"{' and '.join(where[:2])}); give each run's rows once, and runs of "
+                    "different experiments under different names")
+
+
+def _refuse_mixed_datasets(rows: dict) -> None:
+    hashes: dict[str, str] = {}
+    for kind in ("eval", "run"):
+        df = rows.get(kind)
+        if df is None or "dataset_hash" not in df.columns:
+            continue
+        for h, f in df.dropna(subset=["dataset_hash"]).groupby("dataset_hash")["_file"].first().items():
+            hashes.setdefault(str(h), f)
+    if len(hashes) > 1:
+        (h1, f1), (h2, f2) = sorted(hashes.items())[:2]
+        raise UserError(f"the rows come from {len(hashes)} datasets ({h1[:12]} in {f1}, "
+                        f"{h2[:12]} in {f2}); runs trained on different datasets cannot be "
+                        "compared as paired seeds: report one dataset's rows at a time")
 
 
 # kind -> (the columns that identify it, the columns it must have, which of those are numbers)
@@ -302,7 +348,9 @@ def _eval_sections(figs, ev: pd.DataFrame, color: dict, reference: str | None, t
     fin = _final(ev)
     re = fin[fin["split"] == "eval_reordered"]
     if re.empty:
-        return
+        raise UserError(f"the eval rows hold no eval_reordered split (only "
+                        f"{', '.join(sorted(map(str, ev['split'].unique())))}); the report reads "
+                        "recall on eval_reordered: evaluate with --split eval_reordered")
     if "budget" in re.columns and re["budget"].notna().any():
         _fig_budgets(figs, re, color)
         for b, g in re.groupby("budget"):
@@ -461,11 +509,9 @@ def build_report(paths: list[Path], out: str | Path, title: str = "depthbench re
     for p in map(Path, paths):
         if p.exists() and (out.resolve() == p.resolve() or out.resolve() in p.resolve().parents):
             raise UserError(f"--out {out} would replace the result rows {p}; choose another --out")
-    if out.is_dir() and any(out.iterdir()) and not (out / "report.json").is_file():
-        raise UserError(f"--out {out} exists and is not a depthbench report; choose an empty or "
-                        "new directory")
+    check_replaceable(out.resolve() if out.is_symlink() else out, "report")
     rows = load_rows(paths)
-    with replaced_dir(out) as tmp:
+    with replaced_dir(out, "report") as tmp:
         names = _build(rows, tmp, title, reference, paths)
     return [out / n for n in names]
 
@@ -557,8 +603,10 @@ def _write(out: Path, title: str, figures, tables, sources, notes=(), files=None
     files = files or {}
     for name, text in files.items():
         atomic_write_text(out / name, text)
-    md = [f"# {title}", "", "Generated by `depthbench report` from result rows: "
-          + ", ".join(f"`{s}`" for s in sources) + ".", ""]
+    sources = [str(x) for x in sources]
+    where = ", ".join(f"`{x}`" for x in sources) if len(sources) <= 3 else \
+        f"{len(sources)} result files under `{os.path.commonpath(sources)}`"
+    md = [f"# {title}", "", f"Generated by `depthbench report` from result rows: {where}.", ""]
     body = [f"<h1>{html.escape(title)}</h1>"]
     if notes:
         md += ["## Paired comparisons", ""] + [f"- {n}" for n in notes] + [""]
@@ -583,6 +631,6 @@ def _write(out: Path, title: str, figures, tables, sources, notes=(), files=None
     atomic_write_text(out / "README.md", "\n".join(md) + "\n")
     atomic_write_text(out / "report.json", json.dumps(
         {"title": title, "figures": [f for f, _ in figures], "tables": [t for t, _ in tables],
-         "paired_comparisons": list(notes)},
+         "paired_comparisons": list(notes), "files": sorted(files)},
         indent=2) + "\n")
     return ["index.html", "README.md"] + list(files) + [f for f, _ in figures]

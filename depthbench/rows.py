@@ -14,11 +14,63 @@ dispatches on it:
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
-from depthbench.fsio import atomic_write_text
+from depthbench.fsio import atomic_write_many
 
 KINDS = ("eval", "probe", "serve", "curve", "run")
+
+# Every column a stage writes itself (key and measured columns of every kind). A tag (a
+# config's ``tags``: extra columns of every row) may not take one of these names, nor contain
+# "/" (per-attribute columns), so no tag can replace a measured value or relabel a row.
+RESERVED_COLUMNS = frozenset("""
+    kind run schedule seed step split depth checkpoint dataset_hash source mode exit kv_policy
+    width lookahead rate profile switch_step
+    K flops loss lr tokens wall_clock
+    bits_per_person unfloored_bits_per_person ceiling_bits exact_match facts people
+    floor_bits_per_person floor_exact_match modeled_train_flops n_grad_loops nll params
+    people_trained value_nll wall_clock_s final_loss steps
+    batches ci95 depth_a depth_b nll_diff updates_after_switch
+    ceiling core_launches decode_fraction_of_ceiling decode_speedup decode_tokens_per_s
+    fraction_of_ceiling fraction_of_gain host_syncs itl_p50_ms itl_p90_ms itl_p99_ms kv_cache_mb
+    launches_per_token_core launches_per_token_finish launches_per_token_prefill
+    launches_per_token_start mean_depth output_tokens padding_waste paper_bound paper_fraction
+    prefill_s rows_per_launch speedup steady_bound steady_fraction steady_speedup
+    steady_tokens_per_s steady_window_s time_core time_finish time_prefill time_start
+    tokens_per_s ttft_p50_ms ttft_p90_ms ttft_p99_ms wall_s trace_mean
+""".split())
+_TAG_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,63}")
+
+
+def tags_problem(tags) -> str:
+    """Why ``tags`` cannot be extra row columns ("" when they can): names are identifiers that
+    take no column a stage writes; values are strings, numbers or booleans."""
+    if not isinstance(tags, dict):
+        return f"must be a table of name = value (got {type(tags).__name__})"
+    for name, value in tags.items():
+        if isinstance(name, str) and (name in RESERVED_COLUMNS or "/" in name):
+            return (f"tag {name!r} would replace a column the toolkit measures or keys rows by; "
+                    "rename the tag")
+        if not isinstance(name, str) or not _TAG_NAME.fullmatch(name):
+            return (f"tag name {name!r} must be a letter or _ followed by letters, digits, "
+                    "'_', '.' or '-' (64 characters at most)")
+        if value is not None and not isinstance(value, (str, int, float, bool)):
+            return f"tag {name!r} must be a string, number or boolean (got {type(value).__name__})"
+    return ""
+
+
+def tag_rows(rows: list[dict], tags: dict) -> list[dict]:
+    """``rows`` with the ``tags`` columns added; a tag that names a column a row already has is
+    refused (UserError), never written over it."""
+    from depthbench.errors import UserError
+
+    for r in rows:
+        clash = sorted(set(tags) & set(r))
+        if clash:
+            raise UserError(f"tag(s) {', '.join(clash)} would replace the measured column(s) of "
+                            "the same name; rename the tag(s)")
+    return [{**r, **tags} for r in rows]
 
 
 def row_paths(out: str | Path) -> tuple[Path, Path]:
@@ -28,15 +80,20 @@ def row_paths(out: str | Path) -> tuple[Path, Path]:
     return base.with_name(base.name + ".csv"), base.with_name(base.name + ".jsonl")
 
 
-def write_rows(rows: list[dict], out: str | Path, kind: str) -> tuple[Path, Path]:
-    """Stamp ``kind`` on every row and write CSV and JSONL side by side."""
+def row_files(rows: list[dict], out: str | Path, kind: str) -> dict[Path, str]:
+    """``{BASE.csv: text, BASE.jsonl: text}`` of ``rows`` with ``kind`` stamped on each, for
+    writing together with a command's other outputs (``fsio.atomic_write_many``)."""
     import pandas as pd
 
     if kind not in KINDS:
         raise ValueError(f"unknown row kind {kind!r}")
     rows = [{"kind": kind, **{k: v for k, v in r.items() if k != "kind"}} for r in rows]
     csv, jsonl = row_paths(out)
-    csv.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(csv, pd.DataFrame(rows).to_csv(index=False))
-    atomic_write_text(jsonl, "".join(json.dumps(r) + "\n" for r in rows))
-    return csv, jsonl
+    return {csv: pd.DataFrame(rows).to_csv(index=False),
+            jsonl: "".join(json.dumps(r) + "\n" for r in rows)}
+
+
+def write_rows(rows: list[dict], out: str | Path, kind: str) -> tuple[Path, Path]:
+    """Stamp ``kind`` on every row and write CSV and JSONL side by side: both or neither."""
+    atomic_write_many(row_files(rows, out, kind))
+    return row_paths(out)

@@ -43,6 +43,11 @@ class Runtime:
             dist.barrier()
 
 
+def cuda_available() -> bool:
+    """Whether a CUDA GPU is visible (the pipeline asks before its first stage)."""
+    return torch.cuda.is_available()
+
+
 def setup(device: str = "auto", threads: int = 0) -> Runtime:
     rank = int(os.environ.get("RANK", 0))
     world = int(os.environ.get("WORLD_SIZE", 1))

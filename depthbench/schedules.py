@@ -35,6 +35,11 @@ def _rng(seed: int, step: int) -> np.random.Generator:
     return np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(0xD3, step)))
 
 
+def _num(x: float) -> str:
+    """The shortest text that reads back as ``x`` (8.0 -> "8")."""
+    return str(int(x)) if float(x).is_integer() else repr(float(x))
+
+
 @dataclass(frozen=True)
 class Schedule:
     spec: str
@@ -45,6 +50,21 @@ class Schedule:
     fraction: float = 0.0      # switch point (fixed-first) or ramp length (curriculum)
     mean: float = 0.0          # poisson-lognormal
     sigma: float = 0.5
+
+    @property
+    def canonical(self) -> str:
+        """The one spelling of this schedule (``fixed:02`` and ``" fixed:2 "`` are ``fixed:2``),
+        so that a schedule given two ways is one schedule."""
+        if self.kind == "fixed":
+            return f"fixed:{self.k}"
+        if self.kind == "uniform":
+            return f"uniform:{self.lo}-{self.hi}"
+        if self.kind == "fixed-first":
+            return f"fixed-first:{_num(self.fraction)}:{self.k}:{self.lo}-{self.hi}"
+        if self.kind == "curriculum":
+            return f"curriculum:{self.lo}-{self.hi}:{_num(self.fraction)}"
+        sigma = "" if self.sigma == 0.5 else f",sigma={_num(self.sigma)}"
+        return f"poisson-lognormal:mean={_num(self.mean)},max={self.hi}{sigma}"
 
     @property
     def max_depth(self) -> int:

@@ -40,6 +40,7 @@ class DataSpec(_Plain):
     def __post_init__(self):
         self._check_types()
         _check(0 <= self.seed <= 2**32 - 1, "seed", "must be between 0 and 4294967295")
+        _check("seed" not in self.set, "set.seed", "is given by data.seed; give it there")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -55,29 +56,49 @@ class TrainSpec(_Plain):
     budget_schedule: str = "uniform:1-16"
 
     def __post_init__(self):
-        from depthbench.schedules import parse_schedule
         self._check_types()
         _check(bool(self.schedules) and bool(self.seeds), "schedules",
                "need at least one schedule and one seed")
-        _check(len(set(self.schedules)) == len(self.schedules)
-               and len(set(self.seeds)) == len(self.seeds), "schedules",
-               "schedules and seeds must not repeat")
+        # one spelling per schedule: "fixed:02" and " fixed:2 " are fixed:2
+        object.__setattr__(self, "schedules", tuple(_canonical(s, "schedules")
+                                                    for s in self.schedules))
+        for f in ("matched_schedule", "budget_schedule") + (("matched_uniform",)
+                                                            if self.matched_uniform else ()):
+            object.__setattr__(self, f, _canonical(getattr(self, f), f))
+        _check(len(set(self.schedules)) == len(self.schedules), "schedules",
+               "must not repeat (after spelling each one canonically: "
+               f"{', '.join(self.schedules)})")
+        _check(len(set(self.seeds)) == len(self.seeds), "seeds", "must not repeat")
         _check(all(0 <= s <= 2**32 - 1 for s in self.seeds), "seeds",
                "must be between 0 and 4294967295")
         _check(0 <= self.steps <= 10**9, "steps", "must be between 0 and 1000000000")
-        for s in self.schedules + ((self.matched_schedule,) if self.matched_uniform else ()) \
-                + ((self.budget_schedule,) if self.budgets else ()):
-            try:
-                parse_schedule(s)
-            except UserError as e:
-                raise ConfigError(f"schedules: {e}") from None
         _check(all(0 < b <= 1 for b in self.budgets) and len(set(self.budgets)) == len(self.budgets),
                "budgets", "must be distinct fractions of the full FLOP budget in (0, 1], e.g. "
                "[0.15, 0.45, 1.0]")
+        ids = [budget_tag(b) for b in self.budgets]
+        _check(len(set(ids)) == len(ids), "budgets",
+               "must differ by at least 0.01 (runs are named by whole percents: "
+               f"{', '.join(ids)})")
+        for key, where in (("seed", "train.seeds"), ("steps", "train.steps")):
+            _check(key not in self.set, f"set.{key}",
+                   f"is given by {where}, once per run; give it there, not in train.set")
         _check(not (self.budgets and self.matched_uniform), "budgets",
                "budgets and matched_uniform do not combine; use one of them")
         _check(not self.matched_uniform or self.matched_uniform in self.schedules,
                "matched_uniform", f"{self.matched_uniform!r} is not one of train.schedules")
+
+
+def _canonical(schedule: str, name: str) -> str:
+    from depthbench.schedules import parse_schedule
+    try:
+        return parse_schedule(schedule).canonical
+    except UserError as e:
+        raise ConfigError(f"{name}: {e}") from None
+
+
+def budget_tag(b: float) -> str:
+    """The run-name prefix of a budget's runs (b015- for 15%)."""
+    return f"b{round(100 * b):03d}-"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -93,6 +114,9 @@ class EvalSpec(_Plain):
         _depths_ok(self.depths, "depths")
         for s in self.splits:
             _one_of(s, EVAL_SPLITS, "splits")
+        object.__setattr__(self, "splits", tuple(dict.fromkeys(self.splits)))
+        _check("eval_reordered" in self.splits, "splits",
+               "must include eval_reordered (the split the report reads recall on)")
         _check(all(k >= 0 for k in self.switch_checkpoints), "switch_checkpoints",
                "must be integers >= 0")
         _check(1 <= self.batch_size <= 1 << 20, "batch_size", "must be between 1 and 1048576")
@@ -129,6 +153,7 @@ class ServeSpec(_Plain):
         from depthbench.config import _one_of
         from depthbench.serving.exits import parse_exit
         self._check_types()
+        object.__setattr__(self, "schedule", _canonical(self.schedule, "schedule"))
         _check(bool(self.modes), "modes", f"choose from {', '.join(SERVE_MODES)}")
         for m in self.modes:
             _one_of(m, SERVE_MODES, "modes")
@@ -149,7 +174,18 @@ class ServeSpec(_Plain):
 @dataclass(frozen=True, kw_only=True)
 class ReportSpec(_Plain):
     name: str = ""                 # "": the experiment's name
-    out: str = ""                  # "": reports/NAME
+    out: str = ""                  # "": reports/NAME (with run --out DIR: DIR/report)
+
+    def __post_init__(self):
+        self._check_types()
+        _check(self.name == "" or _plain_name(self.name), "name",
+               "must be letters, digits, '-' and '_' (a folder under reports/); use "
+               "report.out for another place")
+
+
+def _plain_name(name) -> bool:
+    return isinstance(name, str) and 0 < len(name) <= 100 and \
+        name.replace("-", "").replace("_", "").isalnum() and name.isascii()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -223,8 +259,8 @@ def load_spec(spec: str | Path | None) -> ExperimentSpec:
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
         raise SpecError(f"experiment spec {path} is not valid TOML: {e}") from None
     name = raw.pop("name", path.stem)
-    if not isinstance(name, str) or not name.replace("-", "").replace("_", "").isalnum():
-        raise SpecError(f"{path}: name must be letters, digits, '-' and '_'")
+    if not _plain_name(name):
+        raise SpecError(f"{path}: name must be letters, digits, '-' and '_' (100 at most)")
     for sec in raw:
         if sec not in SECTIONS:
             raise SpecError(f"{path}: unknown key or section [{sec}]; sections: {', '.join(SECTIONS)}")

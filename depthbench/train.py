@@ -30,7 +30,7 @@ from depthbench.evaluate import sweep
 from depthbench.flops import FlopModel
 from depthbench.fsio import DirLock, atomic_write_text, is_empty_dir
 from depthbench.model import LoopedTransformer
-from depthbench.rows import write_rows
+from depthbench.rows import tag_rows, write_rows
 from depthbench.runtime import Runtime, setup, teardown
 from depthbench.schedules import Schedule, parse_schedule
 
@@ -403,12 +403,14 @@ def run_train(job: TrainJob, log=print, progress: bool = True) -> dict:
     if job.results and int(os.environ.get("RANK", 0)) == 0:
         name, rec = Path(job.out).name, ckpt.read_run(job.out)
         keys = {"run": name, "schedule": rec["schedule"], "seed": rec["seed"],
-                "switch_step": rec["switch_step"], **job.tags}
-        curve = [{**keys, **r} for r in metrics_rows(job.out) if "loss" in r]
+                "switch_step": rec["switch_step"]}
+        curve = tag_rows([{**keys, **r} for r in metrics_rows(job.out) if "loss" in r], job.tags)
         last = curve[-1]
         results = Path(job.results)
         write_rows(curve, results / "curves" / name, "curve")
-        write_rows([{**keys, "steps": tcfg.steps, "final_loss": last["loss"],
-                     "modeled_train_flops": last["flops"], "wall_clock_s": last["wall_clock"],
-                     "dataset_hash": rec["dataset_hash"]}], results / "runs" / name, "run")
+        write_rows(tag_rows([{**keys, "steps": tcfg.steps, "final_loss": last["loss"],
+                              "modeled_train_flops": last["flops"],
+                              "wall_clock_s": last["wall_clock"],
+                              "dataset_hash": rec["dataset_hash"]}], job.tags),
+                   results / "runs" / name, "run")
     return summary

@@ -156,6 +156,15 @@ def bad(small_data, trained_run, tmp_path_factory):
     (root / "rows_nan").mkdir()
     (root / "rows_nan" / "serve.csv").write_text("mode,tokens_per_s,speedup,ceiling\nstatic,x,1,1\n")
     paths["rows_not_numbers"] = root / "rows_nan"
+    # ---- round 3: forged columns --------------------------------------------------------------
+    for name, text in {"eval_forged": f'run = "{trained_run}"\n[tags]\nbits_per_person = 69.9\n',
+                       "train_forged": f'data = "{small_data}"\nout = "{root}/forged"\n'
+                                       '[tags]\nschedule = "uniform:1-16"\n',
+                       "serve_forged": f'run = "{trained_run}"\n[tags]\nmode = "x"\n',
+                       "eval_attr_forged": f'run = "{trained_run}"\n[tags]\n"bits/x" = 1\n',
+                       "eval_tag_table": f'run = "{trained_run}"\n[tags]\nz = {{a = 1}}\n'}.items():
+        (root / f"{name}.toml").write_text(text)
+        paths[name] = root / f"{name}.toml"
     return {**paths, "data": small_data, "run": trained_run, "root": root}
 
 
@@ -271,6 +280,12 @@ def cases():
         ("train-out-is-file", ["train", "--data", D, "--out", "{not_a_dir}"], "is a file"),
         ("run-out-is-file", ["run", "{spec_valid}", "--out", "{not_a_dir}"], "is a file"),
         ("generate-force-over-non-dataset", ["generate", "--out", "{rows_not_numbers}", "--force"], "not a depthbench dataset"),
+        # ---- round 3: a tag may not replace a measured or key column ----------------------------
+        ("eval-tag-forges-bits", ["eval", "--config", "{eval_forged}", "--out", "{out}"], "tag 'bits_per_person' would replace"),
+        ("eval-tag-forges-attr", ["eval", "--config", "{eval_attr_forged}", "--out", "{out}"], "tag 'bits/x' would replace"),
+        ("eval-tag-not-scalar", ["eval", "--config", "{eval_tag_table}", "--out", "{out}"], "tags"),
+        ("train-tag-relabels-schedule", ["train", "--config", "{train_forged}", "--results", "{out}"], "tag 'schedule' would replace"),
+        ("serve-tag-names-key", ["serve-bench", "--config", "{serve_forged}", "--out", "{out}"], "tag 'mode' would replace"),
     ]
 
 

@@ -56,7 +56,7 @@ def test_pipeline_runs_every_stage_then_skips_them_and_resumes(tmp_path, monkeyp
     assert r.exit_code == 0, r.output
     summary = json.loads(r.stdout.strip().splitlines()[-1])
     assert summary["runs"] == 4  # three schedules and the compute-matched uniform run
-    report = tmp_path / "reports" / "mini"
+    report = tmp_path / "exp" / "report"  # run --out DIR: the report goes to DIR/report
     for f in ("index.html", "README.md", "bits_vs_depth.png", "training_loss.png",
               "update_probe.png", "serving_speedup.png", "nll_vs_flops.png"):
         assert (report / f).is_file(), f
@@ -210,6 +210,46 @@ def test_report_errors(tmp_path):
     assert r.exit_code == 2 and "no result files" in r.stderr
 
 
+def _eval_rows(d):
+    return [json.loads(x) for x in (d / "eval.jsonl").read_text().splitlines()]
+
+
+def _report_fails(tmp_path, paths, needle):
+    r = CliRunner().invoke(main, ["report", *map(str, paths), "--out", str(tmp_path / "r")])
+    assert r.exit_code == 2, r.output
+    assert needle in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert not (tmp_path / "r").exists()
+
+
+def test_report_reads_a_file_named_twice_once_and_refuses_copied_rows(tmp_path):
+    d = _hand_made_rows(tmp_path)
+    build_report([d], tmp_path / "once")
+    build_report([d, d / "eval.jsonl", tmp_path / "rows" / ".." / "rows"], tmp_path / "twice")
+    assert (tmp_path / "once" / "findings.md").read_text() == \
+        (tmp_path / "twice" / "findings.md").read_text()
+    (tmp_path / "copy").mkdir()
+    (tmp_path / "copy" / "eval.jsonl").write_bytes((d / "eval.jsonl").read_bytes())
+    _report_fails(tmp_path, [d, tmp_path / "copy"], "is given 2 times")
+    # serve rows copied: every value repeats
+    (tmp_path / "copy" / "eval.jsonl").unlink()
+    (tmp_path / "copy" / "serve.csv").write_bytes((d / "serve.csv").read_bytes())
+    _report_fails(tmp_path, [d, tmp_path / "copy"], "serve row (every column)")
+
+
+def test_report_refuses_rows_of_two_datasets_and_rows_it_cannot_use(tmp_path):
+    d = _hand_made_rows(tmp_path)
+    rows = _eval_rows(d)
+    for r in rows:
+        r["dataset_hash"] = "a" * 16 if r["seed"] == 0 else "b" * 16
+    (d / "eval.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    _report_fails(tmp_path, [d], "rows come from 2 datasets")
+    seen = [{**r, "split": "eval_seen_order", "dataset_hash": "a" * 16} for r in rows
+            if r["split"] == "eval_reordered"]
+    (tmp_path / "seen").mkdir()
+    (tmp_path / "seen" / "eval.jsonl").write_text("".join(json.dumps(r) + "\n" for r in seen))
+    _report_fails(tmp_path, [tmp_path / "seen"], "no eval_reordered split")
+
+
 BUDGETS = """
 name = "budgets-mini"
 [data]
@@ -259,7 +299,7 @@ def test_budget_grid_spends_each_share_of_the_flop_budget(tmp_path, monkeypatch)
                           read_run(tmp_path / "exp" / "runs" / "b050-fixed_2-s1")["train"]["steps"]),
                       lines=True)
     assert set(ev["budget"]) == {0.5}
-    assert (tmp_path / "reports" / "budgets-mini" / "bits_vs_depth_by_budget.png").stat().st_size > 0
+    assert (tmp_path / "exp" / "report" / "bits_vs_depth_by_budget.png").stat().st_size > 0
     r = run_spec(tmp_path, BUDGETS.replace("budgets = [0.5, 1.0]", "budgets = [0.5, 1.5]"))
     assert r.exit_code == 2 and "train.budgets" in r.stderr
 

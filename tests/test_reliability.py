@@ -109,7 +109,7 @@ def test_a_read_only_result_directory_gives_one_line(trained_run, tmp_path, monk
         raise OSError(30, "Read-only file system", str(tmp_path / "res.csv"))
 
     monkeypatch.setattr(c, "atomic_write_text", read_only)
-    monkeypatch.setattr("depthbench.rows.atomic_write_text", read_only)
+    monkeypatch.setattr("depthbench.rows.atomic_write_many", read_only)
     r = CliRunner().invoke(main, ["eval", str(trained_run), "--depths", "1", "--out",
                                   str(tmp_path / "res")])
     assert r.exit_code == 2 and "Read-only file system" in r.stderr
@@ -310,9 +310,9 @@ def test_sigterm_during_generate_leaves_no_temporary_directory(tmp_path):
                               "n_people=3000000", "--set", "name_pool=256"),
                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     t0 = time.time()
-    while not list(tmp_path.glob(".big.tmp-*")) and time.time() - t0 < 60:
+    while not list(tmp_path.glob(".db-tmp-*")) and time.time() - t0 < 60:
         time.sleep(0.05)
-    assert list(tmp_path.glob(".big.tmp-*")), "generation never started"
+    assert list(tmp_path.glob(".db-tmp-*")), "generation never started"
     p.send_signal(signal.SIGTERM)
     p.wait(timeout=60)
     assert p.returncode != 0

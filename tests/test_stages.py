@@ -200,6 +200,7 @@ def test_stages_use_the_specs_device(tmp_path, monkeypatch):
         return real("cpu", threads)
 
     monkeypatch.setattr(depthbench.runtime, "setup", fake_setup)
+    monkeypatch.setattr(depthbench.runtime, "cuda_available", lambda: True)
     monkeypatch.setattr(depthbench.probe, "setup", fake_setup)
     monkeypatch.chdir(tmp_path)
     spec = tmp_path / "spec.toml"

@@ -25,6 +25,7 @@ from depthbench.config import ServeConfig
 from depthbench.errors import UserError
 from depthbench.flops import FlopModel
 from depthbench.model import LoopedTransformer
+from depthbench.rows import row_paths
 from depthbench.runtime import hold_freed_memory
 from depthbench.serving.engine import STAGES, Engine, TurnClock
 from depthbench.serving.exits import parse_exit
@@ -293,15 +294,20 @@ def run_bench(cfg: ServeConfig, log=None) -> dict:
     every mode on one workload, write ``serve`` rows to ``cfg.out`` (``.csv``/``.jsonl``, with
     the full record as ``.json``) and the cdb mode's exit depths to ``cfg.save_trace``."""
     from depthbench.checkpoint import open_run, run_dir_of
-    from depthbench.fsio import atomic_write_text
-    from depthbench.rows import row_paths, write_rows
+    from depthbench.fsio import atomic_write_many, refuse_over_inputs
+    from depthbench.rows import row_files, tag_rows
     from depthbench.runtime import setup
 
     if bool(cfg.run) == bool(cfg.random):
         raise UserError("give either a RUN directory (or checkpoint) or --random PRESET")
+    outs = _outputs(cfg)
+    if len(set(map(Path.resolve, outs))) < len(outs):
+        raise UserError("--save-trace names a file --out also writes; choose another path")
+    replay = cfg.exit.partition(":")[2] if cfg.exit.startswith("replay:") else ""
     rt = setup(cfg.device)
     if cfg.run:
         model, ck, _, ds = open_run(cfg.run, None, cfg.data or None, rt.device)
+        refuse_over_inputs(outs, run_dir_of(cfg.run), ds.path, [cfg.run, replay])
         requests = dataset_workload(ds, cfg.requests, cfg.max_new_tokens, cfg.seed)
         seq_len, source = ds.seq_len - 1, str(ck["path"])
         run_dir = run_dir_of(cfg.run)
@@ -313,23 +319,31 @@ def run_bench(cfg: ServeConfig, log=None) -> dict:
                                    cfg.max_new_tokens, cfg.seed, cfg.length_spread)
         seq_len, source = cfg.prompt_len + (cfg.max_new_tokens or 32), f"random:{cfg.random}"
         keys = {"run": source, "schedule": None}
+        refuse_over_inputs(outs, inputs=[replay])
     if log:
         log(f"device: {rt.reason}; model {source}: {model.num_params():,} parameters; "
             f"{cfg.requests} requests, exit {cfg.exit}, kv {cfg.kv_policy}, width {cfg.width}")
     res = serve_bench(model, requests, cfg, seq_len, progress=log and (lambda m: log(f"  {m} done")))
-    rows = result_rows(res, source=source, **keys, exit=cfg.exit, kv_policy=cfg.kv_policy,
-                       width=cfg.width, lookahead=cfg.lookahead, rate=cfg.rate, **cfg.tags)
+    rows = tag_rows(result_rows(res, source=source, **keys, exit=cfg.exit, kv_policy=cfg.kv_policy,
+                                width=cfg.width, lookahead=cfg.lookahead, rate=cfg.rate), cfg.tags)
     summary = {"rows": rows, "results": res["results"],
                "adaptive_modes_agree": res["adaptive_modes_agree"]}
+    files = {}  # every output, written together
     if cfg.out:
-        csv, jsonl = write_rows(rows, cfg.out, "serve")
+        files = row_files(rows, cfg.out, "serve")
         record = {k: v for k, v in res.items() if k not in ("outputs", "depth_traces")}
         record["source"] = source
-        summary["record"] = jsonl.with_suffix(".json")
-        atomic_write_text(summary["record"], json.dumps(record, indent=2, default=str) + "\n")
         summary["csv"], summary["jsonl"] = row_paths(cfg.out)
+        summary["record"] = summary["jsonl"].with_suffix(".json")
+        files[summary["record"]] = json.dumps(record, indent=2, default=str) + "\n"
     if cfg.save_trace:
         mode = "cdb" if "cdb" in res["depth_traces"] else next(iter(res["depth_traces"]))
-        Path(cfg.save_trace).parent.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(Path(cfg.save_trace), json.dumps(res["depth_traces"][mode]) + "\n")
+        files[Path(cfg.save_trace)] = json.dumps(res["depth_traces"][mode]) + "\n"
+    atomic_write_many(files)
     return summary
+
+
+def _outputs(cfg: ServeConfig) -> list[Path]:
+    paths = list(row_paths(cfg.out)) + [row_paths(cfg.out)[1].with_suffix(".json")] \
+        if cfg.out else []
+    return paths + ([Path(cfg.save_trace)] if cfg.save_trace else [])

@@ -375,14 +375,12 @@ def fit_profile(mcfg: ModelConfig, runs, cfg: SimConfig, bytes_per_value: int) -
 
 
 # ---- the serve-sim stage -------------------------------------------------------------------------
-def sweep_plot(points: list[dict], path: Path, title: str) -> None:
-    """Speedup over static vs mean exit depth, one line per mode, against the bound."""
+def sweep_png(points: list[dict], title: str) -> bytes:
+    """Speedup over static vs mean exit depth, one line per mode, against the bound (PNG)."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from depthbench.fsio import atomic_write_bytes
-    path.parent.mkdir(parents=True, exist_ok=True)
     fig, ax = plt.subplots(figsize=(6, 4))
     pts = sorted(points, key=lambda r: r["mean_depth"])
     bound = {}
@@ -404,21 +402,22 @@ def sweep_plot(points: list[dict], path: Path, title: str) -> None:
     fig.tight_layout()
     fig.savefig(buf, format="png", dpi=120)
     plt.close(fig)
-    atomic_write_bytes(path, buf.getvalue())
+    return buf.getvalue()
 
 
 def run_sim(cfg: SimConfig, log=None) -> dict:
     """The serve-sim stage: with ``cfg.calibrate``, measure this machine and write a fitted
     profile there; otherwise simulate every mode on ``cfg.profile`` (and each trace mean of
     ``cfg.means``), write ``serve`` rows to ``cfg.out`` and the sweep plot."""
-    from depthbench.fsio import atomic_write_text
-    from depthbench.rows import write_rows
+    from depthbench.fsio import atomic_write_many, atomic_write_text
+    from depthbench.rows import row_files, tag_rows
     from depthbench.serving.bench import result_rows
 
     if cfg.calibrate:
-        Path(cfg.calibrate).parent.mkdir(parents=True, exist_ok=True)
+        if Path(cfg.calibrate).is_dir():
+            raise UserError(f"--calibrate {cfg.calibrate} is a directory; give a .toml file")
         prof, info = calibrate(cfg, log)
-        atomic_write_text(Path(cfg.calibrate), prof.to_toml())
+        atomic_write_text(Path(cfg.calibrate), prof.to_toml())  # makes the parents only now
         return {"profile": str(cfg.calibrate), "r2": info["r2"], "rows": [], "results": []}
     profile = load_profile(cfg.profile)
     if log:
@@ -429,19 +428,22 @@ def run_sim(cfg: SimConfig, log=None) -> dict:
         res = simulate(cfg.replace(exit=spec), profile)
         keys = dict(source=f"sim:{profile.name}", run=f"random:{cfg.random}", schedule=None,
                     exit=spec, kv_policy=cfg.kv_policy, width=cfg.width, lookahead=cfg.lookahead,
-                    rate=cfg.rate, profile=profile.name, **cfg.tags)
-        rows += result_rows(res, **keys)
+                    rate=cfg.rate, profile=profile.name)
+        rows += tag_rows(result_rows(res, **keys), cfg.tags)
         for r in res["results"]:
             results.append({**r, "exit": spec,
                             "trace_mean": float(spec.partition(":")[2]) if cfg.means else None})
         if log:
             log(f"  {spec} done")
     out = {"rows": rows, "results": results, "profile": profile.name}
+    files = {}  # every output, written together
     if cfg.out:
-        out["csv"], out["jsonl"] = write_rows(rows, cfg.out, "serve")
+        files = row_files(rows, cfg.out, "serve")
+        out["csv"], out["jsonl"] = files
     plot = cfg.plot or (str(Path(cfg.out).with_suffix(".png")) if cfg.out and cfg.means else "")
     if plot and cfg.means:
-        sweep_plot(results, Path(plot), f"serve-sim {profile.name}: {cfg.random}, width "
-                   f"{cfg.width}, kv {cfg.kv_policy}, max depth {cfg.max_depth}")
+        files[Path(plot)] = sweep_png(results, f"serve-sim {profile.name}: {cfg.random}, width "
+                                      f"{cfg.width}, kv {cfg.kv_policy}, max depth {cfg.max_depth}")
         out["plot"] = plot
+    atomic_write_many(files)
     return out
