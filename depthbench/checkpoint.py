@@ -76,10 +76,13 @@ def remove(path: Path) -> None:
 
 
 def _verify(path: Path) -> None:
-    """Against the sha256 written beside it (checkpoints made by other tools have none)."""
+    """Against the sha256 the trainer wrote beside it: torch.load checks no CRC, so a
+    checkpoint that cannot be verified is not loaded."""
     side = checksum_path(path)
     if not side.is_file():
-        return
+        raise CheckpointError(f"checkpoint {path} has no checksum file {side.name} beside it, so "
+                              "its weights cannot be verified; copy the .sha256 file with the "
+                              "checkpoint (or give the run directory)")
     try:
         want = side.read_text().split()[0]
     except (UnicodeDecodeError, OSError, IndexError):
@@ -183,6 +186,10 @@ def resolve(run_or_ckpt: str | Path, step: int | None = None) -> Path:
     """A run directory (its latest checkpoint, or the one at ``step``) or a checkpoint file."""
     p = Path(run_or_ckpt)
     if p.is_file():
+        if step is not None:
+            raise CheckpointError(f"{p} is a checkpoint file, so --checkpoint {step} cannot pick "
+                                  "another step; give the run directory with --checkpoint, or "
+                                  "the checkpoint file alone")
         return p
     if not p.is_dir():
         raise CheckpointError(f"{p} is neither a run directory nor a checkpoint file")
@@ -222,8 +229,7 @@ def read_run(run_dir: Path) -> dict:
         "dataset_hash": lambda v: isinstance(v, str),
         "seq_len": lambda v: _is_int(v) and v >= 1,
         "tokens_per_step": lambda v: _is_int(v) and v >= 1,
-        "flop_model": lambda v: isinstance(v, dict) and {"f0", "fr", "n_grad_loops", "readout"}
-        <= set(v) and all(_is_num(v[k]) for k in ("f0", "fr", "readout")),
+        "flop_model": _flop_model_ok,
         "switch_step": lambda v: v is None or (_is_int(v) and v >= 0),
     }
     if not isinstance(rec, dict):
@@ -236,6 +242,14 @@ def read_run(run_dir: Path) -> dict:
         if not good:
             raise CheckpointError(f"{f}: field {key!r} is missing or has the wrong type; retrain "
                                   "the run")
+    import dataclasses
+
+    from depthbench.flops import FlopModel
+    model = ModelConfig.from_dict(rec["model"])
+    if model.vocab_size and {k: v for k, v in rec["flop_model"].items()} != \
+            dataclasses.asdict(FlopModel.of(model, rec["seq_len"])):
+        raise CheckpointError(f"{f}: field 'flop_model' does not follow from the run's model "
+                              "config and sequence length (edited); retrain the run")
     return rec
 
 
@@ -257,6 +271,18 @@ def load_model(run_or_ckpt: str | Path, step: int | None = None, device="cpu"):
         raise CheckpointError(f"{path}: weights do not fit the model config ({str(e)[:120]})") from None
     ck["path"] = str(path)
     return model.to(device).eval(), ck
+
+
+def _flop_model_ok(v) -> bool:
+    """The FLOP model a run records: exactly FlopModel's fields, each of its type and range."""
+    import dataclasses
+
+    from depthbench.flops import FlopModel
+    names = {f.name for f in dataclasses.fields(FlopModel)}
+    return (isinstance(v, dict) and set(v) <= names and {"f0", "fr", "n_grad_loops", "readout"}
+            <= set(v) and all(_is_num(v[k]) and v[k] >= 0 for k in ("f0", "fr", "readout"))
+            and v["fr"] > 0 and _is_int(v["n_grad_loops"]) and v["n_grad_loops"] >= 0
+            and isinstance(v.get("gate_readouts", False), bool))
 
 
 def run_dir_of(run_or_ckpt: str | Path) -> Path | None:

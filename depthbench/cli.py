@@ -110,7 +110,7 @@ def train(preset, steps, seed, sets, config_file, as_json, **given):
 
     if steps is not None and given["match_flops"]:
         fail("give either --steps or --match-flops, not both")
-    file = read_config_file(config_file) if config_file else {}
+    file = read_config_file(config_file, ("model", "train")) if config_file else {}
     m, t = split_sets(parse_sets(sets))
     t.update({k: v for k, v in (("steps", steps), ("seed", seed)) if v is not None})
     base = {"model": {**model_preset(preset or "tiny").to_dict(), **file.get("model", {}), **m},
@@ -125,7 +125,7 @@ def train(preset, steps, seed, sets, config_file, as_json, **given):
 @click.argument("run", required=False, type=click.Path())
 @click.option("--preset", help="Model preset (with the dataset preset of the same size).")
 @click.option("--schedule", required=True, help="Depth schedule spec.")
-@click.option("--steps", type=cs.STEPS, help="Steps (default: the preset's or the run's).")
+@click.option("--steps", type=cs.FLOP_STEPS, help="Steps (default: the preset's or the run's).")
 @click.option("--seed", type=cs.SEED, default=0, show_default=True)
 @cs.json_option
 def flops(run, preset, schedule, steps, seed, as_json):
@@ -137,7 +137,7 @@ def flops(run, preset, schedule, steps, seed, as_json):
       depthbench flops --preset paper-200m --schedule fixed:4 --steps 20000
       depthbench flops runs/uniform --schedule fixed:4
     """
-    from depthbench.flops import flop_summary
+    from depthbench.train import flop_summary
 
     if (run is None) == (preset is None):
         fail("give either a RUN directory or --preset")

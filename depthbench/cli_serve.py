@@ -4,6 +4,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import sys
 
 import click
@@ -11,6 +13,7 @@ import click
 from depthbench import cli_support as cs
 from depthbench.cli_support import build_config, default_of, emit_json, fail, parse_sets
 from depthbench.config import ServeConfig, SimConfig
+from depthbench.errors import UserError
 
 
 def _d(name: str) -> str:
@@ -189,6 +192,17 @@ def lm_eval_cmd(ctx):
     if args and args[0] not in ("-h", "--help") and "--include_path" not in args:
         args += ["--include_path", str(TASKS_DIR)]
     sys.argv = ["lm-eval", *args]
-    cli_evaluate()
+    # lm-eval's log lines are held back until it succeeds: a bad model argument or dataset
+    # ends as one error line, not a page of INFO lines and a traceback
+    held = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(held):
+            cli_evaluate()
+    except UserError as e:
+        fail(str(e))
+    except BaseException:
+        sys.stderr.write(held.getvalue())
+        raise
+    sys.stderr.write(held.getvalue())
 
 

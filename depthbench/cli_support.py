@@ -41,6 +41,7 @@ class FiniteFloat(click.ParamType):
 # every numeric option is bounded where it is parsed; the limits are far beyond real use
 SEED = click.IntRange(0, 2**32 - 1)
 STEPS = click.IntRange(1, 10**9)
+FLOP_STEPS = click.IntRange(1, 10**6)  # flops draws every step's depth (about 20 us a step)
 BATCH = click.IntRange(1, 1 << 20)
 COUNT = click.IntRange(1, 1 << 30)
 DEPTH = click.IntRange(1, MAX_DEPTH)

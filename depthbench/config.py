@@ -17,6 +17,7 @@ from pathlib import Path
 
 from data_gen.generate import SPLITS
 from depthbench.errors import UserError
+from depthbench.schedules import MAX_DEPTH, parse_depths, parse_schedule
 
 
 class ConfigError(UserError, ValueError):
@@ -26,11 +27,6 @@ class ConfigError(UserError, ValueError):
 def _check(cond: bool, field: str, msg: str) -> None:
     if not cond:
         raise ConfigError(f"{field}: {msg}")
-
-
-# the deepest loop count any spec or option may name: far beyond the field's models (Huginn
-# serves at up to 64-128 loops), small enough that no depth can ask for an absurd allocation
-MAX_DEPTH = 1024
 
 
 def _bounded(cfg, limits: dict[str, int]) -> None:
@@ -334,7 +330,6 @@ DEVICES = ("auto", "cpu", "cuda")
 
 
 def _depths_ok(spec: str, name: str) -> None:
-    from depthbench.schedules import parse_depths
     try:
         parse_depths(spec)
     except UserError as e:
@@ -363,13 +358,15 @@ class TrainJob(_Plain):
     def from_dict(cls, d: dict):
         d = dict(d)
         for key, sub in (("model", ModelConfig), ("train", TrainConfig)):
+            if key in d and not isinstance(d[key], (dict, sub)):
+                raise ConfigError(f"{key} must be a table of {sub.__name__} keys (got "
+                                  f"{type(d[key]).__name__})")
             if isinstance(d.get(key), dict):
                 d[key] = sub.from_dict(d[key])
         return super().from_dict(d)
 
     def __post_init__(self):
         self._check_types()
-        from depthbench.schedules import parse_schedule
         try:
             parse_schedule(self.schedule)
         except UserError as e:
@@ -537,12 +534,9 @@ class ReportConfig(_Plain):
         _check(bool(self.results), "results", "must name at least one result file or directory")
 
 
-STAGE_CONFIGS = {"generate": None, "train": TrainJob, "eval": EvalConfig,
-                 "probe-update": ProbeConfig, "serve-bench": ServeConfig, "report": ReportConfig}
-
-
-def read_config_file(path: str | Path) -> dict:
-    """A config file's table: JSON (``.json``) or TOML (anything else)."""
+def read_config_file(path: str | Path, tables: tuple[str, ...] = ()) -> dict:
+    """A config file's table: JSON (``.json``) or TOML (anything else); the keys ``tables``
+    name, where given, must be tables themselves."""
     path = Path(path)
     try:
         text = path.read_text()
@@ -559,4 +553,8 @@ def read_config_file(path: str | Path) -> dict:
         raise ConfigError(f"config file {path} is not valid {kind}: {e}") from None
     if not isinstance(d, dict):
         raise ConfigError(f"config file {path} must hold a table of config keys")
+    for key in tables:
+        if key in d and not isinstance(d[key], dict):
+            raise ConfigError(f"config file {path}: {key} must be a table (got "
+                              f"{type(d[key]).__name__})")
     return d

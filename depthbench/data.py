@@ -24,7 +24,6 @@ from data_gen.generate import (
     manifest_fields,
     sha256_file,
 )
-from depthbench.config import EVAL_SPLITS  # noqa: F401  (re-exported)
 from depthbench.errors import UserError
 from depthbench.vocab import Vocab
 
@@ -83,16 +82,10 @@ class Dataset:
         self.seq_len = cfg.seq_len
         self.ceiling_bits = float(cfg.ceiling_bits)
         self._splits: dict[str, Split] = {}
-
-    def split(self, name: str) -> Split:
-        if name not in SPLITS:
-            raise UserError(f"unknown split {name!r}; choose one of {', '.join(SPLITS)}")
-        if name not in self._splits:
-            specs = array_specs(self.config)
-            limits = {"tokens": len(self.vocab),
-                      "person": self.config.n_people + self.config.n_unseen_people,
-                      "order": self.config.n_attributes}
-            arrays = {}
+        # every split is mapped now, right after the hash check: a dataset regenerated at this
+        # path later (generate --force under a running train) cannot feed this one's splits
+        specs, self._mapped = array_specs(self.config), {}
+        for name in SPLITS:
             for part in ("tokens", "person", "order"):
                 f = self.path / f"{name}_{part}.npy"
                 try:
@@ -103,6 +96,18 @@ class Dataset:
                 if a.dtype != dtype or a.shape != shape:
                     raise DatasetError(f"{f} holds a {a.dtype} array of shape {a.shape}, the "
                                        f"manifest's config needs {dtype} {shape}; {FIX}")
+                self._mapped[name, part] = a
+
+    def split(self, name: str) -> Split:
+        if name not in SPLITS:
+            raise UserError(f"unknown split {name!r}; choose one of {', '.join(SPLITS)}")
+        if name not in self._splits:
+            limits = {"tokens": len(self.vocab),
+                      "person": self.config.n_people + self.config.n_unseen_people,
+                      "order": self.config.n_attributes}
+            arrays = {}
+            for part in ("tokens", "person", "order"):
+                f, a = self.path / f"{name}_{part}.npy", self._mapped[name, part]
                 if a.size and int(a.max()) >= limits[part]:
                     raise DatasetError(f"{f} holds the value {int(a.max())}, out of range "
                                        f"(must be < {limits[part]}); {FIX}")

@@ -84,32 +84,3 @@ def match_steps(fm: FlopModel, schedule: Schedule, target_flops: float, total_hi
         else:
             hi = mid - 1
     return lo
-
-
-def flop_summary(schedule_spec: str, run: str | None = None, preset: str | None = None,
-                 steps: int | None = None, seed: int = 0) -> dict:
-    """Modeled training FLOPs of a schedule for a run's shape or a preset's (with the dataset
-    preset of the same size), and its fraction of uniform training over the same steps."""
-    from depthbench.schedules import parse_schedule
-    sched = parse_schedule(schedule_spec)
-    if run is not None:
-        from depthbench.checkpoint import read_run
-        rec = read_run(run)
-        fm = FlopModel(**rec["flop_model"])
-        n_steps, tps = steps or rec["train"]["steps"], rec["tokens_per_step"]
-    else:
-        from data_gen.config import PRESETS
-        from data_gen.generate import build_vocab
-        from depthbench.config import TRAIN_PRESETS, model_preset, train_preset
-        gen = PRESETS[{"tiny": "tiny", "small": "small"}.get(preset, "paper")]()
-        m = model_preset(preset)
-        fm = FlopModel.of(m.replace(vocab_size=m.vocab_size or len(build_vocab(gen))), gen.seq_len - 1)
-        t = train_preset(preset) if preset in TRAIN_PRESETS else None
-        n_steps = steps or (t.steps if t else 1000)
-        tps = (t.batch_size if t else 128) * (gen.seq_len - 1)
-    total = schedule_flops(fm, sched, n_steps, seed, tps)
-    hi = max(sched.max_depth, 16) if sched.kind != "fixed" else 16
-    uni = schedule_flops(fm, parse_schedule(f"uniform:1-{hi}"), n_steps, seed, tps)
-    return {"schedule": schedule_spec, "steps": n_steps, "flops": total, "uniform_flops": uni,
-            "uniform": f"uniform:1-{hi}", "fraction_of_uniform": total / uni,
-            "mean_depth": float(sched.depths(n_steps, seed).mean()), "f0": fm.f0, "fr": fm.fr}

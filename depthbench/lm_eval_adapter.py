@@ -22,7 +22,8 @@ import torch.nn.functional as F
 from lm_eval.api.model import TemplateLM
 from lm_eval.api.registry import register_model
 
-from depthbench.checkpoint import check_compatible, load_model, read_run
+from depthbench.checkpoint import check_compatible, load_model, read_run, run_dir_of
+from depthbench.config import MAX_DEPTH
 from depthbench.data import Dataset
 from depthbench.errors import UserError
 
@@ -30,13 +31,16 @@ _ARGS = ("pretrained", "n_loops", "exit", "min_depth", "max_depth", "kv_policy",
          "checkpoint_step", "batch_size", "max_batch_size", "device", "max_length")
 
 
-def _int_arg(name: str, value, lo: int = 1) -> int:
+def _int_arg(name: str, value, lo: int = 1, hi: int = MAX_DEPTH) -> int:
+    if isinstance(value, bool):
+        raise UserError(f"depthbench model argument {name}={value!r} is not an integer")
     try:
         v = int(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         raise UserError(f"depthbench model argument {name}={value!r} is not an integer") from None
-    if v < lo or str(value).strip() not in (str(v), f"{v}.0"):
-        raise UserError(f"depthbench model argument {name}={value!r} must be an integer >= {lo}")
+    if not lo <= v <= hi or str(value).strip() not in (str(v), f"{v}.0"):
+        raise UserError(f"depthbench model argument {name}={value!r} must be an integer in "
+                        f"{lo}..{hi}")
     return v
 
 
@@ -56,23 +60,26 @@ class DepthbenchLM(TemplateLM):
         self.min_depth = _int_arg("min_depth", min_depth)
         self.n_loops = _int_arg("n_loops", n_loops) if n_loops is not None else self.max_depth
         bs = str(batch_size).split(":")[0]
-        self.batch_size = 16 if bs == "auto" else _int_arg("batch_size", bs)
+        self.batch_size = 16 if bs == "auto" else _int_arg("batch_size", bs, hi=1 << 20)
         if max_batch_size is not None:
-            self.batch_size = min(self.batch_size, _int_arg("max_batch_size", max_batch_size))
+            self.batch_size = min(self.batch_size, _int_arg("max_batch_size", max_batch_size,
+                                                            hi=1 << 20))
         # lm-eval's CLI passes device=cuda by default: fall back to the CPU where there is none
         usable = device and (not str(device).startswith("cuda") or torch.cuda.is_available())
         self._dev = torch.device(device if usable else "cpu")
-        step = _int_arg("checkpoint_step", checkpoint_step, 0) if checkpoint_step is not None else None
+        step = _int_arg("checkpoint_step", checkpoint_step, 0, 10**9) \
+            if checkpoint_step is not None else None
         self.model, ck = load_model(pretrained, step, device=self._dev)
         self.checkpoint = ck["path"]
-        run_dir = Path(pretrained) if Path(pretrained).is_dir() else Path(pretrained).parents[1]
-        data = data or (read_run(run_dir).get("data") if (run_dir / "run.json").is_file() else None)
+        run_dir = run_dir_of(pretrained)
+        data = data or (read_run(run_dir).get("data") if run_dir is not None else None)
         if data is None:
             raise UserError(f"cannot find the dataset of {pretrained}; pass data=DIR")
         ds = Dataset(data, verify=False)
         check_compatible(ck, ds, data)
         self.vocab = ds.vocab
-        self.max_len = _int_arg("max_length", max_length) if max_length else self.model.cfg.max_seq_len
+        self.max_len = _int_arg("max_length", max_length, hi=self.model.cfg.max_seq_len) \
+            if max_length else self.model.cfg.max_seq_len
         self.exit_spec = exit
         self.engine = None
         if exit:

@@ -344,6 +344,9 @@ class Pipeline:
                                 f"{self.spec.train.preset!r} or run.device) but this machine has "
                                 "no CUDA GPU; set run.device = \"cpu\" and train.set.device = "
                                 "\"cpu\", or run it on a GPU machine")
+        if self.executor == "slurm" and shutil.which("sbatch") is None:
+            raise UserError("--executor slurm needs SLURM's sbatch on PATH, and this machine has "
+                            "none; run on a SLURM login node, or use --executor local")
         sv = self.spec.serve
         if sv.enabled and parse_exit(sv.exit, 1, sv.max_depth).needs_gate:
             m_over, _ = split_sets(self.spec.train.set)
@@ -417,11 +420,19 @@ class Pipeline:
                 params = {"time": 60 * 24, **self.spec.run.slurm}
                 if st.gpus:
                     params.update(gpus_per_node=st.gpus, ntasks_per_node=st.gpus)
-                ex.update_parameters(job_name=f"depthbench-{st.id}", **params)
+                try:
+                    ex.update_parameters(job_name=f"depthbench-{st.id}", **params)
+                except (ValueError, TypeError) as e:
+                    raise UserError(f"[run] slurm: {str(e).splitlines()[0][:200]}") from None
             else:
                 ex = submitit.LocalExecutor(folder=folder)
                 ex.update_parameters(timeout_min=60 * 24)
-            jobs.append((ex.submit(run_stage, st.command, st.config, os.getcwd(), 1), st))
+            try:
+                jobs.append((ex.submit(run_stage, st.command, st.config, os.getcwd(), 1), st))
+            except Exception as e:  # sbatch refused the job (a partition, a time limit...)
+                first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+                raise UserError(f"submitting stage {st.id} failed: {first[:200]}; check "
+                                "[run] slurm in the spec") from None
             self.log(f"submitted {st.id} (job {jobs[-1][0].job_id})")
         for job, st in jobs:
             try:

@@ -82,7 +82,8 @@ def run_probe(cfg: ProbeConfig) -> dict:
                      "depth": k, "depth_a": cfg.depth_a, "depth_b": cfg.depth_b,
                      "nll_diff": mean, "ci95": half, "batches": len(d),
                      "lr": cfg.lr or probe_lr(ck, tcfg),
-                     "updates_after_switch": None if switch is None else ck["step"] - switch})
+                     "updates_after_switch": None if switch is None else ck["step"] - switch,
+                     "dataset_hash": ds.hash})
     rows = tag_rows(rows, cfg.tags)
     csv, jsonl = write_rows(rows, out, "probe")
     return {"rows": rows, "csv": csv, "jsonl": jsonl, "step": ck["step"]}

@@ -102,7 +102,7 @@ def _refuse_duplicates(df: pd.DataFrame, kind: str) -> None:
 
 def _refuse_mixed_datasets(rows: dict) -> None:
     hashes: dict[str, str] = {}
-    for kind in ("eval", "run"):
+    for kind in ("eval", "run", "curve", "probe"):
         df = rows.get(kind)
         if df is None or "dataset_hash" not in df.columns:
             continue

@@ -20,8 +20,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from depthbench.config import MAX_DEPTH
 from depthbench.errors import UserError
+
+# the deepest loop count any spec or option may name: far beyond the field's models (Huginn
+# serves at up to 64-128 loops), small enough that no depth can ask for an absurd allocation
+MAX_DEPTH = 1024
 
 SPEC_HELP = ("fixed:K, uniform:A-B, fixed-first:FRACTION:K:A-B, "
              "poisson-lognormal:mean=M,max=N, curriculum:A-B:FRACTION")
@@ -97,7 +100,13 @@ class Schedule:
         return int(min(self.hi, 1 + rng.poisson(tau)))
 
     def depths(self, total_steps: int, seed: int, start: int = 0) -> np.ndarray:
-        return np.array([self.depth(s, total_steps, seed) for s in range(start, total_steps)])
+        # the fixed steps need no draw (a fixed schedule, a fixed-first run's fixed phase)
+        fixed_until = {"fixed": total_steps,
+                       "fixed-first": self.switch_step(total_steps)}.get(self.kind, start)
+        cut = min(max(start, fixed_until), total_steps)
+        return np.concatenate([np.full(cut - start, self.k, dtype=np.int64),
+                               np.array([self.depth(s, total_steps, seed)
+                                         for s in range(cut, total_steps)], dtype=np.int64)])
 
 
 def _int(text: str, spec: str, what: str) -> int:

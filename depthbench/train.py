@@ -342,15 +342,43 @@ def _read_metrics(path: Path) -> list[dict]:
     if not path.is_file():
         return []
     rows = []
-    lines = path.read_text().splitlines()
+    try:
+        lines = path.read_text().splitlines()
+    except UnicodeDecodeError:
+        raise UserError(f"{path} is not text (corrupt); delete the run or restore the file") \
+            from None
     for i, line in enumerate(lines):
         try:
-            rows.append(json.loads(line))
+            row = json.loads(line)
         except json.JSONDecodeError:
             if i != len(lines) - 1:
                 raise UserError(f"{path} is corrupt at line {i + 1}; delete the run or restore "
                                 "the file") from None
+            continue
+        problem = _metrics_row_problem(row)
+        if problem:
+            raise UserError(f"{path} line {i + 1}: {problem} (edited or corrupt); delete the run "
+                            "or restore the file")
+        rows.append(row)
     return rows
+
+
+def _metrics_row_problem(row) -> str:
+    """Why a training-log row is not one the trainer writes ("" when it is)."""
+    if not isinstance(row, dict):
+        return "a row must be a JSON object"
+    if type(row.get("step")) is not int or row["step"] < 0:
+        return f"'step' must be an integer >= 0 (got {row.get('step')!r})"
+    for key, value in row.items():
+        if key == "step" or (key == "eval" and isinstance(value, dict)):
+            continue
+        if key == "K" and (type(value) is not int or value < 1):
+            return f"'K' must be an integer >= 1 (got {value!r})"
+        if value is not None and not isinstance(value, str) and (
+                type(value) not in (int, float) or not math.isfinite(value)):
+            if not (key == "loss" and type(value) is float):  # a NaN loss is logged as measured
+                return f"{key!r} must be a number (got {value!r})"
+    return ""
 
 
 def matched_steps(ref_run: str | Path, schedule_spec: str, data: str | Path,
@@ -369,6 +397,34 @@ def matched_steps(ref_run: str | Path, schedule_spec: str, data: str | Path,
 def metrics_rows(run_dir: str | Path) -> list[dict]:
     return _read_metrics(Path(run_dir) / "metrics.jsonl")
 
+
+
+def flop_summary(schedule_spec: str, run: str | None = None, preset: str | None = None,
+                 steps: int | None = None, seed: int = 0) -> dict:
+    """Modeled training FLOPs of a schedule for a run's shape or a preset's (with the dataset
+    preset of the same size), and its fraction of uniform training over the same steps."""
+    from depthbench.flops import FlopModel, schedule_flops
+    sched = parse_schedule(schedule_spec)
+    if run is not None:
+        rec = ckpt.read_run(run)
+        fm = FlopModel(**rec["flop_model"])
+        n_steps, tps = steps or rec["train"]["steps"], rec["tokens_per_step"]
+    else:
+        from data_gen.config import PRESETS
+        from data_gen.generate import build_vocab
+        from depthbench.config import TRAIN_PRESETS, model_preset, train_preset
+        gen = PRESETS[{"tiny": "tiny", "small": "small"}.get(preset, "paper")]()
+        m = model_preset(preset)
+        fm = FlopModel.of(m.replace(vocab_size=m.vocab_size or len(build_vocab(gen))), gen.seq_len - 1)
+        t = train_preset(preset) if preset in TRAIN_PRESETS else None
+        n_steps = steps or (t.steps if t else 1000)
+        tps = (t.batch_size if t else 128) * (gen.seq_len - 1)
+    total = schedule_flops(fm, sched, n_steps, seed, tps)
+    hi = max(sched.max_depth, 16) if sched.kind != "fixed" else 16
+    uni = schedule_flops(fm, parse_schedule(f"uniform:1-{hi}"), n_steps, seed, tps)
+    return {"schedule": schedule_spec, "steps": n_steps, "flops": total, "uniform_flops": uni,
+            "uniform": f"uniform:1-{hi}", "fraction_of_uniform": total / uni,
+            "mean_depth": float(sched.depths(n_steps, seed).mean()), "f0": fm.f0, "fr": fm.fr}
 
 
 # ---- the train stage ---------------------------------------------------------------------------
@@ -403,14 +459,13 @@ def run_train(job: TrainJob, log=print, progress: bool = True) -> dict:
     if job.results and int(os.environ.get("RANK", 0)) == 0:
         name, rec = Path(job.out).name, ckpt.read_run(job.out)
         keys = {"run": name, "schedule": rec["schedule"], "seed": rec["seed"],
-                "switch_step": rec["switch_step"]}
+                "switch_step": rec["switch_step"], "dataset_hash": rec["dataset_hash"]}
         curve = tag_rows([{**keys, **r} for r in metrics_rows(job.out) if "loss" in r], job.tags)
         last = curve[-1]
         results = Path(job.results)
         write_rows(curve, results / "curves" / name, "curve")
         write_rows(tag_rows([{**keys, "steps": tcfg.steps, "final_loss": last["loss"],
                               "modeled_train_flops": last["flops"],
-                              "wall_clock_s": last["wall_clock"],
-                              "dataset_hash": rec["dataset_hash"]}], job.tags),
+                              "wall_clock_s": last["wall_clock"]}], job.tags),
                    results / "runs" / name, "run")
     return summary

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 from depthbench.errors import UserError
 
 
@@ -16,10 +13,6 @@ class Vocab:
             raise UserError("vocab.json lists a token twice; regenerate the dataset")
         self.pad, self.bos, self.eos = (self.index[t] for t in ("<pad>", "<bos>", "<eos>"))
         self.key_ids = [i for i, t in enumerate(self.tokens) if t.startswith("[")]
-
-    @classmethod
-    def load(cls, path: str | Path) -> Vocab:
-        return cls(json.loads(Path(path).read_text())["tokens"])
 
     def __len__(self) -> int:
         return len(self.tokens)

@@ -138,6 +138,14 @@ def bad(small_data, trained_run, tmp_path_factory):
     torch.save([1, 2, 3], root / "list.pt")
     paths["ckpt_list"] = root / "list.pt"
 
+    # every broken checkpoint above carries its own checksum, so that the load checks behind
+    # the checksum are the ones tried; one copied without it is refused before loading
+    for name in ("cut", "empty", "garbage", "cfg_str", "no_opt", "list"):
+        f = root / f"{name}.pt"
+        ckpt.checksum_path(f).write_text(f"{hashlib.sha256(f.read_bytes()).hexdigest()}  {f.name}\n")
+    shutil.copy(src, root / "bare.pt")
+    paths["ckpt_without_checksum"] = root / "bare.pt"
+
     # ---- specs and result rows -----------------------------------------------------------------
     for name, text in {"spec_eval_batch0": "[eval]\nbatch_size = 0\n",
                        "spec_nested_schedules": '[train]\nschedules = [["fixed:2"]]\n',
@@ -165,6 +173,66 @@ def bad(small_data, trained_run, tmp_path_factory):
                        "eval_tag_table": f'run = "{trained_run}"\n[tags]\nz = {{a = 1}}\n'}.items():
         (root / f"{name}.toml").write_text(text)
         paths[name] = root / f"{name}.toml"
+    # ---- round 3: outputs over inputs, specs checked whole, shapes checked --------------------
+    for name, files in {"fake_dataset": {"manifest.json": "{}", "notes.txt": "mine"},
+                        "fake_report": {"report.json": '{"figures": []}', "notes.txt": "mine"}
+                        }.items():
+        (root / name).mkdir()
+        for fname, text in files.items():
+            (root / name / fname).write_text(text)
+        paths[name] = root / name
+    h100 = (Path(__file__).resolve().parents[1] / "depthbench" / "serving" / "profiles" /
+            "h100.toml").read_text()
+    for name, text in {"prof_eff0": h100.replace("flops_efficiency = 0.7", "flops_efficiency = 0"),
+                       "prof_peak_bool": h100.replace("peak_flops = 989e12", "peak_flops = true")
+                       }.items():
+        (root / f"{name}.toml").write_text(text)
+        paths[name] = root / f"{name}.toml"
+    (root / "trace_other.json").write_text('{"9999": [1, 2]}')
+    paths["trace_other"] = root / "trace_other.json"
+    (root / "trace_bool.json").write_text('{"0": [true, 1]}')
+    paths["trace_bool"] = root / "trace_bool.json"
+    for name, text in {
+            "spec_report_escape": '[report]\nname = "../x"\n',
+            "spec_budget_ids": '[train]\nbudgets = [0.151, 0.154]\n',
+            "spec_schedule_twice": '[train]\nschedules = ["fixed:2", "fixed:02"]\n'
+                                   '[serve]\nenabled = false\n',
+            "spec_set_seed": '[train]\nset = { seed = 3 }\n',
+            "spec_set_steps": '[train]\nset = { steps = 3 }\n',
+            "spec_cuda": '[train]\nschedules = ["fixed:2"]\n[serve]\nenabled = false\n'
+                         '[run]\ndevice = "cuda"\n',
+            "spec_gate": '[train]\nschedules = ["fixed:2"]\n[serve]\nschedule = "fixed:2"\n'
+                         'exit = "gate:0.5"\n',
+            "spec_report_full": f'[train]\nschedules = ["fixed:2"]\n[serve]\nenabled = false\n'
+                                f'[report]\nout = "{root / "fake_report"}"\n',
+            "spec_no_reordered": '[eval]\nsplits = ["eval_seen_order"]\n',
+            "cfg_model_int": f'data = "{small_data}"\nout = "{root}/x"\nmodel = 3\n',
+            "cfg_train_list": f'data = "{small_data}"\nout = "{root}/x"\ntrain = [1]\n'}.items():
+        (root / f"{name}.toml").write_text(text)
+        paths[name] = root / f"{name}.toml"
+
+    def edit_log(d, step):
+        f = d / "metrics.jsonl"
+        lines = f.read_text().splitlines()
+        row = json.loads(lines[-1])
+        row["step"] = step
+        f.write_text("\n".join(lines[:-1] + [json.dumps(row)]) + "\n")
+
+    def edit_flops(d):
+        rec = json.loads((d / "run.json").read_text())
+        rec["flop_model"]["f0"] = 1.0
+        (d / "run.json").write_text(json.dumps(rec))
+    paths.update({
+        "run_log_step_str": run_copy("log_str", lambda d: edit_log(d, "7")),
+        "run_log_no_step": run_copy("log_none", lambda d: edit_log(d, None)),
+        "run_flop_model": run_copy("flopm", edit_flops),
+    })
+    for name in ("run_log_step_str", "run_log_no_step"):  # resume it with its own settings
+        rec = json.loads((paths[name] / "run.json").read_text())
+        job = {"data": str(small_data), "out": str(paths[name]), "model": rec["model"],
+               "train": rec["train"], "schedule": rec["schedule"], "resume": True}
+        (root / f"{name}.json").write_text(json.dumps(job))
+        paths[name + "_job"] = root / f"{name}.json"
     return {**paths, "data": small_data, "run": trained_run, "root": root}
 
 
@@ -280,6 +348,38 @@ def cases():
         ("train-out-is-file", ["train", "--data", D, "--out", "{not_a_dir}"], "is a file"),
         ("run-out-is-file", ["run", "{spec_valid}", "--out", "{not_a_dir}"], "is a file"),
         ("generate-force-over-non-dataset", ["generate", "--out", "{rows_not_numbers}", "--force"], "not a depthbench dataset"),
+        # ---- round 3: identity checked where the data is used ----------------------------------
+        ("ckpt-without-checksum", ["eval", "{ckpt_without_checksum}", "--data", D], "has no checksum file"),
+        ("ckpt-file-and-step", ["eval", "{ckpt_without_checksum}", "--data", D, "--checkpoint", "3"], "cannot pick another step"),
+        # ---- round 3: outputs never over inputs; only tool-made directories replaced -----------
+        ("eval-out-over-run-log", ["eval", R, "--depths", "1", "--out", R + "/metrics"], "would replace a file this command reads"),
+        ("eval-out-in-dataset", ["eval", R, "--depths", "1", "--out", D + "/eval_reordered"], "is inside the dataset"),
+        ("probe-out-over-run-log", ["probe-update", R, "--out", R + "/metrics"], "would replace a file this command reads"),
+        ("serve-out-over-run-record", ["serve-bench", R, "--requests", "2", "--out", R + "/run"], "would replace a file this command reads"),
+        ("generate-force-over-manifest-name", ["generate", "--out", "{fake_dataset}", "--force"], "not a depthbench dataset"),
+        ("report-out-over-report-name", ["report", D, "--out", "{fake_report}"], "is not a report depthbench made"),
+        # ---- round 3: a spec is checked whole before any stage runs ----------------------------
+        ("run-report-name-escapes", ["run", "{spec_report_escape}", "--out", "{out}"], "report.name"),
+        ("run-budgets-one-id", ["run", "{spec_budget_ids}", "--out", "{out}"], "train.budgets"),
+        ("run-schedule-spelled-twice", ["run", "{spec_schedule_twice}", "--out", "{out}"], "must not repeat"),
+        ("run-set-seed", ["run", "{spec_set_seed}", "--out", "{out}"], "set.seed"),
+        ("run-set-steps", ["run", "{spec_set_steps}", "--out", "{out}"], "set.steps"),
+        ("run-gate-without-gate", ["run", "{spec_gate}", "--out", "{out}"], "exit gate"),
+        ("run-report-out-not-empty", ["run", "{spec_report_full}", "--out", "{out}"], "the report directory"),
+        ("run-no-reordered-split", ["run", "{spec_no_reordered}", "--out", "{out}"], "eval.splits"),
+        # ---- round 3: files' shapes checked before use -----------------------------------------
+        ("train-config-model-not-table", ["train", "--config", "{cfg_model_int}"], "model must be a table"),
+        ("train-config-train-not-table", ["train", "--config", "{cfg_train_list}"], "train must be a table"),
+        ("resume-log-step-string", ["train", "--config", "{run_log_step_str_job}"], "'step' must be an integer"),
+        ("resume-log-no-step", ["train", "--config", "{run_log_no_step_job}"], "'step' must be an integer"),
+        ("run-json-flop-model-edited", ["eval", "{run_flop_model}"], "'flop_model'"),
+        ("sim-profile-efficiency-zero", ["serve-sim", "--random", "tiny", "--profile", "{prof_eff0}"], "flops_efficiency"),
+        ("sim-profile-peak-bool", ["serve-sim", "--random", "tiny", "--profile", "{prof_peak_bool}"], "not numbers"),
+        ("serve-trace-names-other-requests", ["serve-bench", R, "--requests", "2", "--exit", "replay:{trace_other}"], "no depths for 2 of the 2 requests"),
+        ("sim-trace-names-other-requests", ["serve-sim", "--random", "tiny", "--exit", "replay:{trace_other}"], "no depths for"),
+        ("serve-trace-bool-depth", ["serve-bench", R, "--exit", "replay:{trace_bool}"], "lists of depths, integers in 1.."),
+        # ---- round 3: unbounded work -----------------------------------------------------------
+        ("flops-steps-huge", ["flops", "--preset", "tiny", "--schedule", "uniform:1-16", "--steps", "100000000"], "--steps"),
         # ---- round 3: a tag may not replace a measured or key column ----------------------------
         ("eval-tag-forges-bits", ["eval", "--config", "{eval_forged}", "--out", "{out}"], "tag 'bits_per_person' would replace"),
         ("eval-tag-forges-attr", ["eval", "--config", "{eval_attr_forged}", "--out", "{out}"], "tag 'bits/x' would replace"),

@@ -1,6 +1,7 @@
 """Reliability: SIGKILL at random moments then resume, write failures, safe loading, and
 property-based tests of the parsers."""
 
+import hashlib
 import json
 import os
 import pickle
@@ -122,14 +123,23 @@ class _Payload:
         return (os.system, (f"touch {_Payload.marker}",))
 
 
+def _sign(path):
+    """A checksum beside a hand-made checkpoint, so that the checks behind it are the ones tried."""
+    ckpt.checksum_path(path).write_text(f"{hashlib.sha256(path.read_bytes()).hexdigest()}  "
+                                        f"{path.name}\n")
+    return path
+
+
 def test_a_crafted_pickle_is_refused_and_never_runs(trained_run, tmp_path):
     _Payload.marker = tmp_path / "pwned"
     evil = tmp_path / "evil.pt"
     with open(evil, "wb") as f:
         pickle.dump({"format": 1, "model": _Payload()}, f)
+    _sign(evil)
     with pytest.raises(CheckpointError, match="not a readable depthbench checkpoint"):
         load_model(evil)
     torch.save({"format": 1, "model": _Payload()}, tmp_path / "evil2.pt")
+    _sign(tmp_path / "evil2.pt")
     with pytest.raises(CheckpointError):
         load_model(tmp_path / "evil2.pt")
     assert not _Payload.marker.exists()
@@ -141,6 +151,7 @@ def test_truncated_checkpoint_is_refused(trained_run, tmp_path):
     src = ckpt.latest(trained_run)
     cut = tmp_path / "cut.pt"
     cut.write_bytes(src.read_bytes()[: src.stat().st_size // 2])
+    _sign(cut)
     with pytest.raises(CheckpointError, match="truncated"):
         load_model(cut)
 

@@ -227,7 +227,7 @@ def test_in_training_eval_rows(data, tmp_path):
 @pytest.mark.parametrize("preset", ["tiny", "small", "paper-200m", "paper-1b"])
 def test_presets_train_with_full_backprop_and_the_paper_fixed_first_saving(preset):
     from depthbench.config import model_preset
-    from depthbench.flops import flop_summary
+    from depthbench.train import flop_summary
     assert model_preset(preset).n_grad_loops == 0
     # the paper: 62.4% of uniform's FLOPs at a fixed phase of 80%, 68.7% at 67% (F0/Fr about 1)
     f80 = flop_summary("fixed-first:0.8:4:1-16", preset=preset)["fraction_of_uniform"]

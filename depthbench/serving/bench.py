@@ -81,7 +81,8 @@ def engine_rows(mode: str, cfg: ServeConfig) -> int:
     """KV rows an engine needs for ``mode``: 1 for batch1, cdb's pool, else the width."""
     if mode == "batch1":
         return 1
-    return cdb_sizes(cfg.width, cfg.min_coda_batch, cfg.pool)[1] if mode == "cdb" else cfg.width
+    rows = cdb_sizes(cfg.width, cfg.min_coda_batch, cfg.pool)[1] if mode == "cdb" else cfg.width
+    return min(rows, cfg.requests)  # never more KV rows than requests
 
 
 def _scheduler(eng, mode: str, cfg: ServeConfig) -> Scheduler:
@@ -210,6 +211,7 @@ def serve_bench(model: LoopedTransformer, requests: list[Request], cfg: ServeCon
     if crit.needs_gate and not model.cfg.exit_gate:
         raise UserError("exit gate:Q needs a model trained with exit_gate=true; choose another --exit")
     requests = with_arrivals(requests, cfg.rate, cfg.seed)
+    crit.check_covers([q.id for q in requests])
     max_len = max(len(q.prompt) + q.max_new_tokens for q in requests) + 1
     if max_len > model.cfg.max_seq_len:
         raise UserError(f"prompts plus --max-new-tokens need {max_len} positions, more than the "

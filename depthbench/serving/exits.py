@@ -30,6 +30,7 @@ import numpy as np
 import torch
 
 from depthbench.errors import UserError
+from depthbench.schedules import MAX_DEPTH
 
 EXIT_HELP = ("fixed:K, latent:TAU, kl:TAU, entropy:TAU, argmax:N, gate:Q, replay:FILE.json, "
              "trace:MEAN")
@@ -60,6 +61,17 @@ class ExitCriterion:
     @property
     def spec(self) -> str:
         return f"{self.kind}:{self.value:g}" if self.kind not in ("replay",) else "replay"
+
+    def check_covers(self, request_ids) -> None:
+        """A replay trace must name every request of the workload it is replayed on (a request
+        it does not name would silently run at max depth)."""
+        if self.kind != "replay":
+            return
+        missing = [i for i in request_ids if str(i) not in self.trace]
+        if missing:
+            raise ExitSpecError(f"the exit trace has no depths for {len(missing)} of the "
+                                f"{len(list(request_ids))} requests (e.g. request {missing[0]}); "
+                                "record it with --save-trace on the same workload")
 
     def trace_depth(self, request_id: int, token_index: int) -> int:
         """The depth a trace assigns to token ``token_index`` of request ``request_id``."""
@@ -124,9 +136,13 @@ def parse_exit(spec: str, min_depth: int = 1, max_depth: int = 16, lookahead: bo
         except (json.JSONDecodeError, UnicodeDecodeError):
             raise ExitSpecError(f"exit trace {path} is not JSON") from None
         if not isinstance(trace, dict) or not all(
-                isinstance(v, list) and all(isinstance(d, int) and d >= 1 for d in v)
-                for v in trace.values()):
-            raise ExitSpecError(f"exit trace {path} must map request ids to lists of depths >= 1")
+                isinstance(k, str) and k.isdigit() and isinstance(v, list)
+                and all(type(d) is int and 1 <= d <= MAX_DEPTH for d in v)
+                for k, v in trace.items()):
+            raise ExitSpecError(f"exit trace {path} must map request ids (\"0\", \"1\", ...) to "
+                                f"lists of depths, integers in 1..{MAX_DEPTH}")
+        if not trace:
+            raise ExitSpecError(f"exit trace {path} names no request")
         return ExitCriterion("replay", trace=trace, **common)
     try:
         value = float(arg)

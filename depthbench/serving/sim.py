@@ -78,7 +78,7 @@ class Profile:
                 raise UserError(f"profile {self.name}: {f} must be true or false")
         if not (isinstance(self.name, str) and isinstance(self.source, str)):
             raise UserError("profile name and source must be strings")
-        if not (isinstance(self.bytes_per_value, int) and 1 <= self.bytes_per_value <= 8):
+        if not (type(self.bytes_per_value) is int and 1 <= self.bytes_per_value <= 8):
             raise UserError(f"profile {self.name}: bytes_per_value must be an integer in 1..8")
         if not (isinstance(self.fit, dict) and all(isinstance(c, list) for c in self.fit.values())):
             raise UserError(f"profile {self.name}: [fit] maps stages to [a, alpha, beta]")
@@ -91,8 +91,13 @@ class Profile:
         nums = [self.peak_flops, self.mem_bw, self.flops_efficiency, self.bw_efficiency,
                 self.launch, self.sync, self.token, self.iteration,
                 *(v for c in self.fit.values() for v in c)]
-        if not all(isinstance(v, (int, float)) and math.isfinite(v) and v >= 0 for v in nums):
-            raise UserError(f"profile {self.name}: every constant must be a finite number >= 0")
+        if not all(type(v) in (int, float) and math.isfinite(v) and v >= 0 for v in nums):
+            raise UserError(f"profile {self.name}: every constant must be a finite number >= 0 "
+                            "(true and false are not numbers)")
+        for f in ("flops_efficiency", "bw_efficiency"):
+            if not 0 < getattr(self, f) <= 1:
+                raise UserError(f"profile {self.name}: {f} must be in (0, 1] (a fraction of the "
+                                f"peak; got {getattr(self, f)!r})")
         if not all(len(c) == 3 for c in self.fit.values()):
             raise UserError(f"profile {self.name}: each [fit] stage is [a, alpha, beta]")
 
@@ -259,6 +264,7 @@ def simulate(cfg: SimConfig, profile: Profile, mcfg: ModelConfig | None = None) 
     reqs = with_arrivals(random_workload(mcfg.vocab_size, cfg.requests, cfg.prompt_len,
                                          cfg.max_new_tokens, cfg.seed, cfg.length_spread),
                          cfg.rate, cfg.seed)
+    crit.check_covers([q.id for q in reqs])
     max_len = max(len(q.prompt) + q.max_new_tokens for q in reqs) + 1
 
     def engines(mode):
