@@ -222,9 +222,7 @@ def summarize(rows: list[dict]) -> list[dict]:
 def paired(rows: list[dict], recipe: str, a: str, b: str) -> dict | None:
     """a minus b on depth-averaged exact match over the seeds both have: mean, 95% t-interval
     and the exact two-sided sign-flip p (every assignment of signs to the paired differences)."""
-    from itertools import product
-
-    from depthbench.stats import t_interval
+    from depthbench.stats import sign_flip_p, t_interval
     by = {(r["schedule"], r["seed"]): _mean_em(r) for r in rows if r["recipe"] == recipe
           and r["threads"] == 1}
     seeds = sorted(s for (sch, s) in by if sch == a and (b, s) in by)
@@ -232,11 +230,8 @@ def paired(rows: list[dict], recipe: str, a: str, b: str) -> dict | None:
         return None
     d = [by[(a, s)] - by[(b, s)] for s in seeds]
     m, half, n = t_interval(d)
-    obs = abs(sum(d))
-    flips = [abs(sum(x * sg for x, sg in zip(d, signs))) >= obs - 1e-12
-             for signs in product((1, -1), repeat=n)]
     return {"a": a, "b": b, "seeds": n, "mean": m, "lo": m - half, "hi": m + half,
-            "p": sum(flips) / len(flips), "higher": sum(x > 0 for x in d)}
+            "p": sign_flip_p(d), "higher": sum(x > 0 for x in d)}
 
 
 def write_table(rows: list[dict]) -> str:

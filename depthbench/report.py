@@ -19,7 +19,7 @@ import pandas as pd
 from depthbench.config import ReportConfig
 from depthbench.errors import UserError
 from depthbench.fsio import atomic_write_text, check_replaceable, replaced_dir
-from depthbench.stats import describe_runs, mean_ci, paired_differences, t_interval
+from depthbench.stats import holm, mean_ci, paired_differences, sign_flip_p, t_interval
 
 PALETTE = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2",
            "#17becf", "#7f7f7f", "#bcbd22"]
@@ -309,17 +309,88 @@ def _fig_paired(figs, pd_bits: pd.DataFrame, pd_nll: pd.DataFrame, ref: str, col
               "0 is a difference the seeds agree on.")
 
 
-def _paired_words(d: pd.DataFrame, what: str, higher: str) -> list[str]:
-    """One sentence per schedule: at which depths its interval lies above / below 0 / spans it."""
+# Where a comparison's 95% interval lies inside +-this on depth-averaged exact match, the two
+# schedules are called equivalent within it (decided before any run: 5 points of exact match).
+EQUIVALENCE_MARGIN = 0.05
+
+
+def _comparisons(re: pd.DataFrame, reference: str | None) -> pd.DataFrame:
+    """The comparisons a report states, decided in advance: every schedule against the
+    reference (within each budget, where there are budgets), on exact match averaged over all
+    serving depths (the primary summary) and over depths 1-3 (described beside it). Each gets
+    its paired t-interval and exact sign-flip p over seeds; the primary p-values are
+    Holm-corrected across the report's comparisons."""
+    rows = []
+    budgets = sorted(re["budget"].dropna().unique()) if "budget" in re.columns else []
+    groups = [(b, re[re["budget"] == b]) for b in budgets] or [(None, re)]
+    for b, g in groups:
+        ref = _reference(g["schedule"], reference)
+        if ref is None:
+            continue
+        for lo, hi, part in ((1, int(g["depth"].max()), "primary"), (1, 3, "depths 1-3")):
+            part_rows = g[(g["depth"] >= lo) & (g["depth"] <= hi)]
+            per = part_rows.groupby(["schedule", "seed"])["exact_match"].mean()
+            for s in sorted(set(g["schedule"]) - {ref}):
+                if s not in per.index.get_level_values(0):
+                    continue
+                both = per[s].index.intersection(per[ref].index)
+                d = (per[s].loc[both] - per[ref].loc[both]).to_numpy()
+                m, h, n = t_interval(d)
+                rows.append({"budget": b, "schedule": s, "reference": ref, "summary": part,
+                             "depths": f"{lo}-{hi}", "seeds": n, "diff": m, "lo": m - h,
+                             "hi": m + h, "p": sign_flip_p(d), "higher": int((d > 0).sum())})
+    out = pd.DataFrame(rows)
+    if out.empty:
+        return out
+    primary = out["summary"] == "primary"
+    out["p_holm"] = np.nan
+    out.loc[primary, "p_holm"] = holm(out.loc[primary, "p"])
+    return out
+
+
+def _verdict(r) -> str:
+    """What a comparison's numbers allow one to say, and no more."""
+    if r["summary"] != "primary":
+        return "described, not tested"
+    if not np.isfinite(r["hi"]):
+        return "undecided (one seed)"
+    if r["p_holm"] < 0.05 and (r["lo"] > 0 or r["hi"] < 0):
+        return "higher" if r["diff"] > 0 else "lower"
+    if -EQUIVALENCE_MARGIN < r["lo"] and r["hi"] < EQUIVALENCE_MARGIN:
+        return f"equivalent within ±{EQUIVALENCE_MARGIN:g}"
+    floor = 2 / 2 ** r["seeds"]
+    return ("undecided" + (f" ({r['seeds']} seeds: the smallest possible p is {floor:.3g})"
+                           if floor >= 0.05 else ""))
+
+
+def _comparison_table(c: pd.DataFrame) -> pd.DataFrame:
+    t = pd.DataFrame({
+        "comparison": [f"{s} - {r}" for s, r in zip(c["schedule"], c["reference"])],
+        "depths": c["depths"], "seeds": c["seeds"],
+        "difference [95% CI]": [f"{m:+.4f} [{lo:+.4f}, {hi:+.4f}]" if np.isfinite(hi)
+                                else f"{m:+.4f}" for m, lo, hi in zip(c["diff"], c["lo"], c["hi"])],
+        "sign-flip p": c["p"].round(4), "Holm p": c["p_holm"].round(4),
+        "seeds higher": [f"{h} of {n}" for h, n in zip(c["higher"], c["seeds"])],
+        "verdict": [_verdict(r) for _, r in c.iterrows()]})
+    if c["budget"].notna().any():
+        t.insert(0, "budget", [f"{100 * b:.0f}%" for b in c["budget"]])
+    return t
+
+
+def _comparison_words(c: pd.DataFrame) -> list[str]:
+    """One sentence per primary comparison."""
     out = []
-    for s, g in d.groupby("schedule"):
-        ref = g["reference"].iloc[0]
-        up = describe_runs(g.loc[g["sign"] > 0, "depth"].astype(int).tolist())
-        down = describe_runs(g.loc[g["sign"] < 0, "depth"].astype(int).tolist())
-        zero = describe_runs(g.loc[g["sign"] == 0, "depth"].astype(int).tolist())
-        out.append(f"`{s}` vs `{ref}` ({what}, {int(g['pairs'].min())} paired seeds): the 95% CI "
-                   f"lies above 0 ({higher} for `{s}`) at depths {up}; below 0 at depths {down}; "
-                   f"includes 0 (no difference the seeds agree on) at depths {zero}.")
+    for _, r in c[c["summary"] == "primary"].iterrows():
+        at = f"At {100 * r['budget']:.0f}% of the budget, " if pd.notna(r["budget"]) else ""
+        v = _verdict(r)
+        what = (f"`{r['schedule']}` recalls {'more' if v == 'higher' else 'less'} than "
+                f"`{r['reference']}`" if v in ("higher", "lower") else
+                f"`{r['schedule']}` and `{r['reference']}` are {v}" if v.startswith("equiv")
+                else f"`{r['schedule']}` against `{r['reference']}` is {v}")
+        ci = f"[{r['lo']:+.3f}, {r['hi']:+.3f}]" if np.isfinite(r["hi"]) else "(no interval)"
+        out.append(f"{at}{what}: exact match averaged over depths {r['depths']} differs by "
+                   f"{r['diff']:+.3f}, 95% CI {ci}, higher on {r['higher']} of {r['seeds']} "
+                   f"seeds, sign-flip p {r['p']:.3g}, Holm-corrected {r['p_holm']:.3g}.")
     return out
 
 
@@ -353,12 +424,16 @@ def _eval_sections(figs, ev: pd.DataFrame, color: dict, reference: str | None, t
                         "recall on eval_reordered: evaluate with --split eval_reordered")
     if "budget" in re.columns and re["budget"].notna().any():
         _fig_budgets(figs, re, color)
-        for b, g in re.groupby("budget"):
-            ref = _reference(g["schedule"], reference)
-            if ref is not None and g["schedule"].nunique() > 1:
-                d = paired_differences(g, "bits_per_person", ref)
-                notes += [f"At {100 * b:.0f}% of the budget: " + w
-                          for w in _paired_words(d, "bits per person", "more bits")]
+    comparisons = _comparisons(re, reference)
+    if not comparisons.empty:
+        notes += _comparison_words(comparisons)
+        tables.append(("Comparisons decided in advance: each schedule minus the reference on "
+                       "exact match averaged over serving depths (the claim), and over depths "
+                       "1-3 (described); paired 95% t-interval and exact sign-flip p over seeds, "
+                       "Holm-corrected across this report's claims; equivalent where the "
+                       f"interval lies within ±{EQUIVALENCE_MARGIN:g}",
+                       _comparison_table(comparisons)))
+    if "budget" in re.columns and re["budget"].notna().any():
         re = re[re["budget"] == re["budget"].max()]  # the other figures: the full budget
     _fig_bits(figs, re, color)
     _fig_exact(figs, re, color)
@@ -368,7 +443,6 @@ def _eval_sections(figs, ev: pd.DataFrame, color: dict, reference: str | None, t
         d_nll = paired_differences(re, "nll", ref)
         if not d_bits.empty:
             _fig_paired(figs, d_bits, d_nll, ref, color)
-            notes += _paired_words(d_bits, "bits per person", "more bits")
             tables.append((f"Paired difference to {ref}: bits per person (per seed, then mean and "
                            "95% CI over seeds)", _paired_table(d_bits)))
             tables.append((f"Paired difference to {ref}: exact match averaged over serving depths "

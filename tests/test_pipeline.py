@@ -198,8 +198,9 @@ def test_report_brackets_readings_and_tells_a_matched_arm_apart(tmp_path):
     assert (tmp_path / "rep" / "exact_match_vs_depth.png").is_file()
     # the matched arm is its own schedule, and its paired exact-match gap is read off exactly
     assert "uniform:1-16~fixed:4" in md
-    line = next(x for x in md.splitlines() if "uniform:1-16~fixed:4" in x and "-0.5000" in x)
-    assert "yes" in line
+    line = next(x for x in md.splitlines() if "uniform:1-16~fixed:4" in x and "-0.5000" in x
+                and "CI excludes 0" not in x and "| yes" in x)
+    assert line.split("|")[2].strip() == "2"  # paired seeds
 
 
 def test_report_errors(tmp_path):
@@ -208,6 +209,35 @@ def test_report_errors(tmp_path):
     (tmp_path / "empty").mkdir()
     r = CliRunner().invoke(main, ["report", str(tmp_path / "empty"), "--out", str(tmp_path / "r")])
     assert r.exit_code == 2 and "no result files" in r.stderr
+
+
+def test_report_decides_each_comparison_once_with_holm_correction(tmp_path):
+    from depthbench.stats import sign_flip_p
+    rng = np.random.default_rng(5)
+    rows, gap = [], {"a:better": 0.2, "b:same": 0.0, "ref": 0.0}
+    for seed in range(8):
+        base = rng.uniform(0.3, 0.5)
+        for sched, g in gap.items():
+            for depth in range(1, 5):
+                em = base + g + (rng.normal(0, 0.005) if sched != "ref" else 0.0)
+                rows.append({"run": f"{sched}-{seed}", "schedule": sched, "seed": seed,
+                             "step": 10, "depth": depth, "split": "eval_reordered", "nll": 1.0,
+                             "exact_match": em, "bits_per_person": 10 * em, "ceiling_bits": 10.0,
+                             "modeled_train_flops": 1e9})
+    d = tmp_path / "rows"
+    d.mkdir()
+    (d / "eval.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    build_report([d], tmp_path / "rep", reference="ref")
+    md = (tmp_path / "rep" / "README.md").read_text()
+    claims = [x for x in md.splitlines() if "| 1-4 " in x]
+    better = next(x for x in claims if "a:better - ref" in x)
+    same = next(x for x in claims if "b:same - ref" in x)
+    # the oracle: all 8 differences positive, so p = 2 / 2^8, Holm over the 2 claims doubles it
+    assert "0.0078" in better and "0.0156" in better and "| higher " in better
+    assert "8 of 8" in better
+    assert "equivalent within ±0.05" in same
+    assert "recalls more than `ref`" in md and "lies above 0" not in md  # no per-depth claims
+    assert sign_flip_p([0.2] * 8) == 2 / 256
 
 
 def _eval_rows(d):

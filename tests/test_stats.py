@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from depthbench.stats import describe_runs, mean_ci, paired_differences, t_interval
+from depthbench.stats import holm, mean_ci, paired_differences, sign_flip_p, t_interval
 
 # two-sided 95% t quantiles from a printed table (df: value)
 T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 7: 2.365, 30: 2.042}
@@ -66,6 +66,30 @@ def test_paired_difference_uses_only_seeds_both_schedules_have():
     assert set(d["pairs"]) == {5} and np.allclose(d["diff"], 1.0)
 
 
-def test_describe_runs():
-    assert describe_runs([1, 2, 3, 5, 7, 8]) == "1-3, 5, 7-8"
-    assert describe_runs([]) == "none" and describe_runs([4]) == "4"
+def test_sign_flip_p_is_the_exact_permutation_p():
+    import itertools
+    rng = np.random.default_rng(3)
+    for n in range(2, 9):
+        d = rng.normal(0.2, 1.0, n).round(1)  # rounding makes ties
+        naive = np.mean([abs(np.mean(d * s)) >= abs(d.mean()) - 1e-12
+                         for s in itertools.product((1, -1), repeat=n)])
+        assert sign_flip_p(d) == pytest.approx(naive)
+    assert sign_flip_p([0.3] * 4) == pytest.approx(0.125)   # the smallest p 4 seeds can give
+    assert sign_flip_p([0.3] * 8) == pytest.approx(2 / 256)
+    assert sign_flip_p([0.5]) == 1.0 and sign_flip_p([0, 0, 0]) == 1.0
+
+
+def test_holm_matches_its_step_down_definition():
+    rng = np.random.default_rng(4)
+    for _ in range(50):
+        p = rng.uniform(0, 0.2, rng.integers(1, 7))
+        adj = np.array(holm(p))
+        for alpha in (0.01, 0.05, 0.1):
+            # step-down: reject the k smallest while p_(k) <= alpha / (m - k + 1)
+            order, rejected = np.argsort(p), set()
+            for k, i in enumerate(order):
+                if p[i] > alpha / (len(p) - k):
+                    break
+                rejected.add(int(i))
+            assert {int(i) for i in np.flatnonzero(adj <= alpha)} == rejected
+    assert np.isnan(holm([0.01, float("nan")])[1])
