@@ -148,6 +148,8 @@ def _checkpoint_problem(ck: dict) -> str | None:
             return f"no {key!r}"
         if not ok(ck[key]):
             return f"{key!r} has the wrong type or value"
+    if "cpu_clock" in ck and not (_is_num(ck["cpu_clock"]) and ck["cpu_clock"] >= 0):
+        return "'cpu_clock' has the wrong type or value"  # optional: older checkpoints lack it
     return None
 
 

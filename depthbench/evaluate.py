@@ -96,6 +96,7 @@ def result_rows(ck: dict, run_meta: dict, run_name: str, ds: Dataset, split: str
             "params": params, "people_trained": ds.config.n_people,
             "n_grad_loops": int(ck.get("model_config", {}).get("n_grad_loops", 0)),
             "modeled_train_flops": ck.get("flops"), "wall_clock_s": ck.get("wall_clock"),
+            "train_cpu_s": ck.get("cpu_clock"),
             "dataset_hash": ds.hash, "checkpoint": ck.get("path"),
         })
     return rows

@@ -185,6 +185,7 @@ class _State:
     flops: float = 0.0
     wall: float = 0.0
     tokens: int = 0
+    cpu: float = 0.0   # this process's CPU seconds (all its threads): not another run's share
     rows: list = dataclasses.field(default_factory=list)
 
 
@@ -198,8 +199,9 @@ def _restore(path: Path, model, opt, ds: Dataset, rt: Runtime, metrics_path: Pat
     if rt.device.type == "cuda" and "cuda" in ck["rng"]:
         torch.cuda.set_rng_state(ck["rng"]["cuda"], rt.device)
     step = ck["step"]
-    return _State(step, ck["flops"], ck["wall_clock"], ck["tokens"],
-                  [r for r in _read_metrics(metrics_path) if r["step"] <= step])
+    return _State(step=step, flops=ck["flops"], wall=ck["wall_clock"], tokens=ck["tokens"],
+                  cpu=ck.get("cpu_clock", 0.0),
+                  rows=[r for r in _read_metrics(metrics_path) if r["step"] <= step])
 
 
 def _save(out: Path, at: int, st: _State, model, opt, cfgs: tuple, schedule: Schedule,
@@ -213,6 +215,7 @@ def _save(out: Path, at: int, st: _State, model, opt, cfgs: tuple, schedule: Sch
         "data_position": at, "schedule": schedule.spec, "schedule_position": at,
         "model_config": model_cfg.to_dict(), "train_config": train_cfg.to_dict(),
         "dataset_hash": ds.hash, "flops": st.flops, "wall_clock": st.wall, "tokens": st.tokens,
+        "cpu_clock": st.cpu,
     }
     try:
         ckpt.save(out / "checkpoints", at, state)
@@ -290,7 +293,7 @@ def _train(data: Path, out: Path, model_cfg: ModelConfig, train_cfg: TrainConfig
                            rt.world)
     keep = set(train_cfg.keep_steps)
     bar = _bar(train_cfg.steps, st.step) if progress and rt.is_main else None
-    t_last = time.perf_counter()
+    t_last, c_last = time.perf_counter(), time.process_time()
     model.train()
     while st.step < train_cfg.steps:
         K = schedule.depth(st.step, train_cfg.steps, train_cfg.seed)
@@ -307,24 +310,26 @@ def _train(data: Path, out: Path, model_cfg: ModelConfig, train_cfg: TrainConfig
         st.step += 1
         st.flops += fm.train_step(K) * tokens_per_step
         st.tokens += tokens_per_step
-        now = time.perf_counter()
+        now, cpu_now = time.perf_counter(), time.process_time()
         st.wall, t_last = st.wall + now - t_last, now
+        st.cpu, c_last = st.cpu + cpu_now - c_last, cpu_now
         if st.step % train_cfg.log_every == 0 or st.step == train_cfg.steps:
             st.rows.append({"step": st.step, "K": K, "loss": loss_value, "lr": lr,
-                            "tokens": st.tokens, "flops": st.flops, "wall_clock": st.wall})
+                            "tokens": st.tokens, "flops": st.flops, "wall_clock": st.wall,
+                            "cpu_clock": st.cpu})
             _append(metrics_path, st.rows[-1], rt)
         if bar is not None:
             bar.update(1)
             bar.set_postfix(loss=f"{loss_value:.3f}", K=K)
         if train_cfg.eval_every and st.step % train_cfg.eval_every == 0:
             _append(metrics_path, _eval_row(model, ds, train_cfg, rt, st.step), rt)
-            t_last = time.perf_counter()
+            t_last, c_last = time.perf_counter(), time.process_time()
         if (st.step == train_cfg.steps or st.step in keep
                 or (train_cfg.ckpt_every and st.step % train_cfg.ckpt_every == 0)):
             if rt.is_main:
                 _save(out, st.step, st, model, opt, (model_cfg, train_cfg), schedule, ds, rt, keep)
             rt.barrier()
-            t_last = time.perf_counter()
+            t_last, c_last = time.perf_counter(), time.process_time()
     if bar is not None:
         bar.close()
     final = [r for r in st.rows if "loss" in r]
@@ -466,6 +471,7 @@ def run_train(job: TrainJob, log=print, progress: bool = True) -> dict:
         write_rows(curve, results / "curves" / name, "curve")
         write_rows(tag_rows([{**keys, "steps": tcfg.steps, "final_loss": last["loss"],
                               "modeled_train_flops": last["flops"],
-                              "wall_clock_s": last["wall_clock"]}], job.tags),
+                              "wall_clock_s": last["wall_clock"],
+                              "cpu_s": last.get("cpu_clock")}], job.tags),
                    results / "runs" / name, "run")
     return summary

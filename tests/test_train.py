@@ -62,6 +62,7 @@ def test_golden_losses_and_determinism(data, tmp_path):
     rows = metrics_rows(tmp_path / "a")
     assert [r["step"] for r in rows] == list(range(1, 13))
     assert all(r["flops"] > 0 and r["wall_clock"] > 0 and r["tokens"] > 0 for r in rows)
+    assert all(0 < r["cpu_clock"] for r in rows)  # the process's own CPU seconds
     c = train(data, tmp_path / "c", MODEL, tcfg(seed=2), "uniform:1-6", progress=False, log=quiet)
     assert c["final_loss"] != a["final_loss"]
 
