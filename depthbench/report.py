@@ -628,7 +628,32 @@ def arm_label(schedule: str, matched_to) -> str:
     return f"{schedule}~{matched_to}" if isinstance(matched_to, str) and matched_to else schedule
 
 
+CURVE_POINTS = 100  # a committed training curve keeps about this many points per run
+
+
+def _row_files(rows: dict) -> dict[str, str]:
+    """The rows a report is drawn from, as ``rows/KIND.csv`` beside it, so that every number
+    in it can be recomputed (``depthbench report REPORT/rows``): every row, except that a
+    training curve keeps about CURVE_POINTS points per run and all of its final updates (the
+    terminal NLL's window)."""
+    out = {}
+    for kind, df in rows.items():
+        if kind == "curve":
+            keep = []
+            for _, g in df.groupby("run", sort=False):
+                g = g.sort_values("step")
+                last = g["step"].max()
+                stride = max(1, len(g) // CURVE_POINTS)
+                final = (g["step"] > last * (1 - 2 * TERMINAL_SHARE)).to_numpy()
+                mask = (np.arange(len(g)) % stride == 0) | final
+                keep.append(g[mask])
+            df = pd.concat(keep, ignore_index=True)
+        out[f"rows/{kind}.csv"] = df.to_csv(index=False)
+    return out
+
+
 def _build(rows: dict, out: Path, title: str, reference: str | None, paths) -> list[str]:
+    committed = _row_files(rows)
     for kind, df in rows.items():
         if "matched_to" in df.columns and "schedule" in df.columns:
             rows[kind] = df.assign(schedule=[arm_label(s, m) for s, m in
@@ -641,7 +666,7 @@ def _build(rows: dict, out: Path, title: str, reference: str | None, paths) -> l
     color = _colors(schedules)
     tables: list[tuple[str, pd.DataFrame]] = []
     notes: list[str] = []
-    files: dict[str, str] = {}  # extra text files: name -> content
+    files: dict[str, str] = dict(committed)  # extra text files: name -> content
     if rows.get("eval") is not None:
         _eval_sections(figs, rows["eval"], color, reference, tables, notes, files,
                        rows.get("curve"))
