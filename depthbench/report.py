@@ -149,7 +149,25 @@ def _checked(df: pd.DataFrame, kind: str, path: Path) -> pd.DataFrame:
         if not pd.api.types.is_numeric_dtype(df[c]) or not np.isfinite(df[c].astype(float)).all():
             raise UserError(f"result file {path}: column {c} must hold finite numbers; "
                             "regenerate it with depthbench")
+    if "schedule" in df.columns:
+        _check_schedules(df["schedule"], kind, path)
     return df
+
+
+def _check_schedules(col: pd.Series, kind: str, path: Path) -> None:
+    """A schedule column holds schedule specs (a serve row of a random model: none)."""
+    from depthbench.schedules import parse_schedule
+    for v in col.unique():
+        if v is None or (isinstance(v, float) and np.isnan(v)):
+            if kind == "serve":
+                continue
+            raise UserError(f"result file {path}: a {kind} row has no schedule; regenerate it "
+                            "with depthbench")
+        try:
+            parse_schedule(v)
+        except UserError:
+            raise UserError(f"result file {path}: schedule {v!r} is not a schedule spec; "
+                            "regenerate it with depthbench") from None
 
 
 def _colors(schedules) -> dict[str, str]:

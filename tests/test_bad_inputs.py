@@ -188,6 +188,12 @@ def bad(small_data, trained_run, tmp_path_factory):
                        }.items():
         (root / f"{name}.toml").write_text(text)
         paths[name] = root / f"{name}.toml"
+    (root / "rows_sched").mkdir()
+    (root / "rows_sched" / "eval.jsonl").write_text(json.dumps({
+        "run": "r", "schedule": 3, "seed": 0, "step": 1, "depth": 1, "split": "eval_reordered",
+        "nll": 1.0, "bits_per_person": 1.0, "exact_match": 0.1, "ceiling_bits": 48.0,
+        "modeled_train_flops": 1.0}) + "\n")
+    paths["rows_bad_schedule"] = root / "rows_sched"
     (root / "trace_other.json").write_text('{"9999": [1, 2]}')
     paths["trace_other"] = root / "trace_other.json"
     (root / "trace_bool.json").write_text('{"0": [true, 1]}')
@@ -373,6 +379,7 @@ def cases():
         ("resume-log-step-string", ["train", "--config", "{run_log_step_str_job}"], "'step' must be an integer"),
         ("resume-log-no-step", ["train", "--config", "{run_log_no_step_job}"], "'step' must be an integer"),
         ("run-json-flop-model-edited", ["eval", "{run_flop_model}"], "'flop_model'"),
+        ("report-schedule-not-a-spec", ["report", "{rows_bad_schedule}", "--out", "{out}"], "is not a schedule spec"),
         ("sim-profile-efficiency-zero", ["serve-sim", "--random", "tiny", "--profile", "{prof_eff0}"], "flops_efficiency"),
         ("sim-profile-peak-bool", ["serve-sim", "--random", "tiny", "--profile", "{prof_peak_bool}"], "not numbers"),
         ("serve-trace-names-other-requests", ["serve-bench", R, "--requests", "2", "--exit", "replay:{trace_other}"], "no depths for 2 of the 2 requests"),
