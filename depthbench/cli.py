@@ -105,16 +105,16 @@ def train(preset, steps, seed, sets, config_file, as_json, **given):
       depthbench train --data data/tiny --out runs/u-matched --schedule uniform:1-16 --match-flops runs/ff
       torchrun --nproc_per_node=2 -m depthbench train --data data/tiny --out runs/ddp
     """
-    from depthbench.config import TrainJob, model_preset, read_config_file, split_sets, train_preset
+    from depthbench.config import TrainJob, read_config_file, resolve_presets
     from depthbench.train import run_train
 
     if steps is not None and given["match_flops"]:
         fail("give either --steps or --match-flops, not both")
     file = read_config_file(config_file, ("model", "train")) if config_file else {}
-    m, t = split_sets(parse_sets(sets))
-    t.update({k: v for k, v in (("steps", steps), ("seed", seed)) if v is not None})
-    base = {"model": {**model_preset(preset or "tiny").to_dict(), **file.get("model", {}), **m},
-            "train": {**train_preset(preset or "tiny").to_dict(), **file.get("train", {}), **t}}
+    given_sets = {**parse_sets(sets), **{f"train.{k}": v for k, v in (("steps", steps),
+                                                                      ("seed", seed)) if v is not None}}
+    mcfg, tcfg = resolve_presets(preset or "tiny", given_sets, file.get("model"), file.get("train"))
+    base = {"model": mcfg.to_dict(), "train": tcfg.to_dict()}
     job = build_config(TrainJob, config_file, given, base)
     summary = run_train(job, log=click.echo)
     if as_json:

@@ -302,6 +302,16 @@ def train_preset(name: str) -> TrainConfig:
     return TRAIN_PRESETS[name]()
 
 
+def resolve_presets(preset: str, sets: dict | None = None, model: dict | None = None,
+                    train: dict | None = None) -> tuple[ModelConfig, TrainConfig]:
+    """The one resolution of a model and training config, for the CLI, the pipeline and the
+    spec alike: the preset's configs, then the ``model`` and ``train`` tables given (a
+    ``--config`` file's), then the ``--set`` pairs (split by field name)."""
+    m_over, t_over = split_sets(sets or {})
+    return (ModelConfig.from_dict({**model_preset(preset).to_dict(), **(model or {}), **m_over}),
+            TrainConfig.from_dict({**train_preset(preset).to_dict(), **(train or {}), **t_over}))
+
+
 # ---- stage configs ------------------------------------------------------------------------------
 EVAL_SPLITS = SPLITS[1:]
 SERVE_MODES = ("static", "no_refill", "batch1", "cdb")

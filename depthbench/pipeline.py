@@ -33,8 +33,7 @@ from depthbench.config import (
     ReportConfig,
     ServeConfig,
     TrainJob,
-    model_preset,
-    split_sets,
+    resolve_presets,
     train_preset,
 )
 from depthbench.errors import UserError
@@ -188,9 +187,7 @@ class Pipeline:
     def _train_stages(self, gen_cfg) -> tuple[list[Stage], list[Stage]]:
         from depthbench.schedules import parse_schedule
         t = self.spec.train
-        m_over, t_over = split_sets(t.set)
-        mcfg = model_preset(t.preset).replace(**m_over)
-        base = train_preset(t.preset).replace(**t_over)
+        mcfg, base = resolve_presets(t.preset, t.set)
         base = base.replace(steps=t.steps) if t.steps else base
         gpus = 1 if base.device == "cuda" else 0
         keep = tuple(self.spec.eval.switch_checkpoints)
@@ -349,8 +346,7 @@ class Pipeline:
                             "none; run on a SLURM login node, or use --executor local")
         sv = self.spec.serve
         if sv.enabled and parse_exit(sv.exit, 1, sv.max_depth).needs_gate:
-            m_over, _ = split_sets(self.spec.train.set)
-            if not model_preset(self.spec.train.preset).replace(**m_over).exit_gate:
+            if not resolve_presets(self.spec.train.preset, self.spec.train.set)[0].exit_gate:
                 raise UserError(f"serve.exit {sv.exit!r} reads the learned exit gate, but the "
                                 "trained model has none; add exit_gate = true to train.set or "
                                 "choose another exit")

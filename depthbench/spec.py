@@ -273,7 +273,7 @@ def load_spec(spec: str | Path | None) -> ExperimentSpec:
 def _cross_check(s: ExperimentSpec, path: Path) -> None:
     """What one section cannot check alone: presets with their overrides, the served run."""
     from data_gen import resolve_config
-    from depthbench.config import model_preset, split_sets, train_preset
+    from depthbench.config import resolve_presets
 
     try:
         resolve_config(s.data.preset, overrides=s.data.set, seed=s.data.seed)
@@ -282,10 +282,8 @@ def _cross_check(s: ExperimentSpec, path: Path) -> None:
     for k, v in {**s.data.set, **s.train.set}.items():
         if isinstance(v, dict):
             raise SpecError(f"{path}: set.{k} must be a plain value (got {v!r})")
-    m, t = split_sets(s.train.set)
     try:
-        model_preset(s.train.preset).replace(**m)
-        train_preset(s.train.preset).replace(**t)
+        resolve_presets(s.train.preset, s.train.set)
     except UserError as e:
         raise SpecError(f"{path}: train: {e}") from None
     if s.serve.enabled and s.serve.schedule not in s.train.schedules:

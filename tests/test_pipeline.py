@@ -217,12 +217,12 @@ def test_report_errors(tmp_path):
 def test_report_decides_each_comparison_once_with_holm_correction(tmp_path):
     from depthbench.stats import sign_flip_p
     rng = np.random.default_rng(5)
-    rows, gap = [], {"a:better": 0.2, "b:same": 0.0, "ref": 0.0}
+    rows, gap = [], {"fixed:2": 0.2, "fixed:3": 0.0, "uniform:1-4": 0.0}
     for seed in range(8):
         base = rng.uniform(0.3, 0.5)
         for sched, g in gap.items():
             for depth in range(1, 5):
-                em = base + g + (rng.normal(0, 0.005) if sched != "ref" else 0.0)
+                em = base + g + (rng.normal(0, 0.005) if sched != "uniform:1-4" else 0.0)
                 rows.append({"run": f"{sched}-{seed}", "schedule": sched, "seed": seed,
                              "step": 10, "depth": depth, "split": "eval_reordered", "nll": 1.0,
                              "exact_match": em, "bits_per_person": 10 * em, "ceiling_bits": 10.0,
@@ -230,16 +230,16 @@ def test_report_decides_each_comparison_once_with_holm_correction(tmp_path):
     d = tmp_path / "rows"
     d.mkdir()
     (d / "eval.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    build_report([d], tmp_path / "rep", reference="ref")
+    build_report([d], tmp_path / "rep", reference="uniform:1-4")
     md = (tmp_path / "rep" / "README.md").read_text()
     claims = [x for x in md.splitlines() if "| 1-4 " in x]
-    better = next(x for x in claims if "a:better - ref" in x)
-    same = next(x for x in claims if "b:same - ref" in x)
+    better = next(x for x in claims if "fixed:2 - uniform:1-4" in x)
+    same = next(x for x in claims if "fixed:3 - uniform:1-4" in x)
     # the oracle: all 8 differences positive, so p = 2 / 2^8, Holm over the 2 claims doubles it
     assert "0.0078" in better and "0.0156" in better and "| higher " in better
     assert "8 of 8" in better
     assert "equivalent within ±0.05" in same
-    assert "recalls more than `ref`" in md and "lies above 0" not in md  # no per-depth claims
+    assert "recalls more than `uniform:1-4`" in md and "lies above 0" not in md  # no per-depth claims
     assert sign_flip_p([0.2] * 8) == 2 / 256
 
 
