@@ -458,6 +458,12 @@ def job_record(job: TrainJob) -> dict:
 def run_train(job: TrainJob, log=print, progress: bool = True) -> dict:
     """The train stage: train (or resume) the run of ``job`` and, with ``job.results``, write
     its training curve (``curve`` rows) and summary (a ``run`` row) there."""
+    from depthbench.fsio import refuse_over_inputs
+    refuse_over_inputs([job.out], data=job.data, flag="--out")
+    if job.results:
+        name = Path(job.out).name
+        refuse_over_inputs([Path(job.results) / k / f"{name}.jsonl" for k in ("curves", "runs")],
+                           run=job.out, data=job.data, flag="--results")
     tcfg = resolved_train_config(job)
     summary = train(job.data, job.out, job.model, tcfg, job.schedule, resume=job.resume,
                     progress=progress, log=log)

@@ -22,7 +22,8 @@ from depthbench.spec import load_spec
 PKG = Path(__file__).resolve().parents[1] / "depthbench"
 
 # columns that measure time or name a path: they differ between two runs of the same stages
-VARYING = {"wall_clock", "wall_clock_s", "cpu_clock", "cpu_s", "train_cpu_s", "checkpoint", "source", "tokens_per_s", "speedup",
+VARYING = {"wall_clock", "wall_clock_s", "cpu_clock", "cpu_s", "train_cpu_s", "checkpoint", "source",
+           "tokens_per_s", "speedup",
            "wall_s", "prefill_s", "decode_tokens_per_s", "decode_speedup", "fraction_of_ceiling",
            "fraction_of_gain", "decode_fraction_of_ceiling", "paper_fraction",
            # the steady-state window is cut by emission times

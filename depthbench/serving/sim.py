@@ -416,7 +416,7 @@ def run_sim(cfg: SimConfig, log=None) -> dict:
     profile there; otherwise simulate every mode on ``cfg.profile`` (and each trace mean of
     ``cfg.means``), write ``serve`` rows to ``cfg.out`` and the sweep plot."""
     from depthbench.fsio import atomic_write_many, atomic_write_text
-    from depthbench.rows import row_files, tag_rows
+    from depthbench.rows import row_files, row_paths, tag_rows
     from depthbench.serving.bench import result_rows
 
     if cfg.calibrate:
@@ -426,6 +426,10 @@ def run_sim(cfg: SimConfig, log=None) -> dict:
         atomic_write_text(Path(cfg.calibrate), prof.to_toml())  # makes the parents only now
         return {"profile": str(cfg.calibrate), "r2": info["r2"], "rows": [], "results": []}
     profile = load_profile(cfg.profile)
+    from depthbench.fsio import refuse_over_inputs
+    replay = cfg.exit.partition(":")[2] if cfg.exit.startswith("replay:") else ""
+    outs = [*(row_paths(cfg.out) if cfg.out else ()), *([Path(cfg.plot)] if cfg.plot else [])]
+    refuse_over_inputs(outs, inputs=[p for p in (cfg.profile, replay) if p and Path(p).suffix])
     if log:
         log(f"profile {profile.name}: {profile.source}")
     exits = [f"trace:{m:g}" for m in cfg.means] or [cfg.exit]
