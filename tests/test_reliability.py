@@ -340,7 +340,7 @@ def test_a_failing_report_leaves_the_previous_report_intact(tmp_path, monkeypatc
         rows / "serve.csv", index=False)
     out = tmp_path / "rep"
     report.build_report([rows], out)
-    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    before = {str(p.relative_to(out)): p.read_bytes() for p in out.rglob("*") if p.is_file()}
 
     def full_disk(*a, **k):
         raise OSError(28, "No space left on device")
@@ -348,5 +348,5 @@ def test_a_failing_report_leaves_the_previous_report_intact(tmp_path, monkeypatc
     monkeypatch.setattr(report, "atomic_write_text", full_disk)
     with pytest.raises(OSError):
         report.build_report([rows], out)
-    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    assert {str(p.relative_to(out)): p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
