@@ -262,6 +262,9 @@ def load_model(run_or_ckpt: str | Path, step: int | None = None, device="cpu"):
 
     path = resolve(run_or_ckpt, step)
     ck = load(path, map_location=device)
+    run_dir = run_dir_of(run_or_ckpt)
+    if run_dir is not None:
+        _check_belongs(ck, read_run(run_dir), path, run_dir)
     try:
         cfg = ModelConfig.from_dict(ck["model_config"])
     except (ConfigError, KeyError, TypeError) as e:
@@ -285,6 +288,18 @@ def _flop_model_ok(v) -> bool:
             <= set(v) and all(_is_num(v[k]) and v[k] >= 0 for k in ("f0", "fr", "readout"))
             and v["fr"] > 0 and _is_int(v["n_grad_loops"]) and v["n_grad_loops"] >= 0
             and isinstance(v.get("gate_readouts", False), bool))
+
+
+def _check_belongs(ck: dict, rec: dict, path: Path, run_dir: Path) -> None:
+    """A checkpoint inside a run directory is that run's: the same model, training config,
+    schedule and dataset as its record (a checkpoint copied in from another run, with its own
+    valid checksum, is refused)."""
+    for ck_key, rec_key in (("model_config", "model"), ("train_config", "train"),
+                            ("schedule", "schedule"), ("dataset_hash", "dataset_hash")):
+        if json.loads(json.dumps(ck.get(ck_key))) != rec.get(rec_key):
+            raise CheckpointError(f"checkpoint {path} does not belong to run {run_dir}: its "
+                                  f"{rec_key} differs from the run record's; use the run's own "
+                                  "checkpoints or give the checkpoint file on its own")
 
 
 def run_dir_of(run_or_ckpt: str | Path) -> Path | None:

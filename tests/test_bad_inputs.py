@@ -146,6 +146,15 @@ def bad(small_data, trained_run, tmp_path_factory):
     shutil.copy(src, root / "bare.pt")
     paths["ckpt_without_checksum"] = root / "bare.pt"
 
+    def foreign(d):  # another run's checkpoint, with its own valid checksum, put in as latest
+        ck = torch.load(src, weights_only=True)
+        ck["schedule"] = "fixed:3"
+        f = d / "checkpoints" / "step_0000999.pt"
+        torch.save(ck, f)
+        ckpt.checksum_path(f).write_text(f"{hashlib.sha256(f.read_bytes()).hexdigest()}  {f.name}\n")
+        (d / "checkpoints" / "latest").write_text(f.name + "\n")
+    paths["run_foreign_ckpt"] = run_copy("foreign", foreign)
+
     # ---- specs and result rows -----------------------------------------------------------------
     for name, text in {"spec_eval_batch0": "[eval]\nbatch_size = 0\n",
                        "spec_nested_schedules": '[train]\nschedules = [["fixed:2"]]\n',
@@ -357,6 +366,7 @@ def cases():
         ("generate-force-over-non-dataset", ["generate", "--out", "{rows_not_numbers}", "--force"], "not a depthbench dataset"),
         # ---- round 3: identity checked where the data is used ----------------------------------
         ("ckpt-without-checksum", ["eval", "{ckpt_without_checksum}", "--data", D], "has no checksum file"),
+        ("ckpt-from-another-run", ["eval", "{run_foreign_ckpt}"], "does not belong to run"),
         ("ckpt-file-and-step", ["eval", "{ckpt_without_checksum}", "--data", D, "--checkpoint", "3"], "cannot pick another step"),
         # ---- round 3: outputs never over inputs; only tool-made directories replaced -----------
         ("eval-out-over-run-log", ["eval", R, "--depths", "1", "--out", R + "/metrics"], "would replace a file this command reads"),
