@@ -436,10 +436,11 @@ def generate(cfg: GenConfig, out: str | Path, *, force: bool = False,
         raise FileExistsError(f"{out} is not empty; pass --force to replace it or choose "
                               "another --out")
     try:
-        check_replaceable(out.resolve() if out.is_symlink() else out, "dataset")
+        check_replaceable(out, "dataset")
     except UserError:
-        raise FileExistsError(f"{out} is not empty and not a depthbench dataset (no marker, or files its manifest does not list); --force "
-                              "only replaces a depthbench dataset: choose another --out") from None
+        raise FileExistsError(f"{out} is not empty and not a depthbench dataset (no marker, or "
+                              "files its manifest does not list); --force only replaces a "
+                              "depthbench dataset: choose another --out") from None
     with replaced_dir(out, "dataset") as tmp:
         t0 = time.perf_counter()
         manifest = _generate_into(cfg, tmp, progress)

@@ -63,14 +63,19 @@ def atomic_write_text(path: Path, text: str) -> None:
     atomic_write_bytes(path, text.encode())
 
 
+def _read_json(path: Path):
+    """A JSON file's value, or None where it is missing or unreadable."""
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError, UnicodeDecodeError):
+        return None
+
+
 def _listed(d: Path, kind: str) -> set[str] | None:
     """The files an older depthbench wrote into ``d`` without a marker, as its own index lists
     them (a dataset's manifest, a report's report.json), or None."""
     index = {"dataset": "manifest.json", "report": "report.json"}.get(kind)
-    try:
-        doc = json.loads((d / index).read_text()) if index else None
-    except (OSError, ValueError, UnicodeDecodeError):
-        return None
+    doc = _read_json(d / index) if index else None
     if not isinstance(doc, dict):
         return None
     if kind == "dataset" and isinstance(doc.get("files"), dict):
@@ -85,20 +90,17 @@ def made_by_tool(d: Path, kind: str) -> bool:
     """``d`` is a directory depthbench made as a ``kind`` (its marker says so, or it holds
     nothing but the files its own index lists), so replacing it loses nothing of the user's."""
     d = Path(d)
-    try:
-        mark = json.loads((d / MARKER).read_text())
-        if isinstance(mark, dict) and mark.get("made_by") == "depthbench":
-            return mark.get("kind") == kind
-    except (OSError, ValueError, UnicodeDecodeError):
-        pass
+    mark = _read_json(d / MARKER)
+    if isinstance(mark, dict) and mark.get("made_by") == "depthbench":
+        return mark.get("kind") == kind
     listed = _listed(d, kind)
     return listed is not None and all(p.name in listed | {LOCK_NAME} for p in d.iterdir())
 
 
 def check_replaceable(out: Path, kind: str, flag: str = "--out") -> None:
     """Refuse (UserError) an ``out`` that exists and is not an empty directory or a ``kind``
-    depthbench made."""
-    out = Path(out)
+    depthbench made (a symlinked ``out``: the directory it points to)."""
+    out = Path(out).resolve() if Path(out).is_symlink() else Path(out)
     if out.exists() and not out.is_dir():
         raise UserError(f"{flag} {out} exists and is not a directory; choose another path")
     if out.is_dir() and not is_empty_dir(out) and not made_by_tool(out, kind):

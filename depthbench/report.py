@@ -19,6 +19,7 @@ import pandas as pd
 from depthbench.config import ReportConfig
 from depthbench.errors import UserError
 from depthbench.fsio import atomic_write_text, check_replaceable, replaced_dir
+from depthbench.schedules import parse_schedule
 from depthbench.stats import holm, mean_ci, paired_differences, sign_flip_p, t_interval
 
 PALETTE = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2",
@@ -156,7 +157,6 @@ def _checked(df: pd.DataFrame, kind: str, path: Path) -> pd.DataFrame:
 
 def _check_schedules(col: pd.Series, kind: str, path: Path) -> None:
     """A schedule column holds schedule specs (a serve row of a random model: none)."""
-    from depthbench.schedules import parse_schedule
     for v in col.unique():
         if v is None or (isinstance(v, float) and np.isnan(v)):
             if kind == "serve":
@@ -515,13 +515,14 @@ def _fig_fixed(figs, re: pd.DataFrame, color: dict) -> None:
               "(dotted: the training depth).")
 
 
-def _time_column(re: pd.DataFrame) -> tuple[str, str]:
-    """The training time a report compares: process CPU seconds (``train_cpu_s``, unaffected by
-    other processes sharing the machine) where every row has it, else wall-clock seconds."""
+def _with_train_time(re: pd.DataFrame) -> tuple[pd.DataFrame, str]:
+    """The rows with a ``train_time`` column and what it is: the training process's CPU
+    seconds (``train_cpu_s``, unaffected by other processes sharing the machine) where every
+    row has them ("CPU"), else wall-clock seconds ("wall")."""
     if "train_cpu_s" in re.columns and re["train_cpu_s"].notna().all():
-        return "train_cpu_s", "train CPU s"
-    re_wall = "wall_clock_s" if "wall_clock_s" in re.columns else None
-    return (re_wall or "train_cpu_s"), "train wall s"
+        return re.assign(train_time=re["train_cpu_s"]), "CPU"
+    return re.assign(train_time=re["wall_clock_s"] if "wall_clock_s" in re.columns
+                     else np.nan), "wall"
 
 
 def _findings(re: pd.DataFrame, ref: str | None) -> str:
@@ -530,14 +531,13 @@ def _findings(re: pd.DataFrame, ref: str | None) -> str:
     process's CPU seconds where the rows have them: a run's time, not its neighbours')."""
     deepest = int(re["depth"].max())
     depths = [d for d in (1, 4, deepest) if d in set(re["depth"])]
-    tcol, tname = _time_column(re)
-    re = re if tcol in re.columns else re.assign(**{tcol: np.nan})
+    re, clock = _with_train_time(re)
     runs = re.groupby(["run", "schedule"]).agg(flops=("modeled_train_flops", "first"),
-                                               wall=(tcol, "first")).reset_index()
+                                               wall=("train_time", "first")).reset_index()
     ref_flops = runs.loc[runs["schedule"] == ref, "flops"].mean() if ref else np.nan
     ceiling = float(re["ceiling_bits"].iloc[0])
     head = (["schedule", "seeds"] + [f"depth {d}: bits (EM)" for d in depths]
-            + [f"modeled FLOPs (% of {ref})" if ref else "modeled FLOPs", f"{tname}/run"])
+            + [f"modeled FLOPs (% of {ref})" if ref else "modeled FLOPs", f"train {clock} s/run"])
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     floor = _floor(re, "floor_bits_per_person")
     if floor is not None:
@@ -575,8 +575,7 @@ def _terminal_nll(curves: pd.DataFrame | None) -> dict:
 
 def _summary_tables(re: pd.DataFrame, ref: str | None,
                     curves: pd.DataFrame | None = None) -> list[tuple[str, pd.DataFrame]]:
-    tcol, tname = _time_column(re)
-    re = re if tcol in re.columns else re.assign(**{tcol: np.nan})
+    re, clock = _with_train_time(re)
     terminal = _terminal_nll(curves)
     per_run = re.groupby(["run", "schedule"]).apply(lambda g: pd.Series({
         "mean_serving_nll": g["nll"].mean(),
@@ -584,7 +583,7 @@ def _summary_tables(re: pd.DataFrame, ref: str | None,
         "mean_exact_match": g["exact_match"].mean(),
         "best_bits": g["bits_per_person"].max(),
         "flops": g["modeled_train_flops"].iloc[0],
-        "wall": g[tcol].iloc[0],
+        "wall": g["train_time"].iloc[0],
     }), include_groups=False).reset_index()
     per_run["terminal_nll"] = [terminal.get(r, np.nan) for r in per_run["run"]]
     base = per_run[per_run["schedule"] == ref] if ref is not None else per_run.iloc[:0]
@@ -600,7 +599,7 @@ def _summary_tables(re: pd.DataFrame, ref: str | None,
             "mean serving NLL": _fmt(g["mean_serving_nll"].mean(), g["mean_serving_nll"].std()),
             f"modeled FLOPs (% of {ref_name})": _fmt(100 * g["flops"].mean() / ref_flops,
                                                     100 * g["flops"].std() / ref_flops, 1),
-            f"{tname.replace('train ', '')[:-2]} time reduction vs {ref_name} (%)":
+            f"{clock} time reduction vs {ref_name} (%)":
                 _fmt(100 * (1 - g["wall"].mean() / ref_wall), 100 * g["wall"].std() / ref_wall, 1),
             "exact match at max depth": _fmt(g["exact_match"].mean(), g["exact_match"].std()),
             "exact match, mean over depths": _fmt(g["mean_exact_match"].mean(),
@@ -632,7 +631,7 @@ def build_report(paths: list[Path], out: str | Path, title: str = "depthbench re
     for p in map(Path, paths):
         if p.exists() and (out.resolve() == p.resolve() or out.resolve() in p.resolve().parents):
             raise UserError(f"--out {out} would replace the result rows {p}; choose another --out")
-    check_replaceable(out.resolve() if out.is_symlink() else out, "report")
+    check_replaceable(out, "report")
     rows = load_rows(paths)
     with replaced_dir(out, "report") as tmp:
         names = _build(rows, tmp, title, reference, paths)
