@@ -28,7 +28,7 @@ from depthbench.model import LoopedTransformer
 from depthbench.rows import row_paths
 from depthbench.runtime import hold_freed_memory
 from depthbench.serving.engine import STAGES, Engine, TurnClock
-from depthbench.serving.exits import parse_exit
+from depthbench.serving.exits import parse_exit, replay_file
 from depthbench.serving.scheduler import Request, Scheduler, cdb_sizes
 
 
@@ -305,7 +305,7 @@ def run_bench(cfg: ServeConfig, log=None) -> dict:
     outs = _outputs(cfg)
     if len(set(map(Path.resolve, outs))) < len(outs):
         raise UserError("--save-trace names a file --out also writes; choose another path")
-    replay = cfg.exit.partition(":")[2] if cfg.exit.startswith("replay:") else ""
+    replay = replay_file(cfg.exit)
     rt = setup(cfg.device)
     if cfg.run:
         model, ck, _, ds = open_run(cfg.run, None, cfg.data or None, rt.device)

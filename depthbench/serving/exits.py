@@ -119,6 +119,12 @@ class ExitCriterion:
         return stop, new_pending
 
 
+def replay_file(spec: str) -> str:
+    """The trace file a ``replay:FILE`` exit spec reads ("" for any other spec)."""
+    kind, _, arg = str(spec).strip().partition(":")
+    return arg if kind == "replay" else ""
+
+
 def parse_exit(spec: str, min_depth: int = 1, max_depth: int = 16, lookahead: bool = False,
                seed: int = 0) -> ExitCriterion:
     if not (isinstance(min_depth, int) and isinstance(max_depth, int) and 1 <= min_depth <= max_depth):

@@ -44,7 +44,7 @@ import numpy as np
 from depthbench.config import ModelConfig, SimConfig, kv_layout, model_preset
 from depthbench.errors import UserError
 from depthbench.serving.engine import STAGES, HostState
-from depthbench.serving.exits import ExitCriterion, parse_exit
+from depthbench.serving.exits import ExitCriterion, parse_exit, replay_file
 from depthbench.serving.kvcache import copies_on_exit
 
 PROFILE_DIR = Path(__file__).parent / "profiles"
@@ -427,7 +427,7 @@ def run_sim(cfg: SimConfig, log=None) -> dict:
         return {"profile": str(cfg.calibrate), "r2": info["r2"], "rows": [], "results": []}
     profile = load_profile(cfg.profile)
     from depthbench.fsio import refuse_over_inputs
-    replay = cfg.exit.partition(":")[2] if cfg.exit.startswith("replay:") else ""
+    replay = replay_file(cfg.exit)
     outs = [*(row_paths(cfg.out) if cfg.out else ()), *([Path(cfg.plot)] if cfg.plot else [])]
     refuse_over_inputs(outs, inputs=[p for p in (cfg.profile, replay) if p and Path(p).suffix])
     if log:
