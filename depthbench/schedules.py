@@ -7,6 +7,9 @@ Specs:
     fixed:4                          K = 4 always
     uniform:1-16                     K uniform in 1..16
     fixed-first:0.8:4:1-16           K = 4 for the first 80% of steps, then uniform 1..16
+    fixed-first:0.8:4:poisson-lognormal:mean=8,max=16
+                                     the same fixed phase, then K drawn from another
+                                     distribution (any fixed, uniform or poisson-lognormal spec)
     poisson-lognormal:mean=8,max=16  K = 1 + Poisson(tau), tau ~ LogNormal with mean 8 - 1, K <= 16
     curriculum:1-16:0.5              K uniform in 1..M, M ramping linearly from 1 to 16 over the
                                      first 50% of steps, then 16
@@ -26,7 +29,8 @@ from depthbench.errors import UserError
 # serves at up to 64-128 loops), small enough that no depth can ask for an absurd allocation
 MAX_DEPTH = 1024
 
-SPEC_HELP = ("fixed:K, uniform:A-B, fixed-first:FRACTION:K:A-B, "
+SPEC_HELP = ("fixed:K, uniform:A-B, fixed-first:FRACTION:K:A-B (or :K:DISTRIBUTION, e.g. "
+             ":4:poisson-lognormal:mean=8,max=16), "
              "poisson-lognormal:mean=M,max=N, curriculum:A-B:FRACTION")
 
 
@@ -53,6 +57,7 @@ class Schedule:
     fraction: float = 0.0      # switch point (fixed-first) or ramp length (curriculum)
     mean: float = 0.0          # poisson-lognormal
     sigma: float = 0.5
+    finish: Schedule | None = None  # fixed-first: the finishing distribution (None: uniform lo..hi)
 
     @property
     def canonical(self) -> str:
@@ -63,7 +68,8 @@ class Schedule:
         if self.kind == "uniform":
             return f"uniform:{self.lo}-{self.hi}"
         if self.kind == "fixed-first":
-            return f"fixed-first:{_num(self.fraction)}:{self.k}:{self.lo}-{self.hi}"
+            tail = self.finish.canonical if self.finish else f"{self.lo}-{self.hi}"
+            return f"fixed-first:{_num(self.fraction)}:{self.k}:{tail}"
         if self.kind == "curriculum":
             return f"curriculum:{self.lo}-{self.hi}:{_num(self.fraction)}"
         sigma = "" if self.sigma == 0.5 else f",sigma={_num(self.sigma)}"
@@ -88,6 +94,8 @@ class Schedule:
         if self.kind == "fixed-first":
             if step < self.switch_step(total_steps):
                 return self.k
+            if self.finish is not None:
+                return self.finish.depth(step, total_steps, seed)
             return int(rng.integers(self.lo, self.hi + 1))
         if self.kind == "curriculum":
             ramp = max(1, int(round(self.fraction * total_steps)))
@@ -139,6 +147,20 @@ def _fraction(text: str, spec: str) -> float:
     return f
 
 
+def _finish(tail: str, spec: str) -> Schedule:
+    """The finishing distribution of a fixed-first spec: a fixed, uniform or poisson-lognormal
+    spec (a distribution of K; not a schedule that changes over training)."""
+    try:
+        finish = parse_schedule(tail)
+    except ScheduleError as e:
+        raise ScheduleError(f"schedule {spec!r}: its finishing distribution {tail!r} does not "
+                            f"parse ({e})") from None
+    if finish.kind not in ("fixed", "uniform", "poisson-lognormal"):
+        raise ScheduleError(f"schedule {spec!r}: the finishing distribution must be a fixed, "
+                            f"uniform or poisson-lognormal spec, not {finish.kind}")
+    return finish
+
+
 def parse_schedule(spec: str) -> Schedule:
     if not isinstance(spec, str) or ":" not in spec:
         raise ScheduleError(f"schedule {spec!r} is not a spec; specs: {SPEC_HELP}")
@@ -149,10 +171,17 @@ def parse_schedule(spec: str) -> Schedule:
     if kind == "uniform" and len(parts) == 1:
         lo, hi = _range(parts[0], spec)
         return Schedule(spec, kind, lo=lo, hi=hi)
-    if kind == "fixed-first" and len(parts) == 3:
-        lo, hi = _range(parts[2], spec)
-        return Schedule(spec, kind, fraction=_fraction(parts[0], spec),
-                        k=_int(parts[1], spec, "depth"), lo=lo, hi=hi)
+    if kind == "fixed-first" and len(parts) >= 3:
+        fraction, k = _fraction(parts[0], spec), _int(parts[1], spec, "depth")
+        tail = ":".join(parts[2:])
+        if ":" not in tail:
+            lo, hi = _range(tail, spec)
+            return Schedule(spec, kind, fraction=fraction, k=k, lo=lo, hi=hi)
+        finish = _finish(tail, spec)
+        if finish.kind == "uniform":  # one spelling: fixed-first:F:K:A-B
+            return Schedule(spec, kind, fraction=fraction, k=k, lo=finish.lo, hi=finish.hi)
+        return Schedule(spec, kind, fraction=fraction, k=k, lo=finish.lo,
+                        hi=finish.max_depth, finish=finish)
     if kind == "curriculum" and len(parts) == 2:
         lo, hi = _range(parts[0], spec)
         return Schedule(spec, kind, lo=lo, hi=hi, fraction=_fraction(parts[1], spec))

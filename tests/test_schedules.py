@@ -28,6 +28,33 @@ def test_fixed_first_switches_at_its_fraction():
     assert len(set(d[800:])) > 10 and d[800:].min() >= 1 and d[800:].max() <= 16
 
 
+def test_fixed_first_finishing_distribution():
+    """The finishing phase draws from the named distribution, step for step as that
+    distribution's own schedule does; the fixed phase is unchanged; uniform is the range form."""
+    total, seed = 1000, 5
+    plain = parse_schedule("fixed-first:0.67:4:1-16")
+    spelled = parse_schedule("fixed-first:0.67:4:uniform:1-16")
+    assert spelled.canonical == plain.canonical == "fixed-first:0.67:4:1-16"
+    np.testing.assert_array_equal(spelled.depths(total, seed), plain.depths(total, seed))
+    pl = parse_schedule("fixed-first:0.67:4:poisson-lognormal:mean=8,max=16")
+    assert pl.canonical == "fixed-first:0.67:4:poisson-lognormal:mean=8,max=16"
+    assert pl.max_depth == 16 and pl.switch_step(total) == 670
+    d, own = pl.depths(total, seed), parse_schedule("poisson-lognormal:mean=8,max=16").depths(total, seed)
+    assert set(d[:670]) == {4}
+    np.testing.assert_array_equal(d[670:], own[670:])
+    np.testing.assert_array_equal(pl.depths(total, seed, start=700), d[700:])  # resumable
+    assert set(parse_schedule("fixed-first:0.5:2:fixed:16").depths(10, 0)[5:]) == {16}
+
+
+@pytest.mark.parametrize("spec", ["fixed-first:0.8:4:curriculum:1-16:0.5",
+                                  "fixed-first:0.8:4:fixed-first:0.5:2:1-4",
+                                  "fixed-first:0.8:4:poisson-lognormal:mean=20,max=16",
+                                  "fixed-first:0.8:4:uniform:9-2", "fixed-first:0.8:4:"])
+def test_bad_finishing_distributions_are_refused(spec):
+    with pytest.raises(ScheduleError):
+        parse_schedule(spec)
+
+
 def test_draws_are_per_step_pure_functions():
     s = parse_schedule("uniform:1-16")
     full = s.depths(300, seed=9)
