@@ -130,7 +130,7 @@ def _cfg(args, **kw) -> SimConfig:
 def _with_bounds(results: list[dict], cfg: SimConfig) -> list[dict]:
     """Bounds and speedups over static for results measured one mode at a time."""
     from depthbench.flops import FlopModel
-    from depthbench.serving.bench import add_bounds
+    from depthbench.serving.compare import add_bounds
     mcfg = sim_model(cfg)
     static = next(r for r in results if r["mode"] == "static")
     depths = {r["mode"]: r.pop("_depths") for r in results}

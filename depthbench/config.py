@@ -336,6 +336,15 @@ def kv_layout(policy: str, max_depth: int) -> tuple[int, bool, bool]:
                           "(first_then_shared:N for N private loops)")
     return {"depth_indexed": (max_depth, False, False), "last_exited": (max_depth, False, True),
             "single": (0, True, False)}[name]
+
+
+def copies_on_exit(policy: str, max_depth: int, depths) -> int:
+    """Per core layer, how many (slot, position) entries an exit copies (``last_exited``)."""
+    if policy != "last_exited":
+        return 0
+    return int(sum(max_depth - int(d) for d in depths))
+
+
 DEVICES = ("auto", "cpu", "cuda")
 
 

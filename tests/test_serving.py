@@ -11,8 +11,10 @@ from depthbench.cli import main
 from depthbench.config import ModelConfig, ServeConfig
 from depthbench.flops import FlopModel
 from depthbench.model import LoopedTransformer
-from depthbench.serving.bench import random_workload, serve_bench
-from depthbench.serving.engine import Engine, WallClock
+from depthbench.serving.bench import serve_bench
+from depthbench.serving.compare import random_workload
+from depthbench.serving.engine import Engine
+from depthbench.serving.executor import WallClock
 from depthbench.serving.exits import ExitSpecError, parse_exit
 from depthbench.serving.kvcache import KV_POLICIES
 from depthbench.serving.scheduler import Request, Scheduler
@@ -55,7 +57,7 @@ def test_full_depth_kv_cached_decode_equals_the_full_forward(kw):
     toks = [eng.prefill([0], [prompt])[0]]
     rows = [0]
     for _ in range(5):
-        eng.start(rows, [toks[-1]])
+        eng.start(rows, [toks[-1]], [3])   # the scheduler gives depths known in advance
         for _ in range(3):
             exited = eng.core(rows)
         assert exited == [0]
@@ -128,8 +130,8 @@ class FakeEngine:
     def __init__(self, plan, max_depth=4):
         from types import SimpleNamespace
         self.plan, self.max_depth = plan, max_depth
-        self.crit = SimpleNamespace(kind="fixed")
-        self.clock = WallClock()
+        self.crit = SimpleNamespace(known_in_advance=False)  # the plan decides the exits
+        self.clock, self.n_rows = WallClock(), 64
         self.loop, self.token, self.req_of_row = {}, {}, {}
         self.launches = []
 
@@ -139,7 +141,7 @@ class FakeEngine:
             self.token[r] = 0
         return [100] * len(rows)
 
-    def start(self, rows, tokens, trace=None):
+    def start(self, rows, tokens, depths=None):
         for r in rows:
             self.loop[r] = 0
 
@@ -238,7 +240,7 @@ def test_serve_bench_cli(trained_run, tmp_path):
 
 
 def test_online_arrivals_give_the_offline_tokens():
-    from depthbench.serving.bench import with_arrivals
+    from depthbench.serving.compare import with_arrivals
     model = model_of(**SHAPES[1])
     reqs = workload(n=5, new=4)
     offline, _ = serve(model, "argmax:2", "cdb", reqs=reqs)
@@ -318,7 +320,7 @@ def test_default_pool_holds_the_coda_batch_beside_a_full_launch():
 def test_a_turn_clock_runs_only_during_turns_and_skips_idle_time():
     import time
 
-    from depthbench.serving.engine import TurnClock
+    from depthbench.serving.executor import TurnClock
     c = TurnClock()
     assert c.now() == 0.0
     c.resume()
@@ -340,7 +342,7 @@ def test_modes_side_by_side_take_turns_and_serve_what_they_serve_alone(rate):
     turns, so their times add up to no more than the run's."""
     import time
 
-    from depthbench.serving.bench import run_side_by_side, with_arrivals
+    from depthbench.serving.compare import run_side_by_side, with_arrivals
     model = model_of(**SHAPES[1])
     reqs = with_arrivals(workload(n=9, new=5), rate, 0)
     cfg = ServeConfig(exit="latent:0.3", width=3, max_depth=4, warmup_requests=0)
@@ -348,8 +350,9 @@ def test_modes_side_by_side_take_turns_and_serve_what_they_serve_alone(rate):
 
     def makers(order):
         def maker(mode):
-            def make():
-                eng = Engine(model, parse_exit(cfg.exit, max_depth=4), cfg.kv_policy, 5, 64)
+            def make(clock=None):
+                eng = Engine(model, parse_exit(cfg.exit, max_depth=4), cfg.kv_policy, 5, 64,
+                             clock=clock)
                 core = eng.core
                 eng.core = lambda rows: (order.append(mode), core(rows))[1]
                 return eng

@@ -12,7 +12,7 @@ from click.testing import CliRunner
 from depthbench.cli import main
 from depthbench.config import ConfigError, ModelConfig, SimConfig
 from depthbench.model import LoopedTransformer
-from depthbench.serving.bench import random_workload
+from depthbench.serving.compare import random_workload
 from depthbench.serving.engine import Engine
 from depthbench.serving.exits import parse_exit
 from depthbench.serving.scheduler import Scheduler
@@ -96,8 +96,12 @@ def test_calibration_writes_a_profile_that_predicts_its_own_runs(tmp_path):
     path.write_text(prof.to_toml())
     again = load_profile(str(path))
     assert again == prof and again.kind == "fitted" and not again.paged
-    res = simulate(cfg.replace(width=8), again)
-    assert all(r["tokens_per_s"] > 0 for r in res["results"])
+    # the profile predicts the runs it was fitted to: simulated against measured throughput
+    for width in cfg.calibrate_widths:
+        res = simulate(cfg.replace(width=width), again)
+        for r in res["results"]:
+            measured = info["measured_tokens_per_s"][width, r["mode"]]
+            assert r["tokens_per_s"] == pytest.approx(measured, rel=0.3), (width, r["mode"])
 
 
 def test_gpu_profiles_load_and_name_their_sources():
@@ -132,3 +136,24 @@ def test_serve_sim_command_writes_rows_and_the_sweep_plot(tmp_path):
     assert out.with_suffix(".png").stat().st_size > 1000
     r = CliRunner().invoke(main, ["serve-sim", "--random", "tiny", "--profile", str(tmp_path / "x.toml")])
     assert r.exit_code == 2 and "does not exist" in r.output
+
+
+def test_scheduler_and_simulator_run_without_torch():
+    """The scheduler imports no engine and no torch; serve-sim simulates with torch made
+    unimportable (a fresh interpreter in which ``import torch`` raises ImportError)."""
+    import subprocess
+    import sys
+    code = (
+        "import sys\n"
+        "sys.modules['torch'] = None\n"
+        "from depthbench.serving import scheduler\n"
+        "assert not any(m.startswith('depthbench.serving.engine') or m == 'depthbench.model'\n"
+        "               for m in sys.modules), 'the scheduler imported the engine'\n"
+        "from depthbench.config import SimConfig\n"
+        "from depthbench.serving.sim import load_profile, simulate\n"
+        "res = simulate(SimConfig(random='ouro-like', exit='trace:2', max_depth=4, requests=32),\n"
+        "               load_profile('h100'))\n"
+        "print(' '.join(sorted(r['mode'] for r in res['results'])))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["batch1", "cdb", "no_refill", "static"]

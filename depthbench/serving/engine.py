@@ -14,8 +14,9 @@ scheduler never waits on the device to know what runs next. The launches:
                             batched launch), then the exit decisions; returns the rows that exit
     finish(rows)            coda + head of exited rows, greedy next token, KV of the exit state
 
-Exit depths that are known when a token starts (``fixed``, ``trace``, ``replay``) are decided
-on the host; the others read one flag per row back from the device after the launch (with
+Exit depths that the scheduler gives when a token starts (a criterion known in advance:
+``fixed``, ``trace``, ``replay``; or every token at max depth in ``static``) are counted on the
+host; the others read one flag per row back from the device after the launch (with
 ``lookahead`` the flag is the previous loop's, already computed when the launch is queued).
 
 Every launch is timed and, with ``record=True``, logged as (stage, rows, tokens, context length,
@@ -26,108 +27,48 @@ from __future__ import annotations
 
 import time
 
-import numpy as np
 import torch
 
 from depthbench.model import LoopedTransformer
+from depthbench.serving.executor import Clock, HostState
 from depthbench.serving.exits import ExitCriterion
 from depthbench.serving.kvcache import KVStore, SlotView, copies_on_exit
 
-STAGES = ("prefill", "start", "core", "finish")
-KNOWN_DEPTH = ("fixed", "trace", "replay")
+
+def fires(crit: ExitCriterion, loops: torch.Tensor, sig: dict) -> torch.Tensor:
+    """(N,) bool: which items' signal at their loop ``loops`` (1-based, (N,)) says "stop", for a
+    criterion read from signals (depths known in advance never get here)."""
+    if crit.kind == "latent":
+        delta = (sig["state"] - sig["prev_state"]).norm(dim=-1)
+        return delta / sig["state"].norm(dim=-1).clamp(min=1e-12) < crit.value
+    if crit.kind == "gate":
+        return torch.sigmoid(sig["gate"]) > crit.value
+    logp = torch.log_softmax(sig["logits"].float(), dim=-1)
+    if crit.kind == "entropy":
+        return -(logp.exp() * logp).sum(-1) < crit.value
+    if crit.kind == "kl":
+        kl = (logp.exp() * (logp - sig["prev_logp"])).sum(-1)
+        return (kl < crit.value) & (loops > 1)  # no previous distribution at loop 1
+    assert crit.kind == "argmax", crit.kind
+    return sig["argmax_run"] >= crit.value
 
 
-class WallClock:
-    """The real clock; the simulator substitutes a virtual one with the same two methods."""
+def decide(crit: ExitCriterion, loops: torch.Tensor, fired: torch.Tensor,
+           pending: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Exit mask after each item's loop, and the new pending flags (used with lookahead).
 
-    def now(self) -> float:
-        return time.perf_counter()
-
-    def wait_until(self, t: float) -> None:
-        time.sleep(max(0.0, t - self.now()))
-
-
-class TurnClock:
-    """A wall clock that runs only while its engine has the machine: several modes measured side
-    by side (``serving.bench.run_side_by_side``) each read the time of their own turns, so a
-    change in the machine's speed hits all of them alike. Waiting for an arrival advances it
-    without sleeping (an idle engine holds no machine time)."""
-
-    def __init__(self):
-        self.elapsed, self.since = 0.0, None
-
-    def resume(self) -> None:
-        self.since = time.perf_counter()
-
-    def pause(self) -> None:
-        self.elapsed += time.perf_counter() - self.since
-        self.since = None
-
-    def now(self) -> float:
-        return self.elapsed + (0.0 if self.since is None else time.perf_counter() - self.since)
-
-    def wait_until(self, t: float) -> None:
-        self.elapsed += max(0.0, t - self.now())
-
-
-class HostState:
-    """What the scheduler reads from an engine, kept on the host: per row its position, loop
-    and (where known at start) exit depth; per stage launch counts, tokens and seconds; the
-    clock. ``Engine`` runs the model; ``serving.sim.SimEngine`` prices launches instead."""
-
-    def __init__(self, criterion: ExitCriterion, n_rows: int, record: bool = False):
-        self.crit = criterion
-        self.max_depth = criterion.max_depth
-        self.n_rows = n_rows
-        self.clock = WallClock()
-        self.pos_h = np.zeros(n_rows, dtype=np.int64)
-        self.loop_h = np.zeros(n_rows, dtype=np.int64)
-        self.target_h = np.zeros(n_rows, dtype=np.int64)   # exit depth, where known at start
-        self.stats = {"prefills": 0, "core_rows": 0, "syncs": 0}
-        for s in STAGES:
-            self.stats[f"{s}_launches"] = 0
-            self.stats[f"{s}_s"] = 0.0
-            self.stats[f"{s}_tokens"] = 0
-        self.record = record
-        # (stage, rows, tokens, context length, KV entries copied on exit, seconds)
-        self.records: list[tuple[str, int, int, int, int, float]] = []
-
-    @property
-    def known_depth(self) -> bool:
-        return self.crit.kind in KNOWN_DEPTH
-
-    def _log(self, stage: str, dt: float, rows: int, tokens: int, L: int, copies: int = 0) -> None:
-        st = self.stats
-        st[f"{stage}_launches"] += 1
-        st[f"{stage}_s"] += dt
-        st[f"{stage}_tokens"] += tokens
-        if self.record:
-            self.records.append((stage, rows, tokens, L, copies, dt))
-
-    def _set_target(self, rows: list[int], trace_depths) -> None:
-        c = self.crit
-        if c.kind == "fixed":
-            d = np.full(len(rows), int(c.value), dtype=np.int64)
-        elif trace_depths is None:
-            d = np.full(len(rows), c.max_depth, dtype=np.int64)
-        else:
-            d = np.asarray(trace_depths, dtype=np.int64)
-        self.target_h[rows] = np.clip(d, c.min_depth, c.max_depth)
-        self.loop_h[rows] = 0
-
-    def _known_exits(self, rows: list[int]) -> list[int]:
-        self.loop_h[rows] += 1
-        return [r for r in rows if self.loop_h[r] >= self.target_h[r]]
-
-    def context(self, rows: list[int]) -> int:
-        """The attention length of a decode launch over ``rows`` (the longest row's)."""
-        return int(self.pos_h[rows].max()) + 1
+    Without lookahead an item exits when its own signal fires; with lookahead it exits one loop
+    after its signal fired. Either way the depth stays within [min_depth, max_depth]."""
+    stop, new_pending = (pending, fired) if crit.lookahead else (fired, pending)
+    stop = (stop & (loops >= crit.min_depth)) | (loops >= crit.max_depth)
+    return stop, new_pending
 
 
 class Engine(HostState):
     def __init__(self, model: LoopedTransformer, criterion: ExitCriterion, kv_policy: str,
-                 n_rows: int, max_len: int, device=None, record: bool = False):
-        super().__init__(criterion, n_rows, record)
+                 n_rows: int, max_len: int, device=None, record: bool = False,
+                 clock: Clock | None = None):
+        super().__init__(criterion, n_rows, record, clock)
         self.model = model.eval()
         self.cfg = model.cfg
         self.device = device or next(model.parameters()).device
@@ -139,7 +80,6 @@ class Engine(HostState):
         self.loop = z(n_rows, dtype=torch.long)
         self.pos = z(n_rows, dtype=torch.long)
         self.pending = z(n_rows, dtype=torch.bool)
-        self.trace_depth = z(n_rows, dtype=torch.long)
         if criterion.needs_logits:
             self.logits = z(n_rows, V, dtype=dtype)
             self.prev_logp = z(n_rows, V, dtype=torch.float32)
@@ -210,8 +150,9 @@ class Engine(HostState):
         return first
 
     @torch.no_grad()
-    def start(self, rows: list[int], tokens: list[int], trace_depths=None) -> None:
-        """Embedding and prelude of each row's next token, at the row's position."""
+    def start(self, rows: list[int], tokens: list[int], depths: list[int] | None = None) -> None:
+        """Embedding and prelude of each row's next token, at the row's position; ``depths``:
+        their exit depths where the scheduler knows them (else the criterion decides)."""
         t0 = time.perf_counter()
         m = self.model
         rows_t = self._rows(rows)
@@ -225,9 +166,7 @@ class Engine(HostState):
         self.S[rows_t] = m.initial_state(e[:, None], pos[:, None])[:, 0]
         self.loop[rows_t] = 0
         self.pending[rows_t] = False
-        self._set_target(rows, trace_depths)
-        if trace_depths is not None:
-            self.trace_depth[rows_t] = torch.tensor(trace_depths, device=self.device)
+        self._set_target(rows, depths)
         if self.crit.needs_logits:
             self.argmax_run[rows_t] = 0
             self.argmax_prev[rows_t] = -1
@@ -243,8 +182,9 @@ class Engine(HostState):
         loops = self.loop[rows_t] + 1
         mask, L = self._decode_mask(rows, pos)
         s_prev = self.S[rows_t]
+        known = self.depths_known(rows)
         early = None
-        if self.crit.lookahead and not self.known_depth:
+        if self.crit.lookahead and not known:
             # the decision for this launch was taken from the previous loop's signal: read it
             # before queuing the launch (it does not wait for this launch's result)
             early = (self.pending[rows_t] & (loops >= self.crit.min_depth)) | (loops >= self.max_depth)
@@ -256,7 +196,7 @@ class Engine(HostState):
         self.S[rows_t] = s
         self.loop[rows_t] = loops
         self.stats["core_rows"] += len(rows)
-        if self.known_depth:
+        if known:
             exited = self._known_exits(rows)
         else:
             self.loop_h[rows] += 1
@@ -283,7 +223,7 @@ class Engine(HostState):
             sig["argmax_run"] = run
             sig["prev_logp"] = self.prev_logp[rows_t]
             self.prev_logp[rows_t] = torch.log_softmax(logits.float(), -1)
-        stop, self.pending[rows_t] = crit.decide(loops, crit.fires(loops, sig), self.pending[rows_t])
+        stop, self.pending[rows_t] = decide(crit, loops, fires(crit, loops, sig), self.pending[rows_t])
         if early is not None:
             return [r for r, x in zip(rows, early) if x]
         self.stats["syncs"] += 1
@@ -297,8 +237,8 @@ class Engine(HostState):
         pos = self.pos[rows_t]
         depths = self.loop_h[rows].tolist()
         mask, L = self._decode_mask(rows, pos)
-        if self.crit.needs_logits:
-            logits = self.logits[rows_t]
+        if self.crit.needs_logits and not self.depths_known(rows):
+            logits = self.logits[rows_t]   # read out at the exit loop, for the decision
         else:
             logits = self._readout(self.S[rows_t], rows_t, pos, mask, L)
         self.kv.record_exit(rows_t, pos, depths)

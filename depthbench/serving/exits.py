@@ -1,8 +1,11 @@
 """Exit criteria: when a token stops looping.
 
-A criterion looks at per-loop signals of a batch of work items and says which of them exit.
-Signals are computed only when a criterion needs them (a per-loop readout of the coda and head
-for ``kl``, ``entropy`` and ``argmax``; the learned gate for ``gate``).
+A criterion is a spec and its parameters; it imports no torch, so the scheduler and the
+simulator read it without a model. Depths known when a token starts (``fixed``, ``trace``,
+``replay``: ``known_in_advance``) come from ``start_depth``; the others are decided on the
+device after each loop from signals the torch engine computes (``serving.engine``: a per-loop
+readout of the coda and head for ``kl``, ``entropy`` and ``argmax``; the learned gate for
+``gate``).
 
     fixed:K       exit at loop K
     latent:TAU    relative state change |s_t - s_{t-1}| / |s_t| < TAU
@@ -27,10 +30,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import torch
 
 from depthbench.errors import UserError
 from depthbench.schedules import MAX_DEPTH
+
+KNOWN_IN_ADVANCE = ("fixed", "trace", "replay")
 
 EXIT_HELP = ("fixed:K, latent:TAU, kl:TAU, entropy:TAU, argmax:N, gate:Q, replay:FILE.json, "
              "trace:MEAN")
@@ -59,8 +63,9 @@ class ExitCriterion:
         return self.kind == "gate"
 
     @property
-    def spec(self) -> str:
-        return f"{self.kind}:{self.value:g}" if self.kind not in ("replay",) else "replay"
+    def known_in_advance(self) -> bool:
+        """Whether a token's exit depth is known when it starts (no signal is read)."""
+        return self.kind in KNOWN_IN_ADVANCE
 
     def check_covers(self, request_ids) -> None:
         """A replay trace must name every request of the workload it is replayed on (a request
@@ -84,39 +89,12 @@ class ExitCriterion:
         p = (self.value - 1) / max(1, self.max_depth - 1)
         return 1 + int(rng.binomial(self.max_depth - 1, min(max(p, 0.0), 1.0)))
 
-    def fires(self, loops: torch.Tensor, sig: dict) -> torch.Tensor:
-        """(N,) bool: which items' signal at their loop ``loops`` (1-based, (N,)) says "stop"."""
-        if self.kind == "fixed":
-            return loops >= self.value
-        if self.kind in ("replay", "trace"):
-            return loops >= sig["trace_depth"]
-        if self.kind == "latent":
-            delta = (sig["state"] - sig["prev_state"]).norm(dim=-1)
-            return delta / sig["state"].norm(dim=-1).clamp(min=1e-12) < self.value
-        if self.kind == "gate":
-            return torch.sigmoid(sig["gate"]) > self.value
-        logp = torch.log_softmax(sig["logits"].float(), dim=-1)
-        if self.kind == "entropy":
-            return -(logp.exp() * logp).sum(-1) < self.value
-        if self.kind == "kl":
-            kl = (logp.exp() * (logp - sig["prev_logp"])).sum(-1)
-            return (kl < self.value) & (loops > 1)  # no previous distribution at loop 1
-        assert self.kind == "argmax"
-        return sig["argmax_run"] >= self.value
-
-    def decide(self, loops: torch.Tensor, fired: torch.Tensor,
-               pending: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Exit mask after each item's loop, and the new pending flags (used with lookahead).
-
-        Without lookahead an item exits when its own signal fires; with lookahead it exits one
-        loop after its signal fired. Either way the depth stays within [min_depth, max_depth]."""
-        if self.lookahead and self.kind not in ("fixed", "replay", "trace"):
-            # (depths known in advance need no looking ahead)
-            stop, new_pending = pending, fired
-        else:
-            stop, new_pending = fired, pending
-        stop = (stop & (loops >= self.min_depth)) | (loops >= self.max_depth)
-        return stop, new_pending
+    def start_depth(self, request_id: int, token_index: int) -> int:
+        """The exit depth of decoded token ``token_index`` of ``request_id``, for a criterion
+        known in advance, within [min_depth, max_depth]."""
+        assert self.known_in_advance, self.kind
+        d = int(self.value) if self.kind == "fixed" else self.trace_depth(request_id, token_index)
+        return min(max(d, self.min_depth), self.max_depth)
 
 
 def replay_file(spec: str) -> str:

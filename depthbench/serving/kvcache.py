@@ -27,14 +27,12 @@ import os
 import numpy as np
 import torch
 
-from depthbench.config import KV_POLICIES, ModelConfig, kv_layout  # noqa: F401  (re-exported)
-
-
-def copies_on_exit(policy: str, max_depth: int, depths) -> int:
-    """Per core layer, how many (slot, position) entries an exit copies (``last_exited``)."""
-    if policy != "last_exited":
-        return 0
-    return int((max_depth - np.asarray(depths, dtype=np.int64)).sum())
+from depthbench.config import (  # noqa: F401  (KV_POLICIES, copies_on_exit: re-exported)
+    KV_POLICIES,
+    ModelConfig,
+    copies_on_exit,
+    kv_layout,
+)
 
 
 class SlotView:

@@ -11,8 +11,11 @@ Modes (all over the same requests):
                read for many tokens at once; then their requests' next tokens (or new
                requests, in freed rows) join the next core launch
 
-The scheduler reads time from the engine's clock, so the same policies run on the real engine
-and, in ``serve-sim``, on a simulated one with a virtual clock.
+The scheduler decides and an executor (``serving.executor.Executor``: the torch engine, or the
+simulator's priced one) runs what it is told; this module imports neither. Each token's exit
+depth, where it is known when the token starts, is chosen here, in ``start_depths``. The
+scheduler reads time from the executor's clock, so the same policies run on the real engine and,
+in ``serve-sim``, on a virtual clock.
 """
 
 from __future__ import annotations
@@ -24,8 +27,7 @@ from dataclasses import dataclass, field
 from enum import IntEnum
 
 from depthbench.config import SERVE_MODES
-from depthbench.serving.engine import Engine
-from depthbench.serving.exits import parse_exit
+from depthbench.serving.executor import Executor
 
 MODES = SERVE_MODES
 
@@ -69,12 +71,10 @@ class Request:
 
 
 class Scheduler:
-    def __init__(self, engine: Engine, mode: str, width: int, admit_min: int | None = None,
+    def __init__(self, engine: Executor, mode: str, width: int, admit_min: int | None = None,
                  min_coda_batch: int | None = None, coda_wait: int | None = None,
                  pool: int | None = None):
         assert mode in MODES
-        if mode == "static":  # the baseline ignores the exit criterion: every token runs max_depth
-            engine.crit = parse_exit(f"fixed:{engine.max_depth}", engine.max_depth, engine.max_depth)
         self.engine, self.mode, self.clock = engine, mode, engine.clock
         self.width = 1 if mode == "batch1" else width
         cdb = mode == "cdb"
@@ -88,7 +88,7 @@ class Scheduler:
         # cdb keeps more requests resident than a core launch takes: tokens waiting for the
         # coda or for admission then leave no place in a launch empty
         self.pool = pool if cdb else self.width
-        self.pool = min(self.pool, getattr(engine, "n_rows", self.pool))   # the engine's KV rows
+        self.pool = min(self.pool, engine.n_rows)   # the executor's KV rows
         self.rows_free = list(range(self.pool))[::-1]
         self.active: dict[int, Request] = {}
         self.waiting: deque[Request] = deque()
@@ -133,14 +133,22 @@ class Scheduler:
             self._emit(req, tok, self.engine.max_depth, t)
         return [q.row for q in new if q.status == Status.RUNNING]
 
+    def start_depths(self, reqs: list[Request]) -> list[int] | None:
+        """The exit depths of the next tokens of ``reqs`` where they are known at start (None:
+        the executor decides from the criterion's signals). The one place a mode chooses its
+        exits: ``static`` runs every token at max depth whatever the criterion; every other mode
+        follows the criterion."""
+        if self.mode == "static":
+            return [self.engine.max_depth] * len(reqs)
+        crit = self.engine.crit
+        if not crit.known_in_advance:
+            return None
+        # decoded token i of a request (its first output token comes from the prefill)
+        return [crit.start_depth(q.id, len(q.output) - 1) for q in reqs]
+
     def _start(self, rows: list[int]) -> None:
-        eng = self.engine
         reqs = [self.active[r] for r in rows]
-        trace = None
-        if eng.crit.kind in ("replay", "trace"):
-            # decoded token i of a request (its first output token comes from the prefill)
-            trace = [eng.crit.trace_depth(q.id, len(q.output) - 1) for q in reqs]
-        eng.start(rows, [q.output[-1] for q in reqs], trace)
+        self.engine.start(rows, [q.output[-1] for q in reqs], self.start_depths(reqs))
 
     def _finish(self, exited: list[int]) -> list[int]:
         """Coda + head of exited rows; the rows whose requests go on."""

@@ -25,9 +25,12 @@ A profile prices it one of two ways:
                launch)
     launch     max(host, device) with ``overlap`` (asynchronous launches: the host prepares the
                next launch while the device runs; exit depths known ahead need no read back),
-               host + device without; plus sync x device-to-host reads With every overhead zero and
-cost proportional to FLOPs the simulated speedup equals the paper-convention bound exactly
-(tests check it).
+               host + device without; plus sync x device-to-host reads
+
+With every overhead zero and cost proportional to FLOPs the simulated speedup equals the
+paper-convention bound exactly (tests check it). Simulating imports no torch (the scheduler,
+the executor interface and the comparison are torch-free); only ``--calibrate``, which runs the
+real engine, needs it.
 """
 
 from __future__ import annotations
@@ -41,11 +44,10 @@ from pathlib import Path
 
 import numpy as np
 
-from depthbench.config import ModelConfig, SimConfig, kv_layout, model_preset
+from depthbench.config import ModelConfig, SimConfig, copies_on_exit, kv_layout, model_preset
 from depthbench.errors import UserError
-from depthbench.serving.engine import STAGES, HostState
+from depthbench.serving.executor import STAGES, Clock, HostState
 from depthbench.serving.exits import ExitCriterion, parse_exit, replay_file
-from depthbench.serving.kvcache import copies_on_exit
 
 PROFILE_DIR = Path(__file__).parent / "profiles"
 
@@ -123,7 +125,8 @@ class Profile:
 
 
 def load_profile(name_or_path: str) -> Profile:
-    """A packaged profile (``h100``, ``h200``, ``cpu``) or a profile TOML file."""
+    """A packaged profile (``h100``, ``h200``) or a profile TOML file (``serve-sim --calibrate``
+    writes one for this machine)."""
     path = Path(name_or_path)
     if not path.suffix:
         path = PROFILE_DIR / f"{name_or_path}.toml"
@@ -200,12 +203,11 @@ class SimEngine(HostState):
     """The engine's interface, priced by ``profile`` on a virtual clock (tokens are all 0)."""
 
     def __init__(self, cfg: ModelConfig, criterion: ExitCriterion, kv_policy: str, n_rows: int,
-                 max_len: int, profile: Profile, record: bool = False):
-        if criterion.kind not in ("fixed", "trace", "replay"):
+                 max_len: int, profile: Profile, record: bool = False, clock: Clock | None = None):
+        if not criterion.known_in_advance:
             raise UserError(f"serve-sim needs exit depths known in advance, not {criterion.kind}")
-        super().__init__(criterion, n_rows, record)
+        super().__init__(criterion, n_rows, record, clock or VirtualClock())
         self.cfg, self.kv_policy, self.profile = cfg, kv_policy, profile
-        self.clock = VirtualClock()
         self.kv_nbytes = kv_bytes(cfg, kv_policy, self.max_depth, n_rows, max_len,
                                   profile.bytes_per_value)
 
@@ -232,9 +234,9 @@ class SimEngine(HostState):
     def _read(self, rows: list[int]) -> int:
         return int(self.pos_h[rows].sum()) + len(rows)
 
-    def start(self, rows: list[int], tokens: list[int], trace_depths=None) -> None:
+    def start(self, rows: list[int], tokens: list[int], depths: list[int] | None = None) -> None:
         self._launch("start", len(rows), len(rows), self.context(rows), read=self._read(rows))
-        self._set_target(rows, trace_depths)
+        self._set_target(rows, depths)
 
     def core(self, rows: list[int]) -> list[int]:
         self._launch("core", len(rows), len(rows), self.context(rows), read=self._read(rows))
@@ -258,7 +260,7 @@ def sim_model(cfg: SimConfig) -> ModelConfig:
 
 def simulate(cfg: SimConfig, profile: Profile, mcfg: ModelConfig | None = None) -> dict:
     """Every mode of ``cfg`` on ``profile``: serve-bench's result (rows, bounds, speedups)."""
-    from depthbench.serving.bench import compare_modes, engine_rows, random_workload, with_arrivals
+    from depthbench.serving.compare import compare_modes, engine_rows, random_workload, with_arrivals
     mcfg = mcfg or sim_model(cfg)
     crit = parse_exit(cfg.exit, cfg.min_depth, cfg.max_depth, cfg.lookahead, cfg.seed)
     reqs = with_arrivals(random_workload(mcfg.vocab_size, cfg.requests, cfg.prompt_len,
@@ -268,7 +270,8 @@ def simulate(cfg: SimConfig, profile: Profile, mcfg: ModelConfig | None = None) 
     max_len = max(len(q.prompt) + q.max_new_tokens for q in reqs) + 1
 
     def engines(mode):
-        return lambda: SimEngine(mcfg, crit, cfg.kv_policy, engine_rows(mode, cfg), max_len, profile)
+        return lambda clock=None: SimEngine(mcfg, crit, cfg.kv_policy, engine_rows(mode, cfg),
+                                            max_len, profile, clock=clock)
 
     sim = cfg.replace(warmup_requests=0)   # a virtual clock has nothing to warm up
     return compare_modes(engines, mcfg, reqs, sim, cfg.prompt_len + (cfg.max_new_tokens or 32))
@@ -313,12 +316,14 @@ def calibrate(cfg: SimConfig, log=None) -> tuple[Profile, dict]:
     mcfg = sim_model(cfg)
     torch.manual_seed(cfg.seed)
     model = LoopedTransformer(mcfg).eval()
-    runs = []
+    runs, measured = [], {}
     for (width, mode), run in measure(model, cfg, widths=cfg.calibrate_widths).items():
         runs.append(run)
+        measured[width, mode] = run[0]["tokens_per_s"]
         if log:
             log(f"  width {width} {mode}: {run[0]['tokens_per_s']:.1f} tokens/s")
-    return fit_profile(mcfg, runs, cfg, next(model.parameters()).element_size())
+    prof, info = fit_profile(mcfg, runs, cfg, next(model.parameters()).element_size())
+    return prof, {**info, "measured_tokens_per_s": measured}
 
 
 def measure(model, cfg: SimConfig, modes=(), widths=()) -> dict[tuple[int, str], tuple]:
@@ -327,7 +332,7 @@ def measure(model, cfg: SimConfig, modes=(), widths=()) -> dict[tuple[int, str],
     (width, mode) its (result, records, engine stats). batch1 runs on its own over a sixteenth
     of the requests (at least 8): its rate does not depend on how many there are."""
     from depthbench.runtime import hold_freed_memory
-    from depthbench.serving.bench import engine_rows, random_workload, run_side_by_side
+    from depthbench.serving.compare import engine_rows, random_workload, run_side_by_side
     from depthbench.serving.engine import Engine
 
     hold_freed_memory()
@@ -340,9 +345,9 @@ def measure(model, cfg: SimConfig, modes=(), widths=()) -> dict[tuple[int, str],
     def entry(width, mode):
         c = cfg.replace(width=width)
 
-        def make():
+        def make(clock=None):
             engs[width, mode] = Engine(model, crit, c.kv_policy, engine_rows(mode, c), max_len,
-                                       record=True)
+                                       record=True, clock=clock)
             return engs[width, mode]
         return mode, c, make
 
@@ -417,7 +422,7 @@ def run_sim(cfg: SimConfig, log=None) -> dict:
     ``cfg.means``), write ``serve`` rows to ``cfg.out`` and the sweep plot."""
     from depthbench.fsio import atomic_write_many, atomic_write_text
     from depthbench.rows import row_files, row_paths, tag_rows
-    from depthbench.serving.bench import result_rows
+    from depthbench.serving.compare import result_rows
 
     if cfg.calibrate:
         if Path(cfg.calibrate).is_dir():

@@ -1,0 +1,227 @@
+"""Every batching mode over the same workload, side by side, with the bounds; torch-free, so
+``serve-bench`` (the torch engine) and ``serve-sim`` (the priced one) produce the same rows.
+
+Per mode: output tokens/s, TTFT and inter-token latency percentiles, mean exit depth and its
+histogram, core launches and rows per launch, padding waste (empty places in core launches of
+``width`` rows), launches per token by stage, host syncs, KV memory, realized speedup over
+``static``, the ceiling ``(F0 + K_max Fr) / (F0 + mean_depth Fr)``, fraction of ceiling
+(``realized / ceiling`` and ``(realized - 1) / (ceiling - 1)``); the continuous-depth-batching
+paper's bound (parameter FLOPs, the requested depths, each request's first token at full
+depth) and the fraction of it realized, over the whole run and over the steady-state window
+(the middle 80% of emitted tokens); and the exact-match recall of what was generated when the
+workload comes from a dataset. ``compare_modes`` takes an executor factory.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+import numpy as np
+
+from depthbench.config import ServeConfig
+from depthbench.flops import FlopModel
+from depthbench.serving.executor import STAGES, TurnClock
+from depthbench.serving.scheduler import Request, Scheduler, cdb_sizes
+
+
+def random_workload(vocab_size: int, n: int, prompt_len: int, max_new_tokens: int,
+                    seed: int, spread: float = 0.0) -> list[Request]:
+    """Random prompts; request i generates ``max_new_tokens`` (32 if 0) scaled by a seeded
+    uniform factor in [1 - spread, 1 + spread], so that requests do not all finish together."""
+    new = max_new_tokens or 32
+    prompts = np.random.default_rng([seed, 1]).integers(0, vocab_size, size=(n, prompt_len))
+    f = np.random.default_rng(seed).uniform(1 - spread, 1 + spread, size=n) if spread else np.ones(n)
+    return [Request(i, prompts[i].tolist(), max(1, round(new * float(f[i])))) for i in range(n)]
+
+
+def with_arrivals(reqs: list[Request], rate: float, seed: int) -> list[Request]:
+    if rate <= 0:
+        return reqs
+    gaps = np.random.default_rng(seed).exponential(1.0 / rate, size=len(reqs))
+    for q, t in zip(reqs, np.cumsum(gaps)):
+        q.arrival = float(t)
+    return reqs
+
+
+def _percentiles(x: list[float]) -> dict:
+    if not x:
+        return {"p50": None, "p90": None, "p99": None}
+    a = np.asarray(x) * 1000.0
+    return {f"p{q}": float(np.percentile(a, q)) for q in (50, 90, 99)}
+
+
+def engine_rows(mode: str, cfg: ServeConfig) -> int:
+    """KV rows an engine needs for ``mode``: 1 for batch1, cdb's pool, else the width."""
+    if mode == "batch1":
+        return 1
+    rows = cdb_sizes(cfg.width, cfg.min_coda_batch, cfg.pool)[1] if mode == "cdb" else cfg.width
+    return min(rows, cfg.requests)  # never more KV rows than requests
+
+
+def _scheduler(eng, mode: str, cfg: ServeConfig) -> Scheduler:
+    return Scheduler(eng, mode, 1 if mode == "batch1" else cfg.width, cfg.admit_min,
+                     cfg.min_coda_batch, cfg.coda_wait, cfg.pool)
+
+
+def run_side_by_side(entries: dict, requests: list[Request],
+                     interleave: bool = True) -> dict:
+    """Each entry ``key: (mode, cfg, make_engine)`` (an executor factory taking a clock or None:
+    the real ``Engine`` or the simulator's) serves ``requests`` on a fresh engine, timed by the
+    engine's clock: per key the mode's result and the requests served. With ``interleave`` the
+    entries run side by side, one scheduler step (a core launch and what precedes it) at a time,
+    each step going to the entry with the fewest tokens emitted so far, each engine on a
+    ``TurnClock`` that runs only during its own steps: the entries start and finish together, so a drift in the machine's
+    speed over the run hits all of them alike. Otherwise (the simulator; CUDA, where a launch
+    outlives its step) one after another."""
+    def prepare(key):
+        mode, cfg, make = entries[key]
+        if cfg.warmup_requests:  # first-call allocations and kernel selection stay out of the timing
+            _scheduler(make(), mode, cfg).run([q.fresh() for q in requests[: cfg.warmup_requests]])
+        eng = make(TurnClock() if interleave else None)
+        sched, reqs = _scheduler(eng, mode, cfg), [q.fresh() for q in requests]
+        return sched, cfg, reqs, sched.steps(reqs)
+
+    def result(sched, cfg, reqs):   # the engine (and its KV store) is dropped after this
+        done = sorted(reqs, key=lambda q: q.id)
+        return mode_result(sched.mode, cfg, done, sched.engine, sched.now(), sched.width), done
+
+    out = {}
+    if not interleave:   # one engine at a time: no more memory than the largest mode needs
+        for key in entries:
+            sched, cfg, reqs, steps = prepare(key)
+            deque(steps, maxlen=0)   # run every step
+            out[key] = result(sched, cfg, reqs)
+        return out
+    live = {key: prepare(key) for key in entries}
+    while live:
+        key = min(live, key=lambda k: live[k][0].emitted)
+        sched, cfg, reqs, steps = live[key]
+        sched.clock.resume()
+        try:
+            next(steps)
+        except StopIteration:
+            del live[key]
+            out[key] = result(sched, cfg, reqs)
+        finally:
+            sched.clock.pause()
+    return {key: out[key] for key in entries}
+
+
+def mode_result(mode: str, cfg: ServeConfig, done: list[Request], eng, wall: float,
+                width: int) -> dict:
+    n_tokens = sum(len(q.output) for q in done)
+    decode_depths = [d for q in done for d in q.depths[1:]]  # the first token comes from prefill
+    itl = [b - a for q in done for a, b in zip(q.token_times, q.token_times[1:])]
+    hist = np.bincount(decode_depths, minlength=cfg.max_depth + 1)[1:].tolist() if decode_depths else []
+    st = eng.stats
+    times = [t for q in done for t in q.token_times]
+    depths = [d for q in done for d in q.depths]
+    recall = [q.output[: len(q.target)] == q.target for q in done if q.target]
+    decode_s = max(wall - st["prefill_s"], 1e-9)
+    return {
+        "mode": mode, "wall_s": wall, "output_tokens": n_tokens, "tokens_per_s": n_tokens / wall,
+        # decode alone: the first token of each request comes from the (full-depth) prefill
+        "prefill_s": st["prefill_s"], "decode_tokens_per_s": len(decode_depths) / decode_s,
+        "ttft_ms": _percentiles([q.token_times[0] - q.arrival for q in done]),
+        "itl_ms": _percentiles(itl),
+        "mean_depth": float(np.mean(decode_depths)) if decode_depths else float("nan"),
+        "depth_histogram": hist,
+        "core_launches": st["core_launches"],
+        "rows_per_launch": st["core_rows"] / max(1, st["core_launches"]),
+        "padding_waste": 1.0 - st["core_rows"] / max(1, st["core_launches"] * width),
+        "exact_match": float(np.mean(recall)) if recall else None,
+        "kv_cache_mb": eng.kv_nbytes / 2**20,
+        # where the time went: engine launches by kind, the rest is scheduling
+        "time_split": {k: st[f"{k}_s"] / wall for k in STAGES},
+        "launches_per_token": {k: st[f"{k}_launches"] / max(1, n_tokens) for k in STAGES},
+        "host_syncs": st["syncs"],
+        **steady_state(times, depths),
+    }
+
+
+def steady_state(times: list[float], depths: list[int], trim: float = 0.1) -> dict:
+    """Throughput over the steady-state window: the tokens emitted between the ``trim`` and
+    ``1 - trim`` quantiles of emission time (fill and drain removed), with their depths (the
+    window's bound is priced from them)."""
+    if len(times) < 10:
+        return {"steady_tokens_per_s": None, "steady_window_s": None, "steady_depths": []}
+    t = np.asarray(times)
+    lo, hi = np.quantile(t, [trim, 1 - trim])
+    inside = (t > lo) & (t <= hi)
+    n = int(inside.sum())
+    return {"steady_tokens_per_s": n / (hi - lo) if hi > lo else None,
+            "steady_window_s": float(hi - lo),
+            "steady_depths": np.asarray(depths)[inside].tolist()}
+
+
+def paper_bound(fm: FlopModel, k_max: int, depths: list[int]) -> float:
+    """The continuous-depth-batching paper's bound (its eq. 1): parameter-only FLOPs, every
+    token priced at its requested depth and each request's first token at full depth (the
+    depth lists carry it: prefill emits at ``k_max``)."""
+    if not depths:
+        return float("nan")
+    return len(depths) * fm.forward(k_max) / sum(fm.forward(d) for d in depths)
+
+
+def result_rows(res: dict, **keys) -> list[dict]:
+    """Flat result rows (one per mode) of a serve_bench result, led by grouping ``keys``."""
+    rows = []
+    for r in res["results"]:
+        row = {**keys, **{k: v for k, v in r.items() if not isinstance(v, (dict, list))}}
+        for name, fmt in (("ttft_ms", "ttft_{}_ms"), ("itl_ms", "itl_{}_ms"),
+                          ("time_split", "time_{}"), ("launches_per_token", "launches_per_token_{}")):
+            row.update({fmt.format(k): v for k, v in r[name].items()})
+        rows.append(row)
+    return rows
+
+
+def compare_modes(engines, mcfg, requests: list[Request], cfg: ServeConfig,
+                  seq_len_for_flops: int, progress=None, interleave: bool = False) -> dict:
+    """Every mode of ``cfg`` over the same requests (``engines(mode)`` makes a fresh engine;
+    ``interleave``: side by side, see ``run_side_by_side``), with the bounds, speedups over
+    ``static`` and whether the adaptive modes agree."""
+    fm = FlopModel.of(mcfg, seq_len_for_flops)
+    fm_params = FlopModel.of(mcfg, 0)   # parameters only, the paper's convention
+    ran = run_side_by_side({m: (m, cfg, engines(m)) for m in cfg.modes}, requests, interleave)
+    results = [ran[m][0] for m in cfg.modes]
+    outputs = {m: ran[m][1] for m in cfg.modes}
+    if progress:
+        progress(", ".join(cfg.modes))
+    static = next((r for r in results if r["mode"] == "static"), None)
+    # the bound prices the requested depths: an adaptive mode's (static runs max_depth)
+    requested = next((m for m in ("cdb", "no_refill", "batch1") if m in outputs), "static")
+    req_depths = [d for q in outputs[requested] for d in q.depths]
+    for r in results:
+        add_bounds(r, static, fm, fm_params, cfg.max_depth, req_depths)
+    same = None
+    adaptive = [m for m in ("cdb", "no_refill", "batch1") if m in outputs]
+    if len(adaptive) > 1:
+        ref = [q.output for q in outputs[adaptive[0]]]
+        same = all([q.output for q in outputs[m]] == ref for m in adaptive[1:])
+    return {"config": cfg.to_dict(), "exit": cfg.exit, "results": results,
+            "adaptive_modes_agree": same, "f0": fm.f0, "fr": fm.fr,
+            "outputs": {m: [q.output for q in d] for m, d in outputs.items()},
+            "depth_traces": {m: {str(q.id): q.depths[1:] for q in d} for m, d in outputs.items()}}
+
+
+def add_bounds(r: dict, static: dict | None, fm: FlopModel, fm_params: FlopModel, k_max: int,
+               depths: list[int]) -> None:
+    """The bounds of one mode's result and, given the ``static`` result, realized fractions."""
+    ceiling = fm.ceiling(k_max, r["mean_depth"])
+    r["ceiling"] = ceiling
+    r["paper_bound"] = paper_bound(fm_params, k_max, depths)
+    window = r.pop("steady_depths")   # static's window ran max_depth: it takes the whole run's
+    r["steady_bound"] = paper_bound(fm_params, k_max, window) if r["mode"] != "static" else r["paper_bound"]
+    if static is None:
+        return
+    realized = r["tokens_per_s"] / static["tokens_per_s"]
+    r["speedup"] = realized
+    r["fraction_of_ceiling"] = realized / ceiling
+    r["fraction_of_gain"] = (realized - 1) / (ceiling - 1) if ceiling > 1 + 1e-9 else None
+    dec = r["decode_tokens_per_s"] / static["decode_tokens_per_s"]
+    r["decode_speedup"] = dec
+    r["decode_fraction_of_ceiling"] = dec / ceiling
+    r["paper_fraction"] = realized / r["paper_bound"]
+    ss, ss0 = r["steady_tokens_per_s"], static["steady_tokens_per_s"]
+    r["steady_speedup"] = ss / ss0 if ss and ss0 else None
+    r["steady_fraction"] = r["steady_speedup"] / r["steady_bound"] if r["steady_speedup"] else None
