@@ -466,17 +466,7 @@ def _eval_sections(figs, ev: pd.DataFrame, color: dict, reference: str | None, t
             tables.append((f"Paired difference to {ref}: exact match averaged over serving depths "
                            "(per seed, then mean and 95% CI over seeds)", _paired_mean_em(re, ref)))
     _fig_fixed(figs, re, color)
-    # ---- NLL vs modeled FLOPs ------------------------------------------------------------------
-    mean_nll = re.groupby(["run", "schedule"]).agg(
-        nll=("nll", "mean"), flops=("modeled_train_flops", "first")).reset_index()
-    fig, ax = figs.new("Mean serving-depth NLL vs modeled training FLOPs",
-                       "modeled training FLOPs", "mean NLL over serving depths")
-    for s, g in mean_nll.groupby("schedule"):
-        ax.scatter(g["flops"], g["nll"], color=color[s], label=s, s=30)
-    ax.set_xscale("log")
-    ax.legend(fontsize=8)
-    figs.save(fig, "nll_vs_flops.png", "Each marker is one run: mean NLL over all serving "
-              "depths against the run's modeled training FLOPs.")
+    _fig_nll_flops(figs, re, color)
     tables[:0] = _summary_tables(re, ref, curves)
     brackets = _brackets(fin)
     if brackets is not None:
@@ -494,6 +484,45 @@ def _eval_sections(figs, ev: pd.DataFrame, color: dict, reference: str | None, t
         tables.append(("Control: unseen people (recalled bits must be about 0)",
                        ctrl.groupby("schedule")["bits_per_person"].agg(["mean", "max"]).round(2)
                        .reset_index()))
+
+
+def _fixed_fraction(arm: str) -> float | None:
+    """The fixed phase of a fixed-first arm (None for any other arm, a matched run included)."""
+    from depthbench.schedules import parse_schedule
+    try:
+        s = parse_schedule(str(arm))
+    except UserError:  # a matched arm: schedule~reference
+        return None
+    return s.fraction if s.kind == "fixed-first" else None
+
+
+def _fig_nll_flops(figs, re: pd.DataFrame, color: dict) -> None:
+    """The paper's Figure 2: mean serving NLL (over all serving depths) against modeled training
+    FLOPs. One small marker per run and a large one per arm (mean over seeds, SD bars);
+    fixed-first arms are circles, filled for the shortest fixed phase in the report and open
+    for longer ones (the paper's 67% filled, 80% open); every other arm is a square."""
+    runs = re.groupby(["run", "schedule"]).agg(
+        nll=("nll", "mean"), flops=("modeled_train_flops", "first")).reset_index()
+    fracs = {s: _fixed_fraction(s) for s in runs["schedule"].unique()}
+    shortest = min((f for f in fracs.values() if f is not None), default=None)
+    fig, ax = figs.new("Mean serving NLL vs modeled training FLOPs",
+                       "modeled training FLOPs", "mean NLL over serving depths")
+    for s, g in runs.groupby("schedule"):
+        f = fracs[s]
+        marker = "s" if f is None else "o"
+        face = "none" if f is not None and f != shortest else color[s]
+        ax.scatter(g["flops"], g["nll"], s=10, marker=marker, facecolors=face,
+                   edgecolors=color[s], alpha=0.45, lw=0.8)
+        ax.errorbar(g["flops"].mean(), g["nll"].mean(), xerr=g["flops"].std(ddof=1) if len(g) > 1 else None,
+                    yerr=g["nll"].std(ddof=1) if len(g) > 1 else None, fmt=marker, ms=9,
+                    mfc=face, mec=color[s], ecolor=color[s], mew=1.6, capsize=3,
+                    label=f"{s} (n={g['run'].nunique()})")
+    ax.set_xscale("log")
+    ax.legend(fontsize=8)
+    figs.save(fig, "nll_vs_flops.png", "The paper's Figure 2: mean NLL over all serving depths "
+              "against modeled training FLOPs; small markers are runs, large ones the mean over "
+              "seeds with SD bars. Circles are fixed-first arms (filled: the shortest fixed phase "
+              "in this report; open: longer ones), squares every other arm.")
 
 
 def _fig_fixed(figs, re: pd.DataFrame, color: dict) -> None:
