@@ -65,14 +65,14 @@ def _scheduler(eng, mode: str, cfg: ServeConfig) -> Scheduler:
 
 def run_side_by_side(entries: dict, requests: list[Request],
                      interleave: bool = True) -> dict:
-    """Each entry ``key: (mode, cfg, make_engine)`` (an executor factory taking a clock or None:
-    the real ``Engine`` or the simulator's) serves ``requests`` on a fresh engine, timed by the
+    """Each entry ``key: (mode, cfg, make_engine)`` (an executor factory taking a clock or None: the
+    real ``Engine`` or the simulator's) serves ``requests`` on a fresh engine, timed by the
     engine's clock: per key the mode's result and the requests served. With ``interleave`` the
     entries run side by side, one scheduler step (a core launch and what precedes it) at a time,
     each step going to the entry with the fewest tokens emitted so far, each engine on a
-    ``TurnClock`` that runs only during its own steps: the entries start and finish together, so a drift in the machine's
-    speed over the run hits all of them alike. Otherwise (the simulator; CUDA, where a launch
-    outlives its step) one after another."""
+    ``TurnClock`` that runs only during its own steps: the entries start and finish together, so
+    a drift in the machine's speed over the run hits all of them alike. Otherwise (the
+    simulator; CUDA, where a launch outlives its step) one after another."""
     def prepare(key):
         mode, cfg, make = entries[key]
         if cfg.warmup_requests:  # first-call allocations and kernel selection stay out of the timing
