@@ -130,14 +130,10 @@ def _cfg(args, **kw) -> SimConfig:
 def _with_bounds(results: list[dict], cfg: SimConfig) -> list[dict]:
     """Bounds and speedups over static for results measured one mode at a time."""
     from depthbench.flops import FlopModel
-    from depthbench.serving.compare import add_bounds
+    from depthbench.serving.compare import add_all_bounds
     mcfg = sim_model(cfg)
-    static = next(r for r in results if r["mode"] == "static")
-    depths = {r["mode"]: r.pop("_depths") for r in results}
-    req = depths.get("cdb") or next(iter(depths.values()))
-    for r in results:
-        add_bounds(r, static, FlopModel.of(mcfg, cfg.prompt_len + (cfg.max_new_tokens or 32)),
-                   FlopModel.of(mcfg, 0), cfg.max_depth, req)
+    add_all_bounds(results, FlopModel.of(mcfg, cfg.prompt_len + (cfg.max_new_tokens or 32)),
+                   FlopModel.of(mcfg, 0), cfg.max_depth)
     return results
 
 

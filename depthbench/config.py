@@ -314,7 +314,11 @@ def resolve_presets(preset: str, sets: dict | None = None, model: dict | None = 
 
 # ---- stage configs ------------------------------------------------------------------------------
 EVAL_SPLITS = SPLITS[1:]
-SERVE_MODES = ("static", "no_refill", "batch1", "cdb")
+# static: cdb's scheduler (resident pool, coda batching) with every token at max depth, so that
+# cdb's speedup over it is what depth buys; static_lockstep: today's token-lockstep batches at
+# max depth (pool = width), beside it on request
+SERVE_MODES = ("static", "no_refill", "batch1", "cdb", "static_lockstep")
+DEFAULT_SERVE_MODES = ("static", "no_refill", "batch1", "cdb")
 KV_POLICIES = ("depth_indexed", "last_exited", "single", "first_then_shared")
 
 
@@ -458,7 +462,7 @@ class ServeConfig(_Plain):
     random: str = ""               # a random-weight model of this model preset instead
     model_set: dict = field(default_factory=dict)  # model config overrides of random
     data: str = ""                 # workload dataset ("": the run's)
-    modes: tuple[str, ...] = SERVE_MODES
+    modes: tuple[str, ...] = DEFAULT_SERVE_MODES
     exit: str = "latent:0.05"
     kv_policy: str = "depth_indexed"
     width: int = 64                # rows per core launch at most

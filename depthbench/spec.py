@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from depthbench.config import (
+    DEFAULT_SERVE_MODES,
     EVAL_SPLITS,
     MAX_DEPTH,
     SERVE_MODES,
@@ -142,7 +143,7 @@ class ProbeSpec(_Plain):
 class ServeSpec(_Plain):
     enabled: bool = True
     schedule: str = "uniform:1-16"  # the seed-0 run of this schedule is benchmarked
-    modes: tuple[str, ...] = SERVE_MODES
+    modes: tuple[str, ...] = DEFAULT_SERVE_MODES
     exit: str = "latent:0.05"
     kv_policy: str = "depth_indexed"
     requests: int = 64

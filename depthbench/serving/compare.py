@@ -21,7 +21,9 @@ import numpy as np
 from depthbench.config import ServeConfig
 from depthbench.flops import FlopModel
 from depthbench.serving.executor import STAGES, TurnClock
-from depthbench.serving.scheduler import Request, Scheduler, cdb_sizes
+from depthbench.serving.scheduler import POOLED, Request, Scheduler, cdb_sizes
+
+ADAPTIVE = ("cdb", "no_refill", "batch1")   # the modes whose tokens exit at their own depth
 
 
 def random_workload(vocab_size: int, n: int, prompt_len: int, max_new_tokens: int,
@@ -51,10 +53,12 @@ def _percentiles(x: list[float]) -> dict:
 
 
 def engine_rows(mode: str, cfg: ServeConfig) -> int:
-    """KV rows an engine needs for ``mode``: 1 for batch1, cdb's pool, else the width."""
+    """KV rows an engine needs for ``mode``: 1 for batch1, cdb's pool (cdb and static), else
+    the width."""
     if mode == "batch1":
         return 1
-    rows = cdb_sizes(cfg.width, cfg.min_coda_batch, cfg.pool)[1] if mode == "cdb" else cfg.width
+    rows = (cdb_sizes(cfg.width, cfg.min_coda_batch, cfg.pool)[1] if mode in POOLED
+            else cfg.width)
     return min(rows, cfg.requests)  # never more KV rows than requests
 
 
@@ -116,6 +120,8 @@ def mode_result(mode: str, cfg: ServeConfig, done: list[Request], eng, wall: flo
     st = eng.stats
     times = [t for q in done for t in q.token_times]
     depths = [d for q in done for d in q.depths]
+    # per emitted token, the prompt it was prefilled with (its request's first token) or 0
+    prompts = [len(q.prompt) if i == 0 else 0 for q in done for i in range(len(q.depths))]
     recall = [q.output[: len(q.target)] == q.target for q in done if q.target]
     decode_s = max(wall - st["prefill_s"], 1e-9)
     return {
@@ -135,23 +141,25 @@ def mode_result(mode: str, cfg: ServeConfig, done: list[Request], eng, wall: flo
         "time_split": {k: st[f"{k}_s"] / wall for k in STAGES},
         "launches_per_token": {k: st[f"{k}_launches"] / max(1, n_tokens) for k in STAGES},
         "host_syncs": st["syncs"],
-        **steady_state(times, depths),
+        **steady_state(times),
+        # the tokens the bounds are priced on (add_bounds pops them)
+        "_tokens": {"depths": depths, "prompts": prompts},
     }
 
 
-def steady_state(times: list[float], depths: list[int], trim: float = 0.1) -> dict:
+def steady_state(times: list[float], trim: float = 0.1) -> dict:
     """Throughput over the steady-state window: the tokens emitted between the ``trim`` and
-    ``1 - trim`` quantiles of emission time (fill and drain removed), with their depths (the
-    window's bound is priced from them)."""
+    ``1 - trim`` quantiles of emission time (fill and drain removed), and which tokens those
+    are (the window's bounds are priced on them)."""
     if len(times) < 10:
-        return {"steady_tokens_per_s": None, "steady_window_s": None, "steady_depths": []}
+        return {"steady_tokens_per_s": None, "steady_window_s": None,
+                "_steady": [False] * len(times)}
     t = np.asarray(times)
     lo, hi = np.quantile(t, [trim, 1 - trim])
     inside = (t > lo) & (t <= hi)
     n = int(inside.sum())
     return {"steady_tokens_per_s": n / (hi - lo) if hi > lo else None,
-            "steady_window_s": float(hi - lo),
-            "steady_depths": np.asarray(depths)[inside].tolist()}
+            "steady_window_s": float(hi - lo), "_steady": inside.tolist()}
 
 
 def paper_bound(fm: FlopModel, k_max: int, depths: list[int]) -> float:
@@ -161,6 +169,21 @@ def paper_bound(fm: FlopModel, k_max: int, depths: list[int]) -> float:
     if not depths:
         return float("nan")
     return len(depths) * fm.forward(k_max) / sum(fm.forward(d) for d in depths)
+
+
+def achievable_bound(fm: FlopModel, k_max: int, depths: list[int], prompts: list[int]) -> float:
+    """The speedup over ``static`` that depth alone allows on these tokens, counting the work
+    every mode shares: each request's prompt prefilled at full depth (every prompt token through
+    prelude, ``k_max`` loops, coda and head) and every decoded token's prelude, coda and head.
+    Per emitted token (``prompts[i]`` > 0: a request's first token, from the prefill of a prompt
+    of that many tokens), what static pays over what the depths pay, in parameter FLOPs. It
+    equals ``paper_bound`` when every prompt is one token."""
+    if not depths:
+        return float("nan")
+    full = fm.forward(k_max)
+    shared = sum(p * full for p in prompts if p)
+    decoded = [d for d, p in zip(depths, prompts) if not p]
+    return (shared + len(decoded) * full) / (shared + sum(fm.forward(d) for d in decoded))
 
 
 def result_rows(res: dict, **keys) -> list[dict]:
@@ -187,14 +210,9 @@ def compare_modes(engines, mcfg, requests: list[Request], cfg: ServeConfig,
     outputs = {m: ran[m][1] for m in cfg.modes}
     if progress:
         progress(", ".join(cfg.modes))
-    static = next((r for r in results if r["mode"] == "static"), None)
-    # the bound prices the requested depths: an adaptive mode's (static runs max_depth)
-    requested = next((m for m in ("cdb", "no_refill", "batch1") if m in outputs), "static")
-    req_depths = [d for q in outputs[requested] for d in q.depths]
-    for r in results:
-        add_bounds(r, static, fm, fm_params, cfg.max_depth, req_depths)
+    add_all_bounds(results, fm, fm_params, cfg.max_depth)
     same = None
-    adaptive = [m for m in ("cdb", "no_refill", "batch1") if m in outputs]
+    adaptive = [m for m in ADAPTIVE if m in outputs]
     if len(adaptive) > 1:
         ref = [q.output for q in outputs[adaptive[0]]]
         same = all([q.output for q in outputs[m]] == ref for m in adaptive[1:])
@@ -204,14 +222,38 @@ def compare_modes(engines, mcfg, requests: list[Request], cfg: ServeConfig,
             "depth_traces": {m: {str(q.id): q.depths[1:] for q in d} for m, d in outputs.items()}}
 
 
+def add_all_bounds(results: list[dict], fm: FlopModel, fm_params: FlopModel, k_max: int) -> None:
+    """Bounds, speedups over ``static`` and fractions of every mode's result of one comparison
+    (results straight from ``mode_result``)."""
+    static = next((r for r in results if r["mode"] == "static"), None)
+    # a static mode runs max depth: its bounds are priced on the tokens an adaptive mode ran
+    requested = next((r["_tokens"] for r in results if r["mode"] in ADAPTIVE), None)
+    for r in results:
+        add_bounds(r, static, fm, fm_params, k_max, requested)
+
+
 def add_bounds(r: dict, static: dict | None, fm: FlopModel, fm_params: FlopModel, k_max: int,
-               depths: list[int]) -> None:
-    """The bounds of one mode's result and, given the ``static`` result, realized fractions."""
+               requested: dict | None) -> None:
+    """The bounds of one mode's result and, given the ``static`` result, realized fractions.
+
+    Every bound is priced on the tokens of the throughput it divides: the whole run's tokens
+    (``paper_bound``, ``achievable_bound``) or the steady-state window's (``steady_bound``,
+    ``steady_achievable_bound``). A static mode runs max depth: its bounds are priced on the
+    tokens (``requested``: depths and prompts) of an adaptive mode of the same comparison, over
+    its whole run, the bound of the workload."""
+    tokens, steady = r.pop("_tokens"), r.pop("_steady")
+    if r["mode"] not in ADAPTIVE and requested is not None:
+        tokens, steady = requested, [True] * len(requested["depths"])
+    depths, prompts = tokens["depths"], tokens["prompts"]
+    win_d = [d for d, s in zip(depths, steady) if s]
+    win_p = [p for p, s in zip(prompts, steady) if s]
     ceiling = fm.ceiling(k_max, r["mean_depth"])
     r["ceiling"] = ceiling
     r["paper_bound"] = paper_bound(fm_params, k_max, depths)
-    window = r.pop("steady_depths")   # static's window ran max_depth: it takes the whole run's
-    r["steady_bound"] = paper_bound(fm_params, k_max, window) if r["mode"] != "static" else r["paper_bound"]
+    r["achievable_bound"] = achievable_bound(fm_params, k_max, depths, prompts)
+    r["steady_bound"] = paper_bound(fm_params, k_max, win_d) if win_d else None
+    r["steady_achievable_bound"] = (achievable_bound(fm_params, k_max, win_d, win_p)
+                                    if win_d else None)
     if static is None:
         return
     realized = r["tokens_per_s"] / static["tokens_per_s"]
@@ -222,6 +264,11 @@ def add_bounds(r: dict, static: dict | None, fm: FlopModel, fm_params: FlopModel
     r["decode_speedup"] = dec
     r["decode_fraction_of_ceiling"] = dec / ceiling
     r["paper_fraction"] = realized / r["paper_bound"]
+    r["achievable_fraction"] = realized / r["achievable_bound"]
     ss, ss0 = r["steady_tokens_per_s"], static["steady_tokens_per_s"]
     r["steady_speedup"] = ss / ss0 if ss and ss0 else None
-    r["steady_fraction"] = r["steady_speedup"] / r["steady_bound"] if r["steady_speedup"] else None
+    r["steady_fraction"] = (r["steady_speedup"] / r["steady_bound"]
+                            if r["steady_speedup"] and r["steady_bound"] else None)
+    r["steady_achievable_fraction"] = (r["steady_speedup"] / r["steady_achievable_bound"]
+                                       if r["steady_speedup"] and r["steady_achievable_bound"]
+                                       else None)

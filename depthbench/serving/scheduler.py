@@ -1,7 +1,10 @@
 """Requests and the batching policy: what runs next. The engine executes; this decides.
 
 Modes (all over the same requests):
-    static     every token runs max_depth; requests join and leave between tokens
+    static     the baseline: cdb's scheduling (resident pool, coda batching) with every token at
+               max_depth, so that cdb differs from it only in depth
+    static_lockstep  every token runs max_depth in batches of ``width`` rows that start and end
+               together; requests join and leave between tokens (pool = width)
     no_refill  tokens exit early, but a batch waits for its slowest token before the next one
     batch1     one request at a time, with exits
     cdb        continuous depth batching: every core launch takes all in-flight work items,
@@ -30,6 +33,7 @@ from depthbench.config import SERVE_MODES
 from depthbench.serving.executor import Executor
 
 MODES = SERVE_MODES
+POOLED = ("cdb", "static")          # the modes run by the continuous-depth-batching policy
 
 
 def cdb_sizes(width: int, min_coda_batch: int = 0, pool: int = 0) -> tuple[int, int]:
@@ -77,7 +81,7 @@ class Scheduler:
         assert mode in MODES
         self.engine, self.mode, self.clock = engine, mode, engine.clock
         self.width = 1 if mode == "batch1" else width
-        cdb = mode == "cdb"
+        cdb = mode in POOLED
         # rows free up one or two at a time; prefilling each newcomer alone costs more than
         # the decode it enables (a prefill reads every weight max_depth times), so while work is
         # in flight new requests are admitted once ``admit_min`` rows are free (or all arrived
@@ -136,9 +140,9 @@ class Scheduler:
     def start_depths(self, reqs: list[Request]) -> list[int] | None:
         """The exit depths of the next tokens of ``reqs`` where they are known at start (None:
         the executor decides from the criterion's signals). The one place a mode chooses its
-        exits: ``static`` runs every token at max depth whatever the criterion; every other mode
-        follows the criterion."""
-        if self.mode == "static":
+        exits: the static modes run every token at max depth whatever the criterion; every other
+        mode follows the criterion."""
+        if self.mode in ("static", "static_lockstep"):
             return [self.engine.max_depth] * len(reqs)
         crit = self.engine.crit
         if not crit.known_in_advance:
@@ -174,10 +178,10 @@ class Scheduler:
         unit in which ``serving.bench.run_side_by_side`` interleaves modes."""
         self.waiting = deque(sorted(requests, key=lambda q: (q.arrival, q.id)))
         self.t0 = self.clock.now()
-        yield from self._run_cdb() if self.mode == "cdb" else self._run_token_batches()
+        yield from self._run_cdb() if self.mode in POOLED else self._run_token_batches()
 
     def _run_token_batches(self) -> Iterator[None]:
-        """static, no_refill, batch1: a batch of tokens starts together and ends together; the
+        """static_lockstep, no_refill, batch1: a batch of tokens starts together and ends together; the
         coda runs once per batch, on every row (exited rows wait for it idle)."""
         while self.waiting or self.active:
             self._admit(busy=bool(self.active))

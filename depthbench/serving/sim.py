@@ -359,7 +359,6 @@ def measure(model, cfg: SimConfig, modes=(), widths=()) -> dict[tuple[int, str],
     out = {}
     for k in keys:
         res, done = ran[k]
-        res["_depths"] = [d for q in done for d in q.depths]   # for the bound (callers pop it)
         out[k] = (res, engs[k].records, dict(engs[k].stats))
     return out
 
