@@ -171,19 +171,25 @@ def paper_bound(fm: FlopModel, k_max: int, depths: list[int]) -> float:
     return len(depths) * fm.forward(k_max) / sum(fm.forward(d) for d in depths)
 
 
-def achievable_bound(fm: FlopModel, k_max: int, depths: list[int], prompts: list[int]) -> float:
+def achievable_bound(fm: FlopModel, k_max: int, depths: list[int], prompts: list[int],
+                     prefill_price: float = 1.0, decode_price: float = 1.0) -> float:
     """The speedup over ``static`` that depth alone allows on these tokens, counting the work
-    every mode shares: each request's prompt prefilled at full depth (every prompt token through
-    prelude, ``k_max`` loops, coda and head) and every decoded token's prelude, coda and head.
-    Per emitted token (``prompts[i]`` > 0: a request's first token, from the prefill of a prompt
-    of that many tokens), what static pays over what the depths pay, in parameter FLOPs. It
-    equals ``paper_bound`` when every prompt is one token."""
+    every mode shares: each request's prompt prefilled at full depth and every decoded token's
+    prelude, coda and head. Per emitted token (``prompts[i]`` > 0: a request's first token,
+    from the prefill of a prompt of that many tokens), what static pays over what the depths
+    pay: a prompt token costs ``prefill_price``, a decoded token ``decode_price`` at full depth
+    and that scaled by parameter FLOPs, ``F(d) / F(k_max)``, at depth d. ``add_all_bounds``
+    prices both from static's own run (its prefill seconds per prompt token, its other seconds
+    per decoded token), so the bound holds whatever a prefill costs beside a decode step; with
+    equal prices (time proportional to FLOPs) it equals ``paper_bound`` when every prompt is one
+    token."""
     if not depths:
         return float("nan")
     full = fm.forward(k_max)
-    shared = sum(p * full for p in prompts if p)
+    shared = prefill_price * sum(p for p in prompts if p)
     decoded = [d for d, p in zip(depths, prompts) if not p]
-    return (shared + len(decoded) * full) / (shared + sum(fm.forward(d) for d in decoded))
+    return ((shared + decode_price * len(decoded))
+            / (shared + decode_price * sum(fm.forward(d) for d in decoded) / full))
 
 
 def result_rows(res: dict, **keys) -> list[dict]:
@@ -228,19 +234,26 @@ def add_all_bounds(results: list[dict], fm: FlopModel, fm_params: FlopModel, k_m
     static = next((r for r in results if r["mode"] == "static"), None)
     # a static mode runs max depth: its bounds are priced on the tokens an adaptive mode ran
     requested = next((r["_tokens"] for r in results if r["mode"] in ADAPTIVE), None)
+    prices = (1.0, 1.0)   # per prompt token, per full-depth decoded token: static's own seconds
+    if static is not None:
+        n_prompt = sum(static["_tokens"]["prompts"])
+        n_decoded = sum(1 for p in static["_tokens"]["prompts"] if not p)
+        rest = static["wall_s"] - static["prefill_s"]
+        if n_prompt and n_decoded and static["prefill_s"] > 0 and rest > 0:
+            prices = (static["prefill_s"] / n_prompt, rest / n_decoded)
     for r in results:
-        add_bounds(r, static, fm, fm_params, k_max, requested)
+        add_bounds(r, static, fm, fm_params, k_max, requested, prices)
 
 
 def add_bounds(r: dict, static: dict | None, fm: FlopModel, fm_params: FlopModel, k_max: int,
-               requested: dict | None) -> None:
+               requested: dict | None, prices: tuple[float, float] = (1.0, 1.0)) -> None:
     """The bounds of one mode's result and, given the ``static`` result, realized fractions.
 
     Every bound is priced on the tokens of the throughput it divides: the whole run's tokens
     (``paper_bound``, ``achievable_bound``) or the steady-state window's (``steady_bound``,
     ``steady_achievable_bound``). A static mode runs max depth: its bounds are priced on the
     tokens (``requested``: depths and prompts) of an adaptive mode of the same comparison, over
-    its whole run, the bound of the workload."""
+    its whole run, the bound of the workload. ``prices``: see ``achievable_bound``."""
     tokens, steady = r.pop("_tokens"), r.pop("_steady")
     if r["mode"] not in ADAPTIVE and requested is not None:
         tokens, steady = requested, [True] * len(requested["depths"])
@@ -250,9 +263,9 @@ def add_bounds(r: dict, static: dict | None, fm: FlopModel, fm_params: FlopModel
     ceiling = fm.ceiling(k_max, r["mean_depth"])
     r["ceiling"] = ceiling
     r["paper_bound"] = paper_bound(fm_params, k_max, depths)
-    r["achievable_bound"] = achievable_bound(fm_params, k_max, depths, prompts)
+    r["achievable_bound"] = achievable_bound(fm_params, k_max, depths, prompts, *prices)
     r["steady_bound"] = paper_bound(fm_params, k_max, win_d) if win_d else None
-    r["steady_achievable_bound"] = (achievable_bound(fm_params, k_max, win_d, win_p)
+    r["steady_achievable_bound"] = (achievable_bound(fm_params, k_max, win_d, win_p, *prices)
                                     if win_d else None)
     if static is None:
         return
