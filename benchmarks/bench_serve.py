@@ -9,9 +9,13 @@
     calibrated from the first round's own launch timers (widths 16 and 64, run beside it);
 (c) the simulator's prediction against measurement at held-out widths 32 and 48 (measured in
     the first round too);
-(d) the documented H100 and H200 profiles on ouro-like and huginn-like shapes.
+(d) the documented H100 and H200 profiles on ouro-like and huginn-like shapes;
+(e) the workload grid, simulated on H100 and H200: output length, prompt length, width and mean
+    exit depth, each mode's steady-state fraction of the achievable bound (``--grid-plot`` draws
+    it against the workload).
 
     python benchmarks/bench_serve.py [--skip-trained] [--rounds 3] [--requests 256] [--width 64]
+    python benchmarks/bench_serve.py --grid-only [--grid-plot serve_grid.png]
 
 (a) uses RUN (default: the quickstart's uniform run; trained here if missing).
 """
@@ -83,16 +87,23 @@ def main():
     ap.add_argument("--measure-only", action="store_true",
                     help="(b)'s rounds at --width alone: no calibration, simulation or (c)")
     ap.add_argument("--rounds", type=int, default=3, help="interleaved repetitions of (b)")
-    ap.add_argument("--skip-trained", action="store_true", help="only (b)-(d)")
+    ap.add_argument("--skip-trained", action="store_true", help="only (b)-(e)")
+    ap.add_argument("--grid-only", action="store_true", help="only (e), the simulated grid")
+    ap.add_argument("--grid-plot", type=Path, default=None, help="draw (e) into this PNG")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     out = {}
+    if args.grid_only:
+        out["grid"] = grid_section(args)
+        print(json.dumps(out, default=str))
+        return
 
     if not args.skip_trained:
         trained_section(args, out)
     out["random"] = random_model_section(args)
     if not args.skip_gpu:
         out["gpu_sim"] = gpu_section(args)
+        out["grid"] = grid_section(args)
     print(json.dumps(out, default=str))
 
 
@@ -222,6 +233,78 @@ def gpu_section(args) -> dict:
                   f"{100 * c['paper_fraction']:.1f}%), no_refill {n['steady_speedup']:.3f}x, "
                   f"cdb/no_refill {c['steady_tokens_per_s'] / n['steady_tokens_per_s']:.2f}x")
     return out
+
+
+# (e): name -> (requests, new tokens, spread, prompt length, width, loops beyond the first as a
+# multiple of the shape's mean: ouro-like trace mean 2 of 4, huginn-like 8 of 16); the first four
+# are the workloads the README's table names
+GRID = {
+    "256 x 32, prompt 8": (256, 32, 0.0, 8, 64, 1.0),
+    "512 x 256 +-50%, prompt 16": (512, 256, 0.5, 16, 64, 1.0),
+    "256 x 128, prompt 64": (256, 128, 0.0, 64, 64, 1.0),
+    "2048 x 32, width 256": (2048, 32, 0.0, 8, 256, 1.0),
+    "512 x 256 +-50%, prompt 16, shallow exits": (512, 256, 0.5, 16, 64, 0.5),
+    "512 x 256 +-50%, prompt 16, deep exits": (512, 256, 0.5, 16, 64, 1.5),
+}
+GRID_SHAPES = {"ouro-like": (4, 2.0), "huginn-like": (16, 8.0)}   # (max depth, trace mean)
+
+
+def grid_section(args) -> dict:
+    """(e) every workload of ``GRID`` simulated on the H100 and H200 profiles for ouro-like
+    and huginn-like (``GRID_SHAPES``): per mode the steady-state and whole-run
+    fractions of the achievable bound, and the largest fraction any mode reports."""
+    from depthbench.serving.sim import load_profile, simulate
+    modes = ("static", "no_refill", "cdb", "static_lockstep")
+    out = {}
+    print("\n(e) workload grid, simulated (steady-state fraction of the achievable bound)")
+    for prof in ("h100", "h200"):
+        p = load_profile(prof)
+        for shape, (md, base) in GRID_SHAPES.items():
+            for name, (n, new, spread, prompt, width, scale) in GRID.items():
+                mean = 1 + scale * (base - 1)
+                cfg = SimConfig(random=shape, max_depth=md, exit=f"trace:{mean:g}", requests=n,
+                                max_new_tokens=new, prompt_len=prompt, width=width,
+                                length_spread=spread, modes=modes)
+                by = {r["mode"]: r for r in simulate(cfg, p)["results"]}
+                top = max(v for r in by.values() for k, v in r.items()
+                          if k.endswith("fraction") or k.endswith("fraction_of_ceiling")
+                          if isinstance(v, float))
+                out[f"{prof}/{shape}/{name}"] = {
+                    "mean_depth": mean, "bound": by["cdb"]["steady_achievable_bound"],
+                    **{f"{m}_steady": by[m]["steady_achievable_fraction"] for m in modes[1:3]},
+                    **{f"{m}_whole": by[m]["achievable_fraction"] for m in modes[1:3]},
+                    "lockstep_speedup": by["static_lockstep"]["speedup"], "largest_fraction": top}
+                e = out[f"{prof}/{shape}/{name}"]
+                print(f"  {prof} {shape:>11} {name:>42}: cdb {e['cdb_steady']:.3f} (whole "
+                      f"{e['cdb_whole']:.3f}), no_refill {e['no_refill_steady']:.3f}, bound "
+                      f"{e['bound']:.2f}x; static_lockstep {e['lockstep_speedup']:.3f}x static; "
+                      f"largest fraction {top:.3f}")
+    if args.grid_plot:
+        _grid_png(out, args.grid_plot)
+        print(f"  plot: {args.grid_plot}")
+    return out
+
+
+def _grid_png(grid: dict, path: Path) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    names = list(GRID)
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2), sharey=True)
+    for ax, shape in zip(axes, ("ouro-like", "huginn-like")):
+        for prof, ls in (("h100", "-"), ("h200", "--")):
+            for mode, color in (("cdb", "#1f77b4"), ("no_refill", "#ff7f0e")):
+                ys = [grid[f"{prof}/{shape}/{n}"][f"{mode}_steady"] for n in names]
+                ax.plot(range(len(names)), ys, ls, marker="o", color=color, label=f"{mode} {prof}")
+        ax.axhline(1.0, color="k", lw=1)
+        ax.set_xticks(range(len(names)), [n.replace(", ", "\n") for n in names], fontsize=6)
+        ax.set_title(shape)
+        ax.grid(alpha=0.3)
+    axes[0].set_ylabel("steady-state fraction of the achievable bound")
+    axes[0].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
 
 
 if __name__ == "__main__":
