@@ -340,7 +340,7 @@ def test_budget_grid_spends_each_share_of_the_flop_budget(tmp_path, monkeypatch)
 ROOT = Path(__file__).resolve().parents[1]
 
 
-@pytest.mark.parametrize("name", ["quickstart", "matched", "budgets", "fixed-depths"])
+@pytest.mark.parametrize("name", ["quickstart", "matched", "budgets", "fixed-depths", "table3"])
 def test_each_committed_report_is_rebuilt_from_its_committed_rows(tmp_path, name):
     report = ROOT / "reports" / name
     build_report([report / "rows"], tmp_path / "again", title=name)
@@ -382,3 +382,55 @@ def test_readme_budget_table_is_the_committed_rows():
     readme = (ROOT / "README.md").read_text().splitlines()
     for line in budget_table_lines(ev):
         assert line in readme, f"the README's budget table should read: {line}"
+
+
+# the paper's Table 3 (200M): modeled FLOPs as % of uniform and mean serving NLL against uniform's
+PAPER_TABLE3 = {"fixed-first:0.67:4:1-16": "68.7%; within 0.5%",
+                "fixed-first:0.8:4:1-16": "62.4%; within 0.5%",
+                "uniform:1-16": "100%; 0.68582",
+                "uniform:1-16~fixed-first:0.67:4:1-16": "68.7%; 0.72089 (+5.1%)"}
+
+
+def table3_lines(rows: Path) -> list[str]:
+    """The README's Table 3 from a report's committed rows: per arm the paper's columns
+    (terminal training NLL over the final 4% of updates, mean serving NLL over depths 1-16,
+    depth-averaged exact match and bits, modeled FLOPs and CPU-time reduction against uniform),
+    then each comparison decided in advance with its paired CI and Holm-corrected p."""
+    from depthbench.report import _comparisons, _final, _terminal_nll, _verdict, arm_label
+    ev, cur = pd.read_csv(rows / "eval.csv"), pd.read_csv(rows / "curve.csv")
+    for df in (ev, cur):
+        df["schedule"] = [arm_label(s, m) for s, m in zip(df["schedule"], df["matched_to"])]
+    re = _final(ev)
+    re = re[re["split"] == "eval_reordered"]
+    term = _terminal_nll(cur)
+    per = re.groupby(["schedule", "seed", "run"]).agg(
+        nll=("nll", "mean"), em=("exact_match", "mean"), bits=("bits_per_person", "mean"),
+        flops=("modeled_train_flops", "first"), cpu=("train_cpu_s", "first")).reset_index()
+    per["terminal"] = [term[r] for r in per["run"]]
+    arms = per.groupby("schedule").mean(numeric_only=True)
+    uni = arms.loc["uniform:1-16"]
+    floor = re["floor_bits_per_person"].iloc[0]
+    lines = ["| arm | seeds | terminal training NLL | mean serving NLL (vs uniform) | exact match, "
+             "mean over depths | bits/person, mean over depths (floor {:.1f}) | modeled FLOPs "
+             "| CPU time reduction | paper, 200M: FLOPs; mean serving NLL |".format(floor),
+             "|---|---|---|---|---|---|---|---|---|"]
+    for arm, a in arms.iterrows():
+        n = int(per.loc[per["schedule"] == arm, "seed"].nunique())
+        lines.append(f"| `{arm}` | {n} | {a['terminal']:.3f} | {a['nll']:.3f} "
+                     f"({100 * (a['nll'] / uni['nll'] - 1):+.1f}%) | {a['em']:.3f} | "
+                     f"{a['bits']:.1f} | {100 * a['flops'] / uni['flops']:.1f}% | "
+                     f"{100 * (1 - a['cpu'] / uni['cpu']):.0f}% | {PAPER_TABLE3[arm]} |")
+    lines += ["", "| comparison: exact match over depths 1-16 | difference [95% CI] | seeds "
+              "higher | sign-flip p | Holm p | verdict |", "|---|---|---|---|---|---|"]
+    c = _comparisons(re, None)
+    for _, r in c[c["summary"] == "primary"].iterrows():
+        lines.append(f"| `{r['schedule']}` - `{r['reference']}` | {r['diff']:+.3f} "
+                     f"[{r['lo']:+.3f}, {r['hi']:+.3f}] | {r['higher']} of {r['seeds']} | "
+                     f"{r['p']:.4f} | {r['p_holm']:.4f} | {_verdict(r)} |")
+    return lines
+
+
+def test_readme_table3_is_the_committed_rows():
+    readme = (ROOT / "README.md").read_text().splitlines()
+    for line in table3_lines(ROOT / "reports" / "table3" / "rows"):
+        assert line in readme, f"the README's Table 3 should read: {line}"
