@@ -111,8 +111,9 @@ def main():
         print(f"threads {th}: (a) eager {a['eager_ms']:.1f} ms/step; per-block compile "
               f"{a['eager_ms'] / a['compile_blocks_ms']:.2f}x; bf16 autocast "
               f"{a['eager_ms'] / a['bf16_autocast_ms']:.2f}x; matmuls "
-              f"{100 * a['matmul_share_of_eager']:.0f}% of the eager step at {a['eager_matmul_gflops']:.0f} GFLOP/s against a "
-              f"{a['peak_gflops']:.0f} GFLOP/s peak", flush=True)
+              f"{100 * a['matmul_share_of_eager']:.0f}% of the eager step at "
+              f"{a['eager_matmul_gflops']:.0f} GFLOP/s against a {a['peak_gflops']:.0f} GFLOP/s "
+              "peak", flush=True)
         for n, r in b.items():
             print(f"  (b) {n:>2} members stacked: elementwise {r['elementwise_us_per_member']:.1f} "
                   f"us/member, matmul {r['bmm_us_per_member']:.0f} us/member", flush=True)
