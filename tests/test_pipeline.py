@@ -411,8 +411,8 @@ def table3_lines(rows: Path) -> list[str]:
     uni = arms.loc["uniform:1-16"]
     floor = re["floor_bits_per_person"].iloc[0]
     lines = ["| arm | seeds | terminal training NLL | mean serving NLL (vs uniform) | exact match, "
-             "mean over depths | bits/person, mean over depths (floor {:.1f}) | modeled FLOPs "
-             "| CPU time reduction | paper, 200M: FLOPs; mean serving NLL |".format(floor),
+             f"mean over depths | bits/person, mean over depths (floor {floor:.1f}) | modeled "
+             "FLOPs | CPU time reduction | paper, 200M: FLOPs; mean serving NLL |",
              "|---|---|---|---|---|---|---|---|---|"]
     for arm, a in arms.iterrows():
         n = int(per.loc[per["schedule"] == arm, "seed"].nunique())
