@@ -78,6 +78,50 @@ def generate(out, preset, config_file, sets, seed, force, as_json):
                    "ceiling_bits": manifest["ceiling_bits"], "seconds": seconds})
 
 
+@main.command("prepare-text")
+@click.argument("inputs", nargs=-1, required=True)
+@click.option("--out", required=True, type=click.Path(file_okay=False),
+              help="Text dataset directory to create.")
+@click.option("--vocab-size", type=click.IntRange(1, None), default=None,
+              help="Train a byte-level BPE of this many tokens on the corpus.")
+@click.option("--tokenizer", type=click.Path(dir_okay=False),
+              help="Use this tokenizer.json (e.g. a HF model's) instead of training one.")
+@click.option("--val-fraction", type=float, default=0.01, show_default=True,
+              help="Share of documents held out for validation (drawn per document, seeded).")
+@click.option("--seq-len", type=int, default=128, show_default=True,
+              help="Tokens per training window (the model's context).")
+@click.option("--seed", type=cs.SEED, default=0, show_default=True,
+              help="Seed of the validation draw and the cloze task.")
+@click.option("--force", is_flag=True, help="Replace a text dataset already at --out.")
+@cs.json_option
+def prepare_text_cmd(inputs, out, vocab_size, tokenizer, val_fraction, seq_len, seed, force,
+                     as_json):
+    """Tokenize a text corpus into a dataset to train and evaluate looped models on.
+
+    INPUTS are plain-text files (documents separated by blank lines), .jsonl files with a
+    "text" field, .gz of either, directories of them, or python-docs (the documentation that
+    ships with Python itself).
+
+    \b
+    Examples:
+      depthbench prepare-text python-docs --out data/pydocs --vocab-size 2048
+      depthbench prepare-text corpus/*.jsonl.gz --out data/web --tokenizer tokenizer.json
+    """
+    from depthbench.text import prepare_text
+    t0 = time.perf_counter()
+    m = prepare_text(list(inputs), out, vocab_size or 0, tokenizer, val_fraction, seed, seq_len,
+                     force)
+    sp = m["splits"]
+    click.echo(f"wrote {out}: {sp['train']['documents']} training and "
+               f"{sp['validation']['documents']} validation documents, "
+               f"{sp['train']['tokens']} and {sp['validation']['tokens']} tokens, vocabulary "
+               f"{m['vocab_size']}, {m['bytes_per_token']['train']:.2f} bytes per token, "
+               f"{time.perf_counter() - t0:.1f}s")
+    if as_json:
+        emit_json({"out": str(out), "dataset_hash": m["dataset_hash"], "splits": sp,
+                   "vocab_size": m["vocab_size"], "bytes_per_token": m["bytes_per_token"]})
+
+
 @main.command()
 @click.option("--data", type=click.Path(), help="Dataset directory.")
 @click.option("--out", type=click.Path(file_okay=False), help="Run directory.")
@@ -165,7 +209,8 @@ def flops(run, preset, schedule, steps, seed, as_json):
 @cs.config_option
 @cs.json_option
 def eval_cmd(config_file, as_json, **given):
-    """Sweep serving depths: NLL, exact-match recall and recalled bits per person.
+    """Sweep serving depths: NLL, exact-match recall and recalled bits per person (a text run:
+    NLL per token and bits per byte on its validation split).
 
     \b
     Examples:
@@ -182,13 +227,20 @@ def eval_cmd(config_file, as_json, **given):
         return
     df = pd.DataFrame(res["rows"])
     for split, g in df.groupby("split", sort=False):
-        click.echo(f"\n{split} (ceiling {res['ceiling_bits']:.1f} bits/person)")
-        t = g[["depth", "nll", "value_nll", "exact_match", "bits_per_person"]]
+        if res["ceiling_bits"] is None:   # a text run
+            click.echo(f"\n{split} ({int(g['tokens'].iloc[0])} tokens)")
+            t = g[["depth", "nll", "bits_per_byte"]]
+        else:
+            click.echo(f"\n{split} (ceiling {res['ceiling_bits']:.1f} bits/person)")
+            t = g[["depth", "nll", "value_nll", "exact_match", "bits_per_person"]]
         click.echo(t.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
     click.echo(f"wrote {res['csv']} and {res['jsonl']}")
     if as_json:
         best = max((r for r in res["rows"] if r["split"] == "eval_reordered"),
                    key=lambda r: r["bits_per_person"], default=None)
+        if res["ceiling_bits"] is None:   # a text run: the depth of the lowest NLL
+            best = min(res["rows"], key=lambda r: r["nll"])
+            best = {**best, "bits_per_person": None}
         emit_json({"csv": str(res["csv"]), "jsonl": str(res["jsonl"]), "rows": len(res["rows"]),
                    "step": res["step"], "ceiling_bits": res["ceiling_bits"],
                    "best_depth": best and best["depth"],

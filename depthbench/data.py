@@ -115,6 +115,11 @@ class Dataset:
             self._splits[name] = Split(name, **arrays)
         return self._splits[name]
 
+    kind = "synthetic"
+
+    def train_batches(self, batch_size: int, seed: int, rank: int = 0, world: int = 1):
+        return TrainBatches(self.split("train"), batch_size, seed, rank, world)
+
     def key_positions(self, order: np.ndarray) -> np.ndarray:
         """(N, A) attribute orders -> (N, A) position of the key token of each slot."""
         seg = 1 + self.value_tokens[order]
@@ -209,6 +214,21 @@ def _read_vocab(path: Path, cfg: GenConfig) -> Vocab:
         raise DatasetError(f"{path} is not the vocabulary of the manifest's generator config "
                            f"(corrupt or edited); {FIX}")
     return Vocab(tokens)
+
+
+def open_dataset(path: str | Path, verify: bool = True):
+    """The dataset at ``path``: a generated synthetic one (``Dataset``) or a tokenized text
+    corpus (``text.TextDataset``), told apart by its manifest's format."""
+    from depthbench.text import TextDataset, is_text_dataset
+    return TextDataset(path, verify) if is_text_dataset(path) else Dataset(path, verify)
+
+
+def require_synthetic(ds, what: str) -> None:
+    """Refuse (UserError) a text dataset where ``what`` reads people and attributes."""
+    if getattr(ds, "kind", "synthetic") != "synthetic":
+        raise UserError(f"{what} needs a synthetic (generated) dataset; {ds.path} is a text "
+                        "corpus: evaluate text runs with `depthbench eval` (NLL and bits per "
+                        "byte per depth)")
 
 
 def shard_range(n: int, rank: int, world: int) -> tuple[int, int]:

@@ -102,6 +102,20 @@ def result_rows(ck: dict, run_meta: dict, run_name: str, ds: Dataset, split: str
     return rows
 
 
+def _text_eval(cfg: EvalConfig, model, ck, meta, name, ds, depths, rt) -> list[dict]:
+    """A text run's rows: NLL per token and bits per byte at every depth on the validation
+    split (the synthetic splits and the harness do not apply)."""
+    from depthbench.text import text_rows, text_sweep
+    if cfg.harness != "native":
+        raise UserError("--harness lm-eval reads the synthetic recall tasks; a text run is "
+                        "evaluated natively (NLL and bits per byte per depth)")
+    if cfg.splits and set(cfg.splits) != {"validation"}:
+        raise UserError(f"a text dataset has one evaluation split, validation (got "
+                        f"{', '.join(cfg.splits)}); leave --split out")
+    res = text_sweep(model, ds, depths, rt, cfg.batch_size, cfg.max_people or None)
+    return text_rows(ck, meta, name, ds, res, sum(p.numel() for p in model.parameters()))
+
+
 def _run_name(run: str | Path) -> str:
     d = run_dir_of(run)
     return d.name if d is not None else Path(run).stem
@@ -123,7 +137,9 @@ def run_eval(cfg: EvalConfig) -> dict:
         out = cfg.out or Path(run_dir_of(cfg.run) or Path(cfg.run).parent) / "eval" / \
             f"step_{ck['step']:07d}"
         refuse_over_inputs(row_paths(out), run_dir_of(cfg.run), ds.path, [cfg.run])
-        if cfg.harness == "lm-eval":
+        if ds.kind == "text":
+            rows = _text_eval(cfg, model.to(rt.device), ck, meta, name, ds, depths, rt)
+        elif cfg.harness == "lm-eval":
             try:
                 from depthbench.lm_eval_adapter import harness_sweep
             except ImportError:
@@ -143,7 +159,7 @@ def run_eval(cfg: EvalConfig) -> dict:
     finally:
         teardown(rt)
     rows = tag_rows(rows, cfg.tags)
-    summary = {"rows": rows, "step": ck["step"], "ceiling_bits": ds.ceiling_bits}
+    summary = {"rows": rows, "step": ck["step"], "ceiling_bits": getattr(ds, "ceiling_bits", None)}
     if rt.is_main:
         summary["csv"], summary["jsonl"] = write_rows(rows, out, "eval")
     return summary

@@ -24,7 +24,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from depthbench import __version__
 from depthbench import checkpoint as ckpt
 from depthbench.config import ModelConfig, TrainConfig, TrainJob
-from depthbench.data import Dataset, TrainBatches
+from depthbench.data import open_dataset
 from depthbench.errors import UserError
 from depthbench.evaluate import sweep
 from depthbench.flops import FlopModel
@@ -143,7 +143,7 @@ def train(data: str | Path, out: str | Path, model_cfg: ModelConfig, train_cfg: 
         teardown(rt)
 
 
-def _prepare(ds: Dataset, model_cfg: ModelConfig, train_cfg: TrainConfig) -> ModelConfig:
+def _prepare(ds, model_cfg: ModelConfig, train_cfg: TrainConfig) -> ModelConfig:
     """The model config with the dataset's vocabulary, checked against the dataset."""
     if model_cfg.vocab_size == 0:
         model_cfg = model_cfg.replace(vocab_size=len(ds.vocab))
@@ -189,7 +189,7 @@ class _State:
     rows: list = dataclasses.field(default_factory=list)
 
 
-def _restore(path: Path, model, opt, ds: Dataset, rt: Runtime, metrics_path: Path) -> _State:
+def _restore(path: Path, model, opt, ds, rt: Runtime, metrics_path: Path) -> _State:
     ck = ckpt.load(path)
     if ck.get("dataset_hash") != ds.hash:
         raise UserError(f"{path} was trained on another dataset; use the same --data")
@@ -205,7 +205,7 @@ def _restore(path: Path, model, opt, ds: Dataset, rt: Runtime, metrics_path: Pat
 
 
 def _save(out: Path, at: int, st: _State, model, opt, cfgs: tuple, schedule: Schedule,
-          ds: Dataset, rt: Runtime, keep: set) -> None:
+          ds, rt: Runtime, keep: set) -> None:
     model_cfg, train_cfg = cfgs
     state = {
         "model": model.state_dict(), "optimizer": opt.state_dict(),
@@ -236,7 +236,7 @@ def _append(path: Path, row: dict, rt: Runtime) -> None:
             f.write(json.dumps(row) + "\n")
 
 
-def _eval_row(model, ds: Dataset, cfg: TrainConfig, rt: Runtime, step: int) -> dict:
+def _eval_row(model, ds, cfg: TrainConfig, rt: Runtime, step: int) -> dict:
     res = sweep(model, ds, "eval_reordered", list(cfg.eval_depths), rt, max_rows=cfg.eval_people)
     model.train()
     return {"step": step, "eval": {str(k): {key: s.result(ds.attributes)[key]
@@ -265,7 +265,10 @@ def _train(data: Path, out: Path, model_cfg: ModelConfig, train_cfg: TrainConfig
            schedule: Schedule, resume: bool, progress: bool, log, rt: Runtime) -> dict:
     say = log if rt.is_main else (lambda *a, **k: None)
     # ---- data, model, run record ----------------------------------------------------------------
-    ds = Dataset(data)
+    ds = open_dataset(data)
+    if train_cfg.eval_every and ds.kind != "synthetic":
+        raise UserError("eval_every evaluates recall during training, which needs a synthetic "
+                        "dataset; leave it 0 for a text corpus and run `depthbench eval`")
     model_cfg = _prepare(ds, model_cfg, train_cfg)
     fm = FlopModel.of(model_cfg, ds.seq_len - 1)
     tokens_per_step = train_cfg.batch_size * (ds.seq_len - 1)
@@ -289,8 +292,7 @@ def _train(data: Path, out: Path, model_cfg: ModelConfig, train_cfg: TrainConfig
     say(f"device: {rt.reason}; model: {model.num_params():,} parameters; schedule "
         f"{schedule.spec}; {train_cfg.steps} steps of {train_cfg.batch_size} sequences")
     net = _wrap(model, train_cfg, rt)
-    batches = TrainBatches(ds.split("train"), train_cfg.batch_size, train_cfg.seed, rt.rank,
-                           rt.world)
+    batches = ds.train_batches(train_cfg.batch_size, train_cfg.seed, rt.rank, rt.world)
     keep = set(train_cfg.keep_steps)
     bar = _bar(train_cfg.steps, st.step) if progress and rt.is_main else None
     t_last, c_last = time.perf_counter(), time.process_time()
@@ -393,7 +395,7 @@ def matched_steps(ref_run: str | Path, schedule_spec: str, data: str | Path,
     ref = ckpt.read_run(ref_run)
     target = schedule_flops(FlopModel(**ref["flop_model"]), parse_schedule(ref["schedule"]),
                             ref["train"]["steps"], ref["seed"], ref["tokens_per_step"])
-    ds = Dataset(data, verify=False)
+    ds = open_dataset(data, verify=False)
     m = model_cfg.replace(vocab_size=model_cfg.vocab_size or len(ds.vocab))
     return match_steps(FlopModel.of(m, ds.seq_len - 1), parse_schedule(schedule_spec), target,
                        ref["train"]["steps"], seed, batch_size * (ds.seq_len - 1))
@@ -448,7 +450,7 @@ def resolved_train_config(job: TrainJob) -> TrainConfig:
 
 def job_record(job: TrainJob) -> dict:
     """The run record ``run.json`` that ``job`` writes (to compare with an existing run)."""
-    ds = Dataset(job.data, verify=False)
+    ds = open_dataset(job.data, verify=False)
     tcfg = resolved_train_config(job)
     mcfg = _prepare(ds, job.model, tcfg)
     return _run_record(mcfg, tcfg, parse_schedule(job.schedule), ds,

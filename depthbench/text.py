@@ -1,0 +1,486 @@
+"""Natural text: a tokenized corpus for training looped models and their per-depth NLL and bits
+per byte (the paper's natural-text half).
+
+``prepare_text`` streams documents from plain-text files (documents separated by blank lines),
+``.jsonl`` files (one document per line, in its ``text`` field), ``.gz`` of either, directories
+of them, or ``python-docs`` (the documentation that ships with the Python interpreter: the
+help topics of ``pydoc_data`` and the docstrings of the standard library's modules, so that a
+fresh machine has a corpus). It trains a byte-level BPE with HF ``tokenizers`` (or loads a given
+``tokenizer.json``), splits documents into train and validation by a seeded draw per document,
+and writes each split as one flat token array (``.bin``, the smallest unsigned dtype that holds
+the vocabulary, memory-mappable) with an end-of-text token after every document, the
+tokenizer, a small held-out cloze task and a manifest in the dataset's style (format, tokenizer
+hash, counts, bytes per token, the sha256 of every file, a hash over it all). Memory stays flat
+in the corpus size: documents are read, encoded and written in batches. The same input and
+settings give the same bytes.
+
+``TextDataset`` opens and verifies such a directory; ``TextBatches`` draws training windows of
+``seq_len + 1`` tokens at offsets seeded by (seed, step); ``text_sweep`` gives NLL per token and
+bits per byte at every serving depth of the validation split from one pass.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+import math
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+
+from depthbench.errors import UserError
+
+FORMAT = "depthbench-text"
+FORMAT_VERSION = 1
+EOT = "<|endoftext|>"
+BUILTIN = "python-docs"
+SUFFIXES = (".txt", ".jsonl", ".txt.gz", ".jsonl.gz")
+SPLITS = ("train", "validation")
+FILES = ("train.bin", "validation.bin", "tokenizer.json", "cloze.jsonl")
+FIX = "prepare it again with `depthbench prepare-text`"
+BATCH_DOCS = 512          # documents encoded and written together
+
+
+class TextDataError(UserError):
+    """A corpus or text dataset that cannot be used (missing, binary, empty, corrupt)."""
+
+
+# ---- reading documents ---------------------------------------------------------------------------
+def _python_docs() -> Iterator[str]:
+    """The help topics pydoc ships, then the docstrings of the standard library's modules,
+    classes and functions, each cut into paragraphs, in a fixed order (the corpus depends on the
+    Python version; the manifest's hash records it)."""
+    import ast
+    import pkgutil
+    import sys
+    try:
+        from pydoc_data.topics import topics
+    except ImportError:
+        topics = {}
+    texts = [topics[name] for name in sorted(topics)]
+    stdlib = Path(os.__file__).parent
+    names = sorted(m.name for m in pkgutil.iter_modules([str(stdlib)])
+                   if not m.name.startswith("_") and m.name not in sys.builtin_module_names
+                   and m.name not in ("test", "idlelib", "lib2to3", "tkinter", "turtledemo"))
+    for name in names:
+        f = stdlib / f"{name}.py"
+        if not f.is_file():
+            f = stdlib / name / "__init__.py"
+        try:
+            tree = ast.parse(f.read_text(encoding="utf-8"))
+        except (OSError, SyntaxError, UnicodeDecodeError, ValueError):
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
+                doc = ast.get_docstring(node)
+                if doc:
+                    texts.append(doc)
+    for text in texts:
+        for para in text.split("\n\n"):
+            if len(para.strip()) >= 80:
+                yield para.strip()
+
+
+def input_files(inputs: list[str]) -> list[str | Path]:
+    """The corpus files of ``inputs`` in reading order (a directory: its files with a corpus
+    suffix, sorted, recursively); ``python-docs`` stays a name."""
+    out: list[str | Path] = []
+    for item in inputs:
+        if item == BUILTIN:
+            out.append(BUILTIN)
+            continue
+        p = Path(item)
+        if p.is_dir():
+            found = sorted(f for f in p.rglob("*") if f.is_file() and f.name.endswith(SUFFIXES))
+            if not found:
+                raise TextDataError(f"{p} holds no corpus file ({', '.join(SUFFIXES)})")
+            out += found
+        elif p.is_file():
+            if not p.name.endswith(SUFFIXES):
+                raise TextDataError(f"{p} is not a corpus file; give {', '.join(SUFFIXES)} files, "
+                                    f"directories of them or {BUILTIN}")
+            out.append(p)
+        else:
+            raise TextDataError(f"corpus input {p} does not exist")
+    if not out:
+        raise TextDataError("give at least one corpus input")
+    return out
+
+
+def _lines(path: Path) -> Iterator[str]:
+    opener = gzip.open if path.name.endswith(".gz") else open
+    try:
+        with opener(path, "rt", encoding="utf-8", newline="") as f:
+            for line in f:
+                if "\x00" in line:
+                    raise UnicodeDecodeError("utf-8", b"", 0, 1, "NUL byte")
+                yield line
+    except (UnicodeDecodeError, gzip.BadGzipFile, EOFError, OSError) as e:
+        why = "not UTF-8 text (binary?)" if isinstance(e, UnicodeDecodeError) else \
+            f"unreadable ({type(e).__name__})"
+        raise TextDataError(f"corpus file {path} is {why}; give plain text or jsonl") from None
+
+
+def documents(inputs: list[str]) -> Iterator[str]:
+    """Every document of the corpus, streamed, in a fixed order; empty documents are skipped."""
+    for src in input_files(inputs):
+        if src == BUILTIN:
+            yield from (d for d in _python_docs() if d.strip())
+            continue
+        path = Path(src)
+        if ".jsonl" in path.name:
+            for i, line in enumerate(_lines(path)):
+                if not line.strip():
+                    continue
+                try:
+                    text = json.loads(line).get("text")
+                except (json.JSONDecodeError, AttributeError):
+                    raise TextDataError(f"{path} line {i + 1} is not a JSON object") from None
+                if not isinstance(text, str):
+                    raise TextDataError(f"{path} line {i + 1} has no string 'text' field")
+                if text.strip():
+                    yield text
+        else:
+            para: list[str] = []
+            for line in _lines(path):
+                if line.strip():
+                    para.append(line)
+                elif para:
+                    yield "".join(para).rstrip("\n")
+                    para = []
+            if para:
+                yield "".join(para).rstrip("\n")
+
+
+# ---- preparing -----------------------------------------------------------------------------------
+def _train_tokenizer(inputs: list[str], vocab_size: int):
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=[EOT],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+                                  show_progress=False)
+    tok.train_from_iterator(documents(inputs), trainer=trainer)
+    return tok
+
+
+def _load_tokenizer(path: str | Path):
+    from tokenizers import Tokenizer
+    try:
+        tok = Tokenizer.from_file(str(path))
+    except Exception as e:  # tokenizers raises its own Exception subclass on a bad file
+        raise TextDataError(f"--tokenizer {path} is not a tokenizer.json file "
+                            f"({str(e).splitlines()[0][:100]})") from None
+    if tok.token_to_id(EOT) is None:
+        tok.add_special_tokens([EOT])
+    return tok
+
+
+def _dtype(vocab: int) -> np.dtype:
+    return np.dtype(np.uint16) if vocab <= 2 ** 16 else np.dtype(np.uint32)
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def dataset_hash(manifest: dict) -> str:
+    body = {k: v for k, v in manifest.items() if k != "dataset_hash"}
+    return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
+
+
+def _cloze(held_out: list[str], seed: int, n: int = 64, choices: int = 4) -> list[dict]:
+    """A small sanity task from held-out documents: the first words of a document as context,
+    its next words as the true continuation, and continuations of other documents as
+    distractors (the harness scores each choice's loglikelihood after the context)."""
+    docs = [d.split() for d in held_out if len(d.split()) >= 24][: 4 * n]
+    if len(docs) < choices:
+        return []
+    rng = np.random.default_rng([seed, 7])
+    items = []
+    for i, words in enumerate(docs[:n]):
+        ctx, cont = " ".join(words[:16]), " " + " ".join(words[16:24])
+        others = [j for j in rng.permutation(len(docs)) if j != i][: choices - 1]
+        opts = [cont] + [" " + " ".join(docs[j][16:24]) for j in others]
+        order = rng.permutation(choices)
+        items.append({"context": ctx, "choices": [opts[k] for k in order],
+                      "label": int(np.flatnonzero(order == 0)[0])})
+    return items
+
+
+def prepare_text(inputs: list[str], out: str | Path, vocab_size: int = 0,
+                 tokenizer: str | None = None, val_fraction: float = 0.01, seed: int = 0,
+                 seq_len: int = 128, force: bool = False, log=None) -> dict:
+    """Tokenize a corpus into a text dataset at ``out`` (see the module docstring); returns its
+    manifest. Nothing is left at ``out`` unless every file was written."""
+    from depthbench.fsio import check_replaceable, replaced_dir
+    if bool(vocab_size) == bool(tokenizer):
+        raise TextDataError("give either --vocab-size N (train a byte-level BPE) or --tokenizer "
+                            "tokenizer.json")
+    if vocab_size and not 260 <= vocab_size <= 2 ** 20:
+        raise TextDataError(f"--vocab-size {vocab_size} must be between 260 (the 256 bytes and "
+                            "a few merges) and 1048576")
+    if not (isinstance(val_fraction, float | int) and 0 < val_fraction < 1):
+        raise TextDataError(f"--val-fraction {val_fraction} must be strictly between 0 and 1")
+    if not 8 <= seq_len <= 65536:
+        raise TextDataError(f"--seq-len {seq_len} must be between 8 and 65536")
+    out = Path(out)
+    files = input_files(inputs)   # every input exists before anything is written
+    if out.is_dir() and any(p.name != ".lock" for p in out.iterdir()) and not force:
+        raise TextDataError(f"{out} is not empty; pass --force to replace it or choose another "
+                            "--out")
+    check_replaceable(out, "text-dataset")
+    for f in files:
+        if f != BUILTIN and (out.resolve() == Path(f).resolve()
+                             or out.resolve() in Path(f).resolve().parents):
+            raise TextDataError(f"--out {out} holds the corpus file {f}; write elsewhere")
+    tok = _load_tokenizer(tokenizer) if tokenizer else _train_tokenizer(inputs, vocab_size)
+    vocab = tok.get_vocab_size()
+    eot = tok.token_to_id(EOT)
+    dtype = _dtype(vocab)
+    counts = {s: {"documents": 0, "tokens": 0, "bytes": 0} for s in SPLITS}
+    with replaced_dir(out, "text-dataset") as tmp:
+        tok.save(str(tmp / "tokenizer.json"))
+        sinks = {s: open(tmp / f"{s}.bin", "wb") for s in SPLITS}
+        held_out: list[str] = []
+        try:
+            batch: list[str] = []
+            n_batch = 0
+
+            def flush(batch: list[str], b: int) -> None:
+                val = np.random.default_rng([seed, b]).random(len(batch)) < val_fraction
+                for doc, enc, v in zip(batch, tok.encode_batch(batch), val):
+                    s = "validation" if v else "train"
+                    ids = np.asarray(enc.ids + [eot], dtype=dtype)
+                    sinks[s].write(ids.tobytes())
+                    c = counts[s]
+                    c["documents"] += 1
+                    c["tokens"] += len(ids)
+                    c["bytes"] += len(doc.encode("utf-8"))
+                    if v and len(held_out) < 512:
+                        held_out.append(doc)
+            for doc in documents(inputs):
+                batch.append(doc)
+                if len(batch) == BATCH_DOCS:
+                    flush(batch, n_batch)
+                    batch, n_batch = [], n_batch + 1
+            if batch:
+                flush(batch, n_batch)
+        finally:
+            for f in sinks.values():
+                f.close()
+        if not counts["train"]["documents"] + counts["validation"]["documents"]:
+            raise TextDataError("the corpus holds no document (empty input)")
+        if not counts["validation"]["documents"]:
+            raise TextDataError(f"--val-fraction {val_fraction} left no validation document of "
+                                f"{counts['train']['documents']}; raise it")
+        if not counts["train"]["documents"]:
+            raise TextDataError(f"--val-fraction {val_fraction} left no training document; "
+                                "lower it")
+        if counts["train"]["tokens"] <= seq_len + 1:
+            raise TextDataError(f"the training split has {counts['train']['tokens']} tokens, "
+                                f"fewer than one window of --seq-len {seq_len}; give more text "
+                                "or a shorter --seq-len")
+        (tmp / "cloze.jsonl").write_text("".join(json.dumps(r) + "\n"
+                                                 for r in _cloze(held_out, seed)))
+        manifest = {
+            "format": FORMAT, "format_version": FORMAT_VERSION,
+            "settings": {"inputs": [str(f) if f == BUILTIN else Path(f).name for f in files],
+                         "vocab_size": vocab_size, "tokenizer": Path(tokenizer).name if tokenizer
+                         else None, "val_fraction": val_fraction, "seed": seed,
+                         "seq_len": seq_len},
+            "vocab_size": vocab, "eot_id": eot, "dtype": dtype.name, "seq_len": seq_len,
+            "tokenizer_sha256": _sha256(tmp / "tokenizer.json"),
+            "splits": counts,
+            "bytes_per_token": {s: c["bytes"] / max(1, c["tokens"]) for s, c in counts.items()},
+            "files": {name: {"sha256": _sha256(tmp / name), "bytes": (tmp / name).stat().st_size}
+                      for name in FILES},
+        }
+        manifest["dataset_hash"] = dataset_hash(manifest)
+        (tmp / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
+    if log:
+        log(f"{out}: {counts['train']['tokens']:,} training and "
+            f"{counts['validation']['tokens']:,} validation tokens, vocabulary {vocab}")
+    return manifest
+
+
+def is_text_dataset(path: str | Path) -> bool:
+    try:
+        m = json.loads((Path(path) / "manifest.json").read_text())
+    except (OSError, ValueError, UnicodeDecodeError):
+        return False
+    return isinstance(m, dict) and m.get("format") == FORMAT
+
+
+# ---- opening ------------------------------------------------------------------------------------
+class TextVocab:
+    """What the trainer reads of a vocabulary: its size and the end-of-text id."""
+
+    def __init__(self, size: int, eot: int):
+        self.size, self.eos = size, eot
+
+    def __len__(self) -> int:
+        return self.size
+
+
+class TextDataset:
+    """A verified text dataset directory written by ``prepare_text``."""
+
+    kind = "text"
+
+    def __init__(self, path: str | Path, verify: bool = True):
+        self.path = Path(path)
+        mpath = self.path / "manifest.json"
+        if not mpath.is_file():
+            raise TextDataError(f"{self.path} has no manifest.json: not a text dataset; {FIX}")
+        try:
+            m = json.loads(mpath.read_text())
+        except (OSError, ValueError, UnicodeDecodeError):
+            raise TextDataError(f"{mpath} is not valid JSON (corrupt); {FIX}") from None
+        if not isinstance(m, dict) or m.get("format") != FORMAT:
+            raise TextDataError(f"{mpath} is not a text dataset manifest; {FIX}")
+        if m.get("format_version") != FORMAT_VERSION:
+            raise TextDataError(f"{mpath}: text format {m.get('format_version')!r}, this "
+                                f"depthbench reads {FORMAT_VERSION}; {FIX}")
+        if m.get("dataset_hash") != dataset_hash(m):
+            raise TextDataError(f"{mpath} was edited (its dataset_hash does not match); {FIX}")
+        files = m.get("files")
+        if not isinstance(files, dict) or set(files) != set(FILES):
+            raise TextDataError(f"{mpath}: its file table must list {', '.join(FILES)}; {FIX}")
+        for name, rec in files.items():
+            f = self.path / name
+            if not f.is_file() or f.stat().st_size != rec.get("bytes"):
+                raise TextDataError(f"text dataset file {f} is missing or truncated; {FIX}")
+            if verify and _sha256(f) != rec.get("sha256"):
+                raise TextDataError(f"text dataset file {f} does not match its sha256 (corrupt "
+                                    f"or tampered); {FIX}")
+        self.manifest, self.hash = m, m["dataset_hash"]
+        self.vocab = TextVocab(int(m["vocab_size"]), int(m["eot_id"]))
+        self.seq_len = int(m["seq_len"]) + 1          # a window of inputs and their targets
+        dtype = np.dtype(m["dtype"])
+        self.tokens = {}
+        for s in SPLITS:
+            n = m["splits"][s]["tokens"]
+            if files[f"{s}.bin"]["bytes"] != n * dtype.itemsize:
+                raise TextDataError(f"{self.path / (s + '.bin')} does not hold the manifest's "
+                                    f"{n} tokens; {FIX}")
+            self.tokens[s] = np.memmap(self.path / f"{s}.bin", dtype=dtype, mode="r", shape=(n,))
+        self.bytes = {s: int(m["splits"][s]["bytes"]) for s in SPLITS}
+
+    def tokenizer(self):
+        return _load_tokenizer(self.path / "tokenizer.json")
+
+    def token_bytes(self) -> np.ndarray | None:
+        """UTF-8 bytes of text each token id stands for (0 for end-of-text), for a byte-level
+        tokenizer (each character of a byte-level token is one byte); None for another kind."""
+        tok = json.loads((self.path / "tokenizer.json").read_text())
+        if (tok.get("pre_tokenizer") or {}).get("type") != "ByteLevel":
+            return None
+        t = self.tokenizer()
+        out = np.array([len(t.id_to_token(i) or "") for i in range(len(self.vocab))],
+                       dtype=np.int64)
+        for special in tok.get("added_tokens", []):
+            out[special["id"]] = 0
+        return out
+
+    def train_batches(self, batch_size: int, seed: int, rank: int = 0, world: int = 1):
+        return TextBatches(self.tokens["train"], self.seq_len, batch_size, seed, rank, world)
+
+
+class TextBatches:
+    """Training windows of ``T`` tokens drawn at offsets seeded by (seed, step): step s's
+    global batch is the same on any number of ranks, and rank r of w takes its contiguous slice,
+    so a resumed or distributed run reads exactly the windows of a one-rank run."""
+
+    def __init__(self, tokens: np.ndarray, T: int, batch_size: int, seed: int, rank: int = 0,
+                 world: int = 1):
+        if batch_size % world:
+            raise UserError(f"batch_size={batch_size} must be divisible by the number of "
+                            f"processes ({world})")
+        self.tokens, self.T, self.B, self.seed, self.rank, self.world = \
+            tokens, T, batch_size, seed, rank, world
+
+    def batch(self, step: int) -> np.ndarray:
+        rng = np.random.default_rng(np.random.SeedSequence(self.seed, spawn_key=(0x7E, step)))
+        starts = rng.integers(0, len(self.tokens) - self.T + 1, size=self.B)
+        per = self.B // self.world
+        mine = starts[self.rank * per:(self.rank + 1) * per]
+        return np.stack([np.asarray(self.tokens[a:a + self.T], dtype=np.int64) for a in mine])
+
+
+# ---- evaluating ---------------------------------------------------------------------------------
+def eval_windows(tokens: np.ndarray, T: int, max_windows: int | None = None) -> np.ndarray:
+    """The validation split cut into consecutive windows of ``T`` tokens (inputs and targets:
+    every token but the first of each window is predicted once; the tail that fills no window is
+    left out)."""
+    n = (len(tokens) - 1) // (T - 1)
+    if max_windows:
+        n = min(n, max_windows)
+    idx = np.arange(n)[:, None] * (T - 1) + np.arange(T)[None, :]
+    return np.asarray(tokens[idx], dtype=np.int64)
+
+
+def text_sweep(model, ds: TextDataset, depths: list[int], rt=None, batch_size: int = 64,
+               max_windows: int | None = None) -> dict[int, dict]:
+    """NLL per token (nats) and bits per byte at every depth of ``depths`` on the validation
+    split, from one forward of max(depths) loops per batch. Bits per byte spread the predicted
+    tokens' total NLL over the UTF-8 bytes of text they stand for (``token_bytes``; for a
+    tokenizer that is not byte-level, the split's mean bytes per token)."""
+    import torch
+    import torch.nn.functional as F
+
+    from depthbench.data import shard_range
+    model.eval()
+    w = eval_windows(ds.tokens["validation"], ds.seq_len, max_windows)
+    lo, hi = shard_range(len(w), rt.rank, rt.world) if rt else (0, len(w))
+    device = rt.device if rt else torch.device("cpu")
+    sums = {k: 0.0 for k in depths}
+    n_tok, n_bytes = 0, 0.0
+    per_token = ds.token_bytes()
+    bpt = ds.manifest["bytes_per_token"]["validation"]
+    want = set(depths)
+    ac = rt.autocast() if rt else torch.autocast("cpu", enabled=False)
+    with torch.no_grad():
+        for a in range(lo, hi, batch_size):
+            x = torch.as_tensor(w[a:min(a + batch_size, hi)], device=device)
+            inp, tgt = x[:, :-1], x[:, 1:]
+            n_tok += tgt.numel()
+            n_bytes += (float(per_token[w[a:a + len(x), 1:]].sum()) if per_token is not None
+                        else tgt.numel() * bpt)
+            with ac:
+                pos = model.positions(inp.shape[1], device)
+                e = model.embed_prelude(inp, pos)
+                s = model.initial_state(e, pos)
+                for k in range(1, max(depths) + 1):
+                    s = model.core_step(s, e, pos)
+                    if k in want:
+                        logits = model.readout(s, pos).float()
+                        sums[k] += float(F.cross_entropy(logits.reshape(-1, logits.shape[-1]),
+                                                         tgt.reshape(-1), reduction="sum"))
+    if rt is not None and rt.world > 1:
+        total = rt.all_sum([sums[k] for k in depths] + [float(n_tok), n_bytes])
+        sums, n_tok, n_bytes = dict(zip(depths, total[:-2])), int(total[-2]), total[-1]
+    return {k: {"nll": sums[k] / max(1, n_tok), "tokens": n_tok, "bytes": n_bytes,
+                "bits_per_byte": sums[k] / math.log(2) / max(1.0, n_bytes)}
+            for k in depths}
+
+
+def text_rows(ck: dict, meta: dict, run_name: str, ds: TextDataset, res: dict[int, dict],
+              params: int) -> list[dict]:
+    """Eval rows of a text run, one per depth, split ``validation``."""
+    return [{"run": run_name, "schedule": ck.get("schedule"), "seed": meta.get("seed"),
+             "step": ck["step"], "depth": k, "split": "validation", "nll": r["nll"],
+             "bits_per_byte": r["bits_per_byte"], "tokens": r["tokens"], "params": params,
+             "n_grad_loops": int(ck.get("model_config", {}).get("n_grad_loops", 0)),
+             "modeled_train_flops": ck.get("flops"), "wall_clock_s": ck.get("wall_clock"),
+             "train_cpu_s": ck.get("cpu_clock"), "dataset_hash": ds.hash,
+             "checkpoint": ck.get("path")}
+            for k, r in sorted(res.items())]

@@ -1,0 +1,162 @@
+"""The natural-text half: prepare-text (determinism, round trip, bytes), training windows, and
+the per-depth NLL and bits per byte of a text run against a per-depth forward."""
+
+import gzip
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+from click.testing import CliRunner
+
+from depthbench.cli import main
+from depthbench.config import ModelConfig
+from depthbench.model import LoopedTransformer
+from depthbench.text import TextBatches, TextDataset, documents, prepare_text, text_sweep
+
+WORDS = ("the quick brown fox jumps over a lazy dog while seven wizards quietly judge boxing "
+         "matches near old river banks and every curious child reads long stories about "
+         "distant mountains").split()
+
+
+def corpus(tmp_path, n_docs=300, seed=0):
+    """A small corpus in every input form: a directory of a .txt (blank-line documents), a
+    .jsonl and a .jsonl.gz; returns the directory and the documents in reading order."""
+    rng = np.random.default_rng(seed)
+    docs = [" ".join(rng.choice(WORDS, size=int(rng.integers(20, 60)))) + " é ok."
+            for _ in range(n_docs)]
+    d = tmp_path / "corpus"
+    d.mkdir()
+    a, b, c = docs[:100], docs[100:200], docs[200:]
+    (d / "a.txt").write_text("\n\n".join(x.replace(" over ", " over\n") for x in a) + "\n")
+    (d / "b.jsonl").write_text("".join(json.dumps({"text": x}) + "\n" for x in b))
+    with gzip.open(d / "c.jsonl.gz", "wt", encoding="utf-8") as f:
+        f.writelines(json.dumps({"text": x}) + "\n" for x in c)
+    docs = [x.replace(" over ", " over\n") for x in a] + b + c
+    return d, docs
+
+
+def test_documents_are_read_in_order_from_every_form(tmp_path):
+    d, docs = corpus(tmp_path)
+    assert list(documents([str(d)])) == docs
+
+
+def test_prepare_text_is_deterministic_and_round_trips(tmp_path):
+    d, docs = corpus(tmp_path)
+    m1 = prepare_text([str(d)], tmp_path / "a", vocab_size=300, val_fraction=0.1, seq_len=16)
+    m2 = prepare_text([str(d)], tmp_path / "b", vocab_size=300, val_fraction=0.1, seq_len=16)
+    assert m1 == m2
+    for f in ("train.bin", "validation.bin", "tokenizer.json", "cloze.jsonl", "manifest.json"):
+        assert (tmp_path / "a" / f).read_bytes() == (tmp_path / "b" / f).read_bytes(), f
+    ds = TextDataset(tmp_path / "a")
+    tok = ds.tokenizer()
+    split_docs = {}
+    for s in ("train", "validation"):   # decode each split at its end-of-text tokens
+        ids = np.asarray(ds.tokens[s]).tolist()
+        assert ids[-1] == ds.vocab.eos
+        cut = [i for i, t in enumerate(ids) if t == ds.vocab.eos]
+        starts = [0] + [i + 1 for i in cut[:-1]]
+        split_docs[s] = [tok.decode(ids[a:b]) for a, b in zip(starts, cut)]
+        assert m1["splits"][s]["documents"] == len(split_docs[s])
+        # bytes: the split's UTF-8 bytes, and the sum of its tokens' bytes
+        assert m1["splits"][s]["bytes"] == sum(len(x.encode()) for x in split_docs[s])
+        assert int(ds.token_bytes()[np.asarray(ds.tokens[s])].sum()) == m1["splits"][s]["bytes"]
+    # every document lands in exactly one split, in corpus order within it
+    assert sorted(split_docs["train"] + split_docs["validation"]) == sorted(docs)
+    assert split_docs["train"] == [x for x in docs if x in set(split_docs["train"])]
+    assert 0 < len(split_docs["validation"]) < len(docs) // 4
+    cloze = [json.loads(x) for x in (tmp_path / "a" / "cloze.jsonl").read_text().splitlines()]
+    assert cloze and all(len(c["choices"]) == 4 and 0 <= c["label"] < 4 for c in cloze)
+
+
+def test_a_given_tokenizer_is_used_as_is(tmp_path):
+    d, _ = corpus(tmp_path)
+    prepare_text([str(d)], tmp_path / "a", vocab_size=300, val_fraction=0.1, seq_len=16)
+    m = prepare_text([str(d)], tmp_path / "b", tokenizer=str(tmp_path / "a" / "tokenizer.json"),
+                     val_fraction=0.1, seq_len=16)
+    assert (tmp_path / "a" / "train.bin").read_bytes() == (tmp_path / "b" / "train.bin").read_bytes()
+    assert m["tokenizer_sha256"] == TextDataset(tmp_path / "a").manifest["tokenizer_sha256"]
+
+
+def test_training_windows_are_seeded_and_split_across_ranks(tmp_path):
+    tokens = np.arange(1000, dtype=np.uint16)
+    one = TextBatches(tokens, 17, 8, seed=3)
+    b = one.batch(5)
+    assert b.shape == (8, 17) and np.array_equal(b, one.batch(5))
+    assert (np.diff(b, axis=1) == 1).all()   # windows of consecutive tokens
+    ranks = [TextBatches(tokens, 17, 8, seed=3, rank=r, world=2).batch(5) for r in (0, 1)]
+    assert np.array_equal(np.concatenate(ranks), b)
+    assert not np.array_equal(one.batch(6), b)
+
+
+def test_text_sweep_matches_a_forward_per_depth(tmp_path):
+    d, _ = corpus(tmp_path)
+    prepare_text([str(d)], tmp_path / "ds", vocab_size=300, val_fraction=0.2, seq_len=16)
+    ds = TextDataset(tmp_path / "ds")
+    torch.manual_seed(0)
+    model = LoopedTransformer(ModelConfig(vocab_size=len(ds.vocab), d_model=32, n_heads=4,
+                                          n_prelude=1, n_core=1, n_coda=1, max_seq_len=32)).eval()
+    res = text_sweep(model, ds, [1, 3], batch_size=5)
+    from depthbench.text import eval_windows
+    w = torch.as_tensor(eval_windows(ds.tokens["validation"], ds.seq_len))
+    nbytes = ds.token_bytes()[w[:, 1:].numpy()].sum()
+    for k in (1, 3):
+        with torch.no_grad():
+            logits = model(w[:, :-1], n_loops=k)
+        nll = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]),
+                                                w[:, 1:].reshape(-1), reduction="sum").item()
+        assert res[k]["nll"] == pytest.approx(nll / w[:, 1:].numel(), rel=1e-5)
+        assert res[k]["bits_per_byte"] == pytest.approx(nll / math.log(2) / nbytes, rel=1e-5)
+
+
+def test_train_and_eval_a_text_run_through_the_cli(tmp_path):
+    d, _ = corpus(tmp_path)
+    r = CliRunner().invoke(main, ["prepare-text", str(d), "--out", str(tmp_path / "ds"),
+                                  "--vocab-size", "300", "--val-fraction", "0.2", "--seq-len", "16"])
+    assert r.exit_code == 0, r.output
+    r = CliRunner().invoke(main, ["train", "--data", str(tmp_path / "ds"), "--out",
+                                  str(tmp_path / "run"), "--preset", "tiny", "--steps", "6",
+                                  "--schedule", "uniform:1-4", "--set", "batch_size=4"])
+    assert r.exit_code == 0, r.output
+    r = CliRunner().invoke(main, ["eval", str(tmp_path / "run"), "--depths", "1-4", "--json"])
+    assert r.exit_code == 0, r.output
+    rows = [json.loads(x) for x in
+            (tmp_path / "run" / "eval" / "step_0000006.jsonl").read_text().splitlines()]
+    assert [x["depth"] for x in rows] == [1, 2, 3, 4]
+    assert all(x["split"] == "validation" and x["bits_per_byte"] > 0 and x["kind"] == "eval"
+               for x in rows)
+    # a text run on a synthetic dataset, and a synthetic split asked of a text run
+    r = CliRunner().invoke(main, ["generate", "--out", str(tmp_path / "syn")])
+    r = CliRunner().invoke(main, ["eval", str(tmp_path / "run"), "--data", str(tmp_path / "syn")])
+    assert r.exit_code == 2 and "trained on dataset" in r.output
+    r = CliRunner().invoke(main, ["eval", str(tmp_path / "run"), "--split", "eval_reordered"])
+    assert r.exit_code == 2 and "validation" in r.output
+
+
+@pytest.mark.parametrize("case", ["binary", "empty", "no-validation", "bad-tokenizer",
+                                  "missing", "both"])
+def test_bad_corpora_exit_2_and_leave_nothing(tmp_path, case):
+    d, _ = corpus(tmp_path, n_docs=8)
+    args = [str(d), "--vocab-size", "300"]
+    if case == "binary":
+        (d / "x.txt").write_bytes(bytes(range(256)) * 4)
+    elif case == "empty":
+        e = tmp_path / "empty"
+        e.mkdir()
+        (e / "e.txt").write_text("\n\n  \n")
+        args = [str(e), "--vocab-size", "300"]
+    elif case == "no-validation":
+        args += ["--val-fraction", "0.0001"]
+    elif case == "bad-tokenizer":
+        (tmp_path / "t.json").write_text("{not json")
+        args = [str(d), "--tokenizer", str(tmp_path / "t.json")]
+    elif case == "missing":
+        args = [str(tmp_path / "nope.txt"), "--vocab-size", "300"]
+    else:
+        args += ["--tokenizer", str(tmp_path / "t.json")]
+    r = CliRunner().invoke(main, ["prepare-text", *args, "--out", str(tmp_path / "out")])
+    assert r.exit_code == 2, r.output
+    assert len(r.output.strip().splitlines()) == 1 and "Traceback" not in r.output
+    assert not (tmp_path / "out").exists()
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".db-")]
