@@ -1,7 +1,6 @@
 """The ``depthbench`` command line: each command parses its options into the stage's config
 (``depthbench.config``), calls the stage's action, and prints. ``--config FILE`` supplies the
 same config from a file (what ``depthbench run --plan`` writes); options given replace its keys.
-
 Every user error (bad path, spec, config value, mismatched files) ends as exit status 2 with
 one line on stderr: ``depthbench: error: ...``, and no traceback.
 """
@@ -15,6 +14,7 @@ import click
 from depthbench import cli_support as cs
 from depthbench.cli_serve import lm_eval_cmd, serve_bench_cmd, serve_sim_cmd
 from depthbench.cli_support import build_config, default_of, emit_json, fail, parse_sets
+from depthbench.cli_text import echo_text_eval, prepare_text_cmd
 from depthbench.config import EvalConfig, ProbeConfig, ReportConfig
 
 __all__ = ["main", "parse_sets"]
@@ -78,50 +78,6 @@ def generate(out, preset, config_file, sets, seed, force, as_json):
                    "ceiling_bits": manifest["ceiling_bits"], "seconds": seconds})
 
 
-@main.command("prepare-text")
-@click.argument("inputs", nargs=-1, required=True)
-@click.option("--out", required=True, type=click.Path(file_okay=False),
-              help="Text dataset directory to create.")
-@click.option("--vocab-size", type=click.IntRange(1, None), default=None,
-              help="Train a byte-level BPE of this many tokens on the corpus.")
-@click.option("--tokenizer", type=click.Path(dir_okay=False),
-              help="Use this tokenizer.json (e.g. a HF model's) instead of training one.")
-@click.option("--val-fraction", type=float, default=0.01, show_default=True,
-              help="Share of documents held out for validation (drawn per document, seeded).")
-@click.option("--seq-len", type=int, default=128, show_default=True,
-              help="Tokens per training window (the model's context).")
-@click.option("--seed", type=cs.SEED, default=0, show_default=True,
-              help="Seed of the validation draw and the cloze task.")
-@click.option("--force", is_flag=True, help="Replace a text dataset already at --out.")
-@cs.json_option
-def prepare_text_cmd(inputs, out, vocab_size, tokenizer, val_fraction, seq_len, seed, force,
-                     as_json):
-    """Tokenize a text corpus into a dataset to train and evaluate looped models on.
-
-    INPUTS are plain-text files (documents separated by blank lines), .jsonl files with a
-    "text" field, .gz of either, directories of them, or python-docs (the documentation that
-    ships with Python itself).
-
-    \b
-    Examples:
-      depthbench prepare-text python-docs --out data/pydocs --vocab-size 2048
-      depthbench prepare-text corpus/*.jsonl.gz --out data/web --tokenizer tokenizer.json
-    """
-    from depthbench.text import prepare_text
-    t0 = time.perf_counter()
-    m = prepare_text(list(inputs), out, vocab_size or 0, tokenizer, val_fraction, seed, seq_len,
-                     force)
-    sp = m["splits"]
-    click.echo(f"wrote {out}: {sp['train']['documents']} training and "
-               f"{sp['validation']['documents']} validation documents, "
-               f"{sp['train']['tokens']} and {sp['validation']['tokens']} tokens, vocabulary "
-               f"{m['vocab_size']}, {m['bytes_per_token']['train']:.2f} bytes per token, "
-               f"{time.perf_counter() - t0:.1f}s")
-    if as_json:
-        emit_json({"out": str(out), "dataset_hash": m["dataset_hash"], "splits": sp,
-                   "vocab_size": m["vocab_size"], "bytes_per_token": m["bytes_per_token"]})
-
-
 @main.command()
 @click.option("--data", type=click.Path(), help="Dataset directory.")
 @click.option("--out", type=click.Path(file_okay=False), help="Run directory.")
@@ -178,7 +134,6 @@ def flops(run, preset, schedule, steps, seed, as_json):
     \b
     Examples:
       depthbench flops --preset tiny --schedule fixed-first:0.8:4:1-16
-      depthbench flops --preset paper-200m --schedule fixed:4 --steps 20000
       depthbench flops runs/uniform --schedule fixed:4
     """
     from depthbench.train import flop_summary
@@ -209,8 +164,7 @@ def flops(run, preset, schedule, steps, seed, as_json):
 @cs.config_option
 @cs.json_option
 def eval_cmd(config_file, as_json, **given):
-    """Sweep serving depths: NLL, exact-match recall and recalled bits per person (a text run:
-    NLL per token and bits per byte on its validation split).
+    """Sweep serving depths: NLL, recall and recalled bits per person (text: bits per byte).
 
     \b
     Examples:
@@ -225,22 +179,17 @@ def eval_cmd(config_file, as_json, **given):
     res = run_eval(build_config(EvalConfig, config_file, given))
     if "jsonl" not in res:  # another rank wrote the rows
         return
+    if res["ceiling_bits"] is None:   # a text run
+        return echo_text_eval(res, as_json)
     df = pd.DataFrame(res["rows"])
     for split, g in df.groupby("split", sort=False):
-        if res["ceiling_bits"] is None:   # a text run
-            click.echo(f"\n{split} ({int(g['tokens'].iloc[0])} tokens)")
-            t = g[["depth", "nll", "bits_per_byte"]]
-        else:
-            click.echo(f"\n{split} (ceiling {res['ceiling_bits']:.1f} bits/person)")
-            t = g[["depth", "nll", "value_nll", "exact_match", "bits_per_person"]]
+        click.echo(f"\n{split} (ceiling {res['ceiling_bits']:.1f} bits/person)")
+        t = g[["depth", "nll", "value_nll", "exact_match", "bits_per_person"]]
         click.echo(t.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
     click.echo(f"wrote {res['csv']} and {res['jsonl']}")
     if as_json:
         best = max((r for r in res["rows"] if r["split"] == "eval_reordered"),
                    key=lambda r: r["bits_per_person"], default=None)
-        if res["ceiling_bits"] is None:   # a text run: the depth of the lowest NLL
-            best = min(res["rows"], key=lambda r: r["nll"])
-            best = {**best, "bits_per_person": None}
         emit_json({"csv": str(res["csv"]), "jsonl": str(res["jsonl"]), "rows": len(res["rows"]),
                    "step": res["step"], "ceiling_bits": res["ceiling_bits"],
                    "best_depth": best and best["depth"],
@@ -346,6 +295,5 @@ def report_cmd(config_file, as_json, **given):
         emit_json({"out": str(cfg.out), "files": [str(f) for f in files]})
 
 
-main.add_command(serve_bench_cmd)
-main.add_command(serve_sim_cmd)
-main.add_command(lm_eval_cmd)
+for _cmd in (serve_bench_cmd, serve_sim_cmd, lm_eval_cmd, prepare_text_cmd):
+    main.add_command(_cmd)

@@ -229,8 +229,3 @@ def require_synthetic(ds, what: str) -> None:
         raise UserError(f"{what} needs a synthetic (generated) dataset; {ds.path} is a text "
                         "corpus: evaluate text runs with `depthbench eval` (NLL and bits per "
                         "byte per depth)")
-
-
-def shard_range(n: int, rank: int, world: int) -> tuple[int, int]:
-    """Contiguous [lo, hi) of n rows for this rank (sizes differ by at most one)."""
-    return n * rank // world, n * (rank + 1) // world

@@ -15,13 +15,13 @@ import torch
 
 from depthbench.checkpoint import open_run, run_dir_of
 from depthbench.config import EVAL_SPLITS, EvalConfig
-from depthbench.data import Dataset, shard_range
+from depthbench.data import Dataset
 from depthbench.errors import UserError
 from depthbench.fsio import refuse_over_inputs
 from depthbench.metrics import EvalSums, FactIndex
 from depthbench.reference import PersonAgnostic
 from depthbench.rows import row_paths, tag_rows, write_rows
-from depthbench.runtime import Runtime
+from depthbench.runtime import Runtime, shard_range
 
 
 def _batches(ds: Dataset, split: str, batch_size: int, rt: Runtime | None, max_rows: int | None):
@@ -105,7 +105,7 @@ def result_rows(ck: dict, run_meta: dict, run_name: str, ds: Dataset, split: str
 def _text_eval(cfg: EvalConfig, model, ck, meta, name, ds, depths, rt) -> list[dict]:
     """A text run's rows: NLL per token and bits per byte at every depth on the validation
     split (the synthetic splits and the harness do not apply)."""
-    from depthbench.text import text_rows, text_sweep
+    from depthbench.text import cloze_accuracy, text_rows, text_sweep
     if cfg.harness != "native":
         raise UserError("--harness lm-eval reads the synthetic recall tasks; a text run is "
                         "evaluated natively (NLL and bits per byte per depth)")
@@ -113,7 +113,8 @@ def _text_eval(cfg: EvalConfig, model, ck, meta, name, ds, depths, rt) -> list[d
         raise UserError(f"a text dataset has one evaluation split, validation (got "
                         f"{', '.join(cfg.splits)}); leave --split out")
     res = text_sweep(model, ds, depths, rt, cfg.batch_size, cfg.max_people or None)
-    return text_rows(ck, meta, name, ds, res, sum(p.numel() for p in model.parameters()))
+    cloze = cloze_accuracy(model, ds, depths, rt.device)
+    return text_rows(ck, meta, name, ds, res, sum(p.numel() for p in model.parameters()), cloze)
 
 
 def _run_name(run: str | Path) -> str:

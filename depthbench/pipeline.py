@@ -49,6 +49,12 @@ def _generate(cfg: dict) -> None:
     generate(GenConfig.from_dict(cfg["dataset"]), cfg["out"], force=True)
 
 
+def _prepare_text(cfg: dict) -> None:
+    from depthbench.text import prepare_text
+    prepare_text(list(cfg["corpus"]), cfg["out"], cfg["vocab_size"], cfg["tokenizer"] or None,
+                 cfg["val_fraction"], cfg["seed"], cfg["seq_len"], force=True)
+
+
 def _train(job: TrainJob) -> None:
     from depthbench.train import run_train
     log_dir = Path(job.out).parent.parent / "logs"
@@ -77,7 +83,8 @@ def _report(cfg):
     run_report(cfg)
 
 
-ACTIONS = {"generate": _generate, "train": _train, "eval": _eval, "probe-update": _probe,
+ACTIONS = {"generate": _generate, "prepare-text": _prepare_text, "train": _train, "eval": _eval,
+           "probe-update": _probe,
            "serve-bench": _serve, "report": _report}
 
 
@@ -135,6 +142,13 @@ class Stage:
         if self.command == "generate":
             return ["depthbench", "generate", "--config", str(config_file), "--out",
                     self.config["out"], "--force"]
+        if self.command == "prepare-text":
+            c = self.config
+            return ["depthbench", "prepare-text", *c["corpus"], "--out", c["out"],
+                    *(["--vocab-size", str(c["vocab_size"])] if c["vocab_size"] else
+                      ["--tokenizer", c["tokenizer"]]),
+                    "--val-fraction", str(c["val_fraction"]), "--seq-len", str(c["seq_len"]),
+                    "--seed", str(c["seed"]), "--force"]
         head = ["depthbench"]
         if self.command == "train":
             head = ["torchrun", "--standalone", f"--nproc_per_node={max(1, self.gpus)}", "-m",
@@ -164,8 +178,16 @@ class Pipeline:
         from data_gen import resolve_config
         s = self.spec
         gen_cfg = resolve_config(s.data.preset, overrides=s.data.set, seed=s.data.seed)
-        gen = Stage("generate", "generate", {"out": str(self.data), "dataset": gen_cfg.to_dict()},
-                    [self.data / "manifest.json"])
+        if s.data.text:   # the corpus's inputs, as given (paths relative to where it runs)
+            d = s.data
+            gen = Stage("generate", "prepare-text", {
+                "out": str(self.data), "corpus": list(d.corpus), "vocab_size": d.vocab_size,
+                "tokenizer": d.tokenizer, "val_fraction": d.val_fraction, "seed": d.seed,
+                "seq_len": d.seq_len}, [self.data / "manifest.json"])
+        else:
+            gen = Stage("generate", "generate", {"out": str(self.data),
+                                                 "dataset": gen_cfg.to_dict()},
+                        [self.data / "manifest.json"])
         trains, matched = self._train_stages(gen_cfg)
         runs = trains + matched
         evals = [st for t in runs for st in self._eval_stages(t)]
@@ -236,7 +258,8 @@ class Pipeline:
         for step in self._checkpoints(train):
             tag = "final" if step is None else f"{step:07d}"
             base = self.results / "eval" / f"{name}_step{tag}"
-            cfg = EvalConfig(run=train.config["out"], depths=e.depths, splits=e.splits,
+            splits = () if self.spec.data.text else e.splits   # a corpus: its validation split
+            cfg = EvalConfig(run=train.config["out"], depths=e.depths, splits=splits,
                              checkpoint=step, batch_size=e.batch_size, out=str(base),
                              device=self._device(), tags=train.config["tags"])
             out.append(Stage(f"eval-{name}-{tag}", "eval", cfg.to_dict(),

@@ -133,7 +133,14 @@ SCHEMA = {
 }
 
 
+# the eval rows of a text run: (required, numeric) columns in place of the synthetic ones
+TEXT_EVAL = (["run", "schedule", "seed", "step", "depth", "split", "nll", "bits_per_byte",
+              "modeled_train_flops"], ["seed", "step", "depth", "nll", "bits_per_byte"])
+
+
 def _kind(cols: set) -> str | None:
+    if {"depth", "split", "bits_per_byte"} <= cols:
+        return "eval"
     for kind, (ident, _, _) in SCHEMA.items():
         if ident <= cols:
             return kind
@@ -142,6 +149,8 @@ def _kind(cols: set) -> str | None:
 
 def _checked(df: pd.DataFrame, kind: str, path: Path) -> pd.DataFrame:
     _, required, numeric = SCHEMA[kind]
+    if kind == "eval" and "bits_per_byte" in df.columns:   # a text run's eval rows
+        required, numeric = TEXT_EVAL
     missing = [c for c in required if c not in df.columns]
     if missing:
         raise UserError(f"result file {path} looks like {kind} rows but lacks the column(s) "
@@ -332,7 +341,8 @@ def _fig_paired(figs, pd_bits: pd.DataFrame, pd_nll: pd.DataFrame, ref: str, col
 EQUIVALENCE_MARGIN = 0.05
 
 
-def _comparisons(re: pd.DataFrame, reference: str | None) -> pd.DataFrame:
+def _comparisons(re: pd.DataFrame, reference: str | None,
+                 value: str = "exact_match") -> pd.DataFrame:
     """The comparisons a report states, decided in advance: every schedule against the
     reference (within each budget, where there are budgets), on exact match averaged over all
     serving depths (the primary summary) and over depths 1-3 (described beside it). Each gets
@@ -347,7 +357,7 @@ def _comparisons(re: pd.DataFrame, reference: str | None) -> pd.DataFrame:
             continue
         for lo, hi, part in ((1, int(g["depth"].max()), "primary"), (1, 3, "depths 1-3")):
             part_rows = g[(g["depth"] >= lo) & (g["depth"] <= hi)]
-            per = part_rows.groupby(["schedule", "seed"])["exact_match"].mean()
+            per = part_rows.groupby(["schedule", "seed"])[value].mean()
             for s in sorted(set(g["schedule"]) - {ref}):
                 if s not in per.index.get_level_values(0):
                     continue
@@ -395,18 +405,19 @@ def _comparison_table(c: pd.DataFrame) -> pd.DataFrame:
     return t
 
 
-def _comparison_words(c: pd.DataFrame) -> list[str]:
+def _comparison_words(c: pd.DataFrame, value: str = "exact match",
+                      more: tuple[str, str] = ("recalls more", "recalls less")) -> list[str]:
     """One sentence per primary comparison."""
     out = []
     for _, r in c[c["summary"] == "primary"].iterrows():
         at = f"At {100 * r['budget']:.0f}% of the budget, " if pd.notna(r["budget"]) else ""
         v = _verdict(r)
-        what = (f"`{r['schedule']}` recalls {'more' if v == 'higher' else 'less'} than "
+        what = (f"`{r['schedule']}` {more[0] if v == 'higher' else more[1]} than "
                 f"`{r['reference']}`" if v in ("higher", "lower") else
                 f"`{r['schedule']}` and `{r['reference']}` are {v}" if v.startswith("equiv")
                 else f"`{r['schedule']}` against `{r['reference']}` is {v}")
         ci = f"[{r['lo']:+.3f}, {r['hi']:+.3f}]" if np.isfinite(r["hi"]) else "(no interval)"
-        out.append(f"{at}{what}: exact match averaged over depths {r['depths']} differs by "
+        out.append(f"{at}{what}: {value} averaged over depths {r['depths']} differs by "
                    f"{r['diff']:+.3f}, 95% CI {ci}, higher on {r['higher']} of {r['seeds']} "
                    f"seeds, sign-flip p {r['p']:.3g}, Holm-corrected {r['p_holm']:.3g}.")
     return out
@@ -523,6 +534,82 @@ def _fig_nll_flops(figs, re: pd.DataFrame, color: dict) -> None:
               "against modeled training FLOPs; small markers are runs, large ones the mean over "
               "seeds with SD bars. Circles are fixed-first arms (filled: the shortest fixed phase "
               "in this report; open: longer ones), squares every other arm.")
+
+
+def _text_sections(figs, ev: pd.DataFrame, color: dict, reference: str | None, tables, notes,
+                   files: dict[str, str], curves: pd.DataFrame | None = None) -> None:
+    """A text corpus's report: validation NLL and bits per byte against serving depth per
+    schedule (the paper's Figure 8 style), the schedules' summary, the comparisons decided in
+    advance on NLL averaged over serving depths, and the findings table."""
+    va = _final(ev)
+    va = va[va["split"] == "validation"]
+    if va.empty:
+        raise UserError("the text eval rows hold no validation split; evaluate the runs with "
+                        "`depthbench eval`")
+    cloze = "cloze_accuracy" in va.columns and va["cloze_accuracy"].notna().all()
+    for value, label, name in (("nll", "validation NLL (nats/token)", "nll_vs_depth.png"),
+                               ("bits_per_byte", "bits per byte", "bpb_vs_depth.png"),
+                               *((("cloze_accuracy", "cloze accuracy (4 choices)",
+                                   "cloze_vs_depth.png"),) if cloze else ())):
+        fig, ax = figs.new(f"{label} vs serving depth", "serving depth K", label)
+        _ci_lines(ax, va, value, color)
+        ax.legend(fontsize=8)
+        figs.save(fig, name, f"{label} on the validation split at every serving depth, final "
+                  "checkpoints; lines: mean over seeds, bands: 95% t-interval over seeds.")
+    ref = _reference(va["schedule"], reference)
+    re, clock = _with_train_time(va)
+    term = _terminal_nll(curves)
+    deepest = int(re["depth"].max())
+    per = re.groupby(["run", "schedule"]).apply(lambda g: pd.Series({
+        "mean_nll": g["nll"].mean(), "deep_nll": g.loc[g["depth"].idxmax(), "nll"],
+        "best_depth": g.loc[g["nll"].idxmin(), "depth"], "bpb": g["bits_per_byte"].mean(),
+        "cloze": g["cloze_accuracy"].mean() if cloze else np.nan,
+        "flops": g["modeled_train_flops"].iloc[0], "time": g["train_time"].iloc[0]}),
+        include_groups=False).reset_index()
+    per["terminal"] = [term.get(r, np.nan) for r in per["run"]]
+    ref_flops = per.loc[per["schedule"] == ref, "flops"].mean() if ref else np.nan
+    summary = pd.DataFrame([{
+        "schedule": sch, "seeds": len(g),
+        f"terminal training NLL (final {100 * TERMINAL_SHARE:.0f}% of updates)":
+            _fmt(g["terminal"].mean(), g["terminal"].std()),
+        "mean serving NLL": _fmt(g["mean_nll"].mean(), g["mean_nll"].std()),
+        f"NLL at depth {deepest}": _fmt(g["deep_nll"].mean(), g["deep_nll"].std()),
+        "bits per byte, mean over depths": _fmt(g["bpb"].mean(), g["bpb"].std()),
+        "depth of lowest NLL (per seed)": ", ".join(str(int(d)) for d in g["best_depth"]),
+        **({"cloze accuracy, mean over depths (chance 0.25)": _fmt(g["cloze"].mean(),
+                                                                   g["cloze"].std())}
+           if cloze else {}),
+        f"modeled FLOPs (% of {ref or 'reference'})": _fmt(100 * g["flops"].mean() / ref_flops,
+                                                           100 * g["flops"].std() / ref_flops, 1),
+        f"train {clock} s/run": f"{g['time'].mean():.0f}"} for sch, g in per.groupby("schedule")])
+    tables.append(("Schedules on the validation split (mean ± SD over seeds, final checkpoints)",
+                   summary))
+    ci = mean_ci(re, ["depth", "schedule"], "nll")
+    ci["cell"] = [f"{m:.3f} ± {h:.3f}" if np.isfinite(h) else f"{m:.3f}"
+                  for m, h in zip(ci["mean"], ci["ci95"])]
+    tables.append(("Validation NLL by serving depth (mean ± 95% CI half-width over seeds)",
+                   ci.pivot_table(index="depth", columns="schedule", values="cell",
+                                  aggfunc="first").reset_index()))
+    comparisons = _comparisons(re, reference, "nll")
+    if not comparisons.empty:
+        notes += _comparison_words(comparisons, "validation NLL",
+                                   ("has higher NLL", "has lower NLL"))
+        tables.append(("Comparisons decided in advance: each schedule minus the reference on "
+                       "validation NLL averaged over serving depths (the claim), and over depths "
+                       "1-3 (described); paired 95% t-interval and exact sign-flip p over seeds, "
+                       f"Holm-corrected; equivalent within ±{EQUIVALENCE_MARGIN:g} nats",
+                       _comparison_table(comparisons)))
+    depths = [d for d in (1, 4, deepest) if d in set(re["depth"])]
+    head = ["schedule", "seeds"] + [f"depth {d}: NLL (bits/byte)" for d in depths]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for sch, g in re.groupby("schedule"):
+        cells = [f"`{sch}`", str(g["seed"].nunique())]
+        for d in depths:
+            m, h, _ = t_interval(g.loc[g["depth"] == d, "nll"])
+            cells.append(f"{m:.3f}{f' ± {h:.3f}' if np.isfinite(h) else ''} "
+                         f"({g.loc[g['depth'] == d, 'bits_per_byte'].mean():.3f})")
+        lines.append("| " + " | ".join(cells) + " |")
+    files["findings.md"] = "\n".join(lines) + "\n"
 
 
 def _fig_fixed(figs, re: pd.DataFrame, color: dict) -> None:
@@ -713,7 +800,10 @@ def _build(rows: dict, out: Path, title: str, reference: str | None, paths) -> l
     tables: list[tuple[str, pd.DataFrame]] = []
     notes: list[str] = []
     files: dict[str, str] = dict(committed)  # extra text files: name -> content
-    if rows.get("eval") is not None:
+    if rows.get("eval") is not None and "bits_per_byte" in rows["eval"].columns:
+        _text_sections(figs, rows["eval"], color, reference, tables, notes, files,
+                       rows.get("curve"))
+    elif rows.get("eval") is not None:
         _eval_sections(figs, rows["eval"], color, reference, tables, notes, files,
                        rows.get("curve"))
     if rows.get("curve") is not None:

@@ -96,3 +96,8 @@ def hold_freed_memory() -> bool:
     m_trim_threshold, m_top_pad, m_mmap_threshold = -1, -2, -3
     return all(libc.mallopt(opt, val) == 1 for opt, val in (
         (m_mmap_threshold, 32 << 20), (m_trim_threshold, 1 << 30), (m_top_pad, 64 << 20)))
+
+
+def shard_range(n: int, rank: int, world: int) -> tuple[int, int]:
+    """Contiguous [lo, hi) of n rows for this rank (sizes differ by at most one)."""
+    return n * rank // world, n * (rank + 1) // world

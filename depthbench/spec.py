@@ -37,11 +37,28 @@ class DataSpec(_Plain):
     preset: str = "tiny"
     seed: int = 0
     set: dict = field(default_factory=dict)
+    # a text corpus instead of the generated dataset: depthbench prepare-text's inputs and keys
+    corpus: tuple[str, ...] = ()
+    vocab_size: int = 0
+    tokenizer: str = ""
+    val_fraction: float = 0.01
+    seq_len: int = 128
 
     def __post_init__(self):
         self._check_types()
         _check(0 <= self.seed <= 2**32 - 1, "seed", "must be between 0 and 4294967295")
         _check("seed" not in self.set, "set.seed", "is given by data.seed; give it there")
+        if self.corpus:
+            _check(not self.set, "set", "configures the generated dataset; a corpus takes "
+                   "vocab_size, tokenizer, val_fraction and seq_len")
+            _check(bool(self.vocab_size) != bool(self.tokenizer), "vocab_size",
+                   "give either vocab_size (train a BPE) or tokenizer (a tokenizer.json)")
+            _check(0 < self.val_fraction < 1, "val_fraction", "must be strictly between 0 and 1")
+            _check(8 <= self.seq_len <= 65536, "seq_len", "must be between 8 and 65536")
+
+    @property
+    def text(self) -> bool:
+        return bool(self.corpus)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -280,6 +297,12 @@ def _cross_check(s: ExperimentSpec, path: Path) -> None:
         resolve_config(s.data.preset, overrides=s.data.set, seed=s.data.seed)
     except (ValueError, TypeError) as e:
         raise SpecError(f"{path}: data: {e}") from None
+    if s.data.text:   # what reads people and attributes does not apply to a corpus
+        for what, on in (("probe.enabled", s.probe.enabled), ("serve.enabled", s.serve.enabled),
+                         ("train.budgets", bool(s.train.budgets))):
+            if on:
+                raise SpecError(f"{path}: {what}: not available for a text corpus "
+                                "(data.corpus); turn it off")
     for k, v in {**s.data.set, **s.train.set}.items():
         if isinstance(v, dict):
             raise SpecError(f"{path}: set.{k} must be a plain value (got {v!r})")

@@ -216,6 +216,44 @@ def _cloze(held_out: list[str], seed: int, n: int = 64, choices: int = 4) -> lis
     return items
 
 
+def _write_splits(tok, inputs: list[str], tmp: Path, val_fraction: float, seed: int,
+                  dtype: np.dtype, eot: int) -> tuple[dict, list[str]]:
+    """Encode the corpus in batches of documents into ``tmp/{train,validation}.bin``, each
+    document followed by end-of-text and drawn into validation with probability
+    ``val_fraction`` (seeded per batch); the counts per split and the first held-out
+    documents (for the cloze task)."""
+    counts = {s: {"documents": 0, "tokens": 0, "bytes": 0} for s in SPLITS}
+    held_out: list[str] = []
+    sinks = {s: open(tmp / f"{s}.bin", "wb") for s in SPLITS}
+
+    def flush(batch: list[str], b: int) -> None:
+        val = np.random.default_rng([seed, b]).random(len(batch)) < val_fraction
+        for doc, enc, v in zip(batch, tok.encode_batch(batch), val):
+            s = "validation" if v else "train"
+            ids = np.asarray(enc.ids + [eot], dtype=dtype)
+            sinks[s].write(ids.tobytes())
+            c = counts[s]
+            c["documents"] += 1
+            c["tokens"] += len(ids)
+            c["bytes"] += len(doc.encode("utf-8"))
+            if v and len(held_out) < 512:
+                held_out.append(doc)
+    try:
+        batch: list[str] = []
+        n_batch = 0
+        for doc in documents(inputs):
+            batch.append(doc)
+            if len(batch) == BATCH_DOCS:
+                flush(batch, n_batch)
+                batch, n_batch = [], n_batch + 1
+        if batch:
+            flush(batch, n_batch)
+    finally:
+        for f in sinks.values():
+            f.close()
+    return counts, held_out
+
+
 def prepare_text(inputs: list[str], out: str | Path, vocab_size: int = 0,
                  tokenizer: str | None = None, val_fraction: float = 0.01, seed: int = 0,
                  seq_len: int = 128, force: bool = False, log=None) -> dict:
@@ -246,37 +284,9 @@ def prepare_text(inputs: list[str], out: str | Path, vocab_size: int = 0,
     vocab = tok.get_vocab_size()
     eot = tok.token_to_id(EOT)
     dtype = _dtype(vocab)
-    counts = {s: {"documents": 0, "tokens": 0, "bytes": 0} for s in SPLITS}
     with replaced_dir(out, "text-dataset") as tmp:
         tok.save(str(tmp / "tokenizer.json"))
-        sinks = {s: open(tmp / f"{s}.bin", "wb") for s in SPLITS}
-        held_out: list[str] = []
-        try:
-            batch: list[str] = []
-            n_batch = 0
-
-            def flush(batch: list[str], b: int) -> None:
-                val = np.random.default_rng([seed, b]).random(len(batch)) < val_fraction
-                for doc, enc, v in zip(batch, tok.encode_batch(batch), val):
-                    s = "validation" if v else "train"
-                    ids = np.asarray(enc.ids + [eot], dtype=dtype)
-                    sinks[s].write(ids.tobytes())
-                    c = counts[s]
-                    c["documents"] += 1
-                    c["tokens"] += len(ids)
-                    c["bytes"] += len(doc.encode("utf-8"))
-                    if v and len(held_out) < 512:
-                        held_out.append(doc)
-            for doc in documents(inputs):
-                batch.append(doc)
-                if len(batch) == BATCH_DOCS:
-                    flush(batch, n_batch)
-                    batch, n_batch = [], n_batch + 1
-            if batch:
-                flush(batch, n_batch)
-        finally:
-            for f in sinks.values():
-                f.close()
+        counts, held_out = _write_splits(tok, inputs, tmp, val_fraction, seed, dtype, eot)
         if not counts["train"]["documents"] + counts["validation"]["documents"]:
             raise TextDataError("the corpus holds no document (empty input)")
         if not counts["validation"]["documents"]:
@@ -437,7 +447,7 @@ def text_sweep(model, ds: TextDataset, depths: list[int], rt=None, batch_size: i
     import torch
     import torch.nn.functional as F
 
-    from depthbench.data import shard_range
+    from depthbench.runtime import shard_range
     model.eval()
     w = eval_windows(ds.tokens["validation"], ds.seq_len, max_windows)
     lo, hi = shard_range(len(w), rt.rank, rt.world) if rt else (0, len(w))
@@ -473,12 +483,65 @@ def text_sweep(model, ds: TextDataset, depths: list[int], rt=None, batch_size: i
             for k in depths}
 
 
+def cloze_items(ds: TextDataset) -> list[dict]:
+    return [json.loads(x) for x in (ds.path / "cloze.jsonl").read_text().splitlines() if x]
+
+
+def cloze_accuracy(model, ds: TextDataset, depths: list[int], device=None) -> dict[int, float]:
+    """At every depth, the share of the dataset's cloze items whose true continuation has the
+    highest loglikelihood after its context (the sum over the continuation's tokens, as
+    lm-eval's multiple choice scores it); chance is one over the number of choices."""
+    import torch
+    items = cloze_items(ds)
+    if not items:
+        return {k: float("nan") for k in depths}
+    tok = ds.tokenizer()
+    limit = model.cfg.max_seq_len
+    seqs, spans = [], []   # per (item, choice): token ids, and the continuation's positions
+    for it in items:
+        ctx = tok.encode(it["context"]).ids
+        for choice in it["choices"]:
+            cont = tok.encode(choice).ids
+            ids = (ctx + cont)[-(limit + 1):]
+            seqs.append(ids)
+            spans.append((len(ids) - len(cont), len(ids)))
+    T = max(len(x) for x in seqs)
+    x = torch.full((len(seqs), T), ds.vocab.eos, dtype=torch.long)
+    for i, ids in enumerate(seqs):
+        x[i, :len(ids)] = torch.tensor(ids)
+    x = x.to(device or next(model.parameters()).device)
+    mask = torch.zeros(len(seqs), T - 1, dtype=torch.bool, device=x.device)
+    for i, (a, b) in enumerate(spans):
+        mask[i, max(a, 1) - 1:b - 1] = True   # target position j predicts token j + 1
+    n_choices = len(items[0]["choices"])
+    labels = torch.tensor([it["label"] for it in items], device=x.device)
+    out, want = {}, set(depths)
+    model.eval()
+    with torch.no_grad():
+        inp, tgt = x[:, :-1], x[:, 1:]
+        pos = model.positions(inp.shape[1], x.device)
+        e = model.embed_prelude(inp, pos)
+        st = model.initial_state(e, pos)
+        for k in range(1, max(depths) + 1):
+            st = model.core_step(st, e, pos)
+            if k in want:
+                logp = torch.log_softmax(model.readout(st, pos).float(), -1)
+                ll = (logp.gather(-1, tgt[..., None])[..., 0] * mask).sum(-1)
+                pick = ll.view(len(items), n_choices).argmax(-1)
+                out[k] = float((pick == labels).float().mean())
+    return out
+
+
 def text_rows(ck: dict, meta: dict, run_name: str, ds: TextDataset, res: dict[int, dict],
-              params: int) -> list[dict]:
-    """Eval rows of a text run, one per depth, split ``validation``."""
+              params: int, cloze: dict[int, float] | None = None) -> list[dict]:
+    """Eval rows of a text run, one per depth, split ``validation``, with the cloze accuracy
+    at that depth where ``cloze`` gives it."""
+    n_items = len(cloze_items(ds)) if cloze else 0
     return [{"run": run_name, "schedule": ck.get("schedule"), "seed": meta.get("seed"),
              "step": ck["step"], "depth": k, "split": "validation", "nll": r["nll"],
-             "bits_per_byte": r["bits_per_byte"], "tokens": r["tokens"], "params": params,
+             "bits_per_byte": r["bits_per_byte"], "tokens": r["tokens"],
+             **({"cloze_accuracy": cloze[k], "cloze_items": n_items} if cloze else {}),
+             "params": params,
              "n_grad_loops": int(ck.get("model_config", {}).get("n_grad_loops", 0)),
              "modeled_train_flops": ck.get("flops"), "wall_clock_s": ck.get("wall_clock"),
              "train_cpu_s": ck.get("cpu_clock"), "dataset_hash": ds.hash,

@@ -145,6 +145,9 @@ def train(data: str | Path, out: str | Path, model_cfg: ModelConfig, train_cfg: 
 
 def _prepare(ds, model_cfg: ModelConfig, train_cfg: TrainConfig) -> ModelConfig:
     """The model config with the dataset's vocabulary, checked against the dataset."""
+    if train_cfg.eval_every and ds.kind != "synthetic":
+        raise UserError("eval_every evaluates recall during training, which needs a synthetic "
+                        "dataset; leave it 0 for a text corpus and run `depthbench eval`")
     if model_cfg.vocab_size == 0:
         model_cfg = model_cfg.replace(vocab_size=len(ds.vocab))
     if model_cfg.vocab_size != len(ds.vocab):
@@ -266,9 +269,6 @@ def _train(data: Path, out: Path, model_cfg: ModelConfig, train_cfg: TrainConfig
     say = log if rt.is_main else (lambda *a, **k: None)
     # ---- data, model, run record ----------------------------------------------------------------
     ds = open_dataset(data)
-    if train_cfg.eval_every and ds.kind != "synthetic":
-        raise UserError("eval_every evaluates recall during training, which needs a synthetic "
-                        "dataset; leave it 0 for a text corpus and run `depthbench eval`")
     model_cfg = _prepare(ds, model_cfg, train_cfg)
     fm = FlopModel.of(model_cfg, ds.seq_len - 1)
     tokens_per_step = train_cfg.batch_size * (ds.seq_len - 1)

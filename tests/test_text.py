@@ -160,3 +160,46 @@ def test_bad_corpora_exit_2_and_leave_nothing(tmp_path, case):
     assert len(r.output.strip().splitlines()) == 1 and "Traceback" not in r.output
     assert not (tmp_path / "out").exists()
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".db-")]
+
+
+def test_a_text_spec_runs_through_the_pipeline_to_a_report(tmp_path):
+    """A corpus spec: prepare-text, training, validation NLL per depth and the text report."""
+    d, _ = corpus(tmp_path)
+    spec = tmp_path / "t.toml"
+    spec.write_text(f'''name = "t"
+[data]
+corpus = ["{d}"]
+vocab_size = 300
+val_fraction = 0.2
+seq_len = 16
+[train]
+preset = "tiny"
+schedules = ["fixed:2", "uniform:1-4"]
+seeds = [0, 1]
+steps = 8
+set = {{ batch_size = 4 }}
+[eval]
+depths = "1-4"
+switch_checkpoints = []
+[probe]
+enabled = false
+[serve]
+enabled = false
+[report]
+out = "{tmp_path / 'report'}"
+''')
+    r = CliRunner().invoke(main, ["run", str(spec), "--out", str(tmp_path / "exp")])
+    assert r.exit_code == 0, r.output
+    rep = tmp_path / "report"
+    for f in ("nll_vs_depth.png", "bpb_vs_depth.png", "cloze_vs_depth.png", "findings.md",
+              "training_loss.png"):
+        assert (rep / f).stat().st_size > 0, f
+    text = (rep / "README.md").read_text()
+    assert "Validation NLL by serving depth" in text and "validation NLL averaged" in text
+    findings = (rep / "findings.md").read_text().splitlines()
+    assert len(findings) == 4 and findings[2].startswith("| `fixed:2` | 2 |")
+    # the spec's probe and serve stages are refused for a corpus
+    bad = spec.read_text().replace("[probe]\nenabled = false", "[probe]\nenabled = true")
+    spec.write_text(bad)
+    r = CliRunner().invoke(main, ["run", str(spec), "--out", str(tmp_path / "exp2")])
+    assert r.exit_code == 2 and "probe.enabled" in r.output
