@@ -46,7 +46,6 @@ def generate(out, preset, config_file, sets, seed, force, as_json):
     \b
     Examples:
       depthbench generate --out data/tiny
-      depthbench generate --out data/paper --preset paper --set n_people=2000000
       depthbench generate --out data/x --set attributes=city:4096:2,employer:1024:1
     """
     from data_gen import generate as gen
@@ -134,7 +133,6 @@ def flops(run, preset, schedule, steps, seed, as_json):
     \b
     Examples:
       depthbench flops --preset tiny --schedule fixed-first:0.8:4:1-16
-      depthbench flops runs/uniform --schedule fixed:4
     """
     from depthbench.train import flop_summary
 
@@ -161,6 +159,8 @@ def flops(run, preset, schedule, steps, seed, as_json):
 @click.option("--device", show_default=default_of(EvalConfig, "device"), help="auto, cpu or cuda.")
 @click.option("--harness", type=click.Choice(["native", "lm-eval"]), show_default="native",
               help="lm-eval: run the sweep through lm_eval.simple_evaluate.")
+@click.option("--task", "tasks", multiple=True, help="A text run's lm-eval task (repeatable).")
+@click.option("--task-path", help="Text run: a folder of further lm-eval task YAMLs.")
 @cs.config_option
 @cs.json_option
 def eval_cmd(config_file, as_json, **given):

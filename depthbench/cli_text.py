@@ -57,6 +57,14 @@ def prepare_text_cmd(inputs, out, vocab_size, tokenizer, val_fraction, seq_len, 
 def echo_text_eval(res: dict, as_json: bool) -> None:
     """What ``depthbench eval`` prints for a text run: NLL and bits per byte per depth."""
     rows = res["rows"]
+    if rows and "task" in rows[0]:   # lm-eval tasks at every depth
+        for r in rows:
+            click.echo(f"  {r['task']} depth {r['depth']:>3}: acc {r['acc']:.3f}")
+        click.echo(f"wrote {res['csv']} and {res['jsonl']}")
+        if as_json:
+            emit_json({"csv": str(res["csv"]), "jsonl": str(res["jsonl"]), "rows": len(rows),
+                       "step": res["step"]})
+        return
     click.echo(f"\nvalidation ({rows[0]['tokens']} tokens)")
     for r in rows:
         cloze = f"  cloze {r['cloze_accuracy']:.3f}" if "cloze_accuracy" in r else ""

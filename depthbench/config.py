@@ -411,11 +411,14 @@ class EvalConfig(_Plain):
     out: str = ""                  # result file base ("": RUN/eval/step_NNNNNNN)
     device: str = "auto"
     harness: str = "native"        # native | lm-eval (through lm_eval.simple_evaluate)
+    tasks: tuple[str, ...] = ()    # a text run through lm-eval: these tasks at every depth
+    task_path: str = ""            # a folder of further lm-eval task YAMLs
     tags: dict = field(default_factory=dict)
 
     def __post_init__(self):
         self._check_types()
         _depths_ok(self.depths, "depths")
+        _check(not self.tasks or self.harness == "lm-eval", "tasks", "need --harness lm-eval")
         for s in self.splits:
             _one_of(s, EVAL_SPLITS, "splits")
         object.__setattr__(self, "splits", tuple(dict.fromkeys(self.splits)))  # each split once

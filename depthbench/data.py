@@ -117,6 +117,10 @@ class Dataset:
 
     kind = "synthetic"
 
+    def lm_vocab(self) -> Vocab:
+        """The vocabulary the lm-eval adapter encodes text with."""
+        return self.vocab
+
     def train_batches(self, batch_size: int, seed: int, rank: int = 0, world: int = 1):
         return TrainBatches(self.split("train"), batch_size, seed, rank, world)
 

@@ -106,9 +106,17 @@ def _text_eval(cfg: EvalConfig, model, ck, meta, name, ds, depths, rt) -> list[d
     """A text run's rows: NLL per token and bits per byte at every depth on the validation
     split (the synthetic splits and the harness do not apply)."""
     from depthbench.text import cloze_accuracy, text_rows, text_sweep
-    if cfg.harness != "native":
-        raise UserError("--harness lm-eval reads the synthetic recall tasks; a text run is "
-                        "evaluated natively (NLL and bits per byte per depth)")
+    if cfg.harness == "lm-eval":
+        if not cfg.tasks:
+            raise UserError("a text run through lm-eval needs --task (e.g. hellaswag, piqa, "
+                            "arc_easy, depthbench_cloze)")
+        try:
+            from depthbench.lm_eval_adapter import harness_tasks
+        except ImportError:
+            raise UserError("--harness lm-eval needs lm-eval: pip install "
+                            "'depthbench[lmeval]'") from None
+        return harness_tasks(cfg.run, str(ds.path), depths, list(cfg.tasks), cfg.checkpoint,
+                             cfg.max_people, cfg.batch_size, cfg.task_path)
     if cfg.splits and set(cfg.splits) != {"validation"}:
         raise UserError(f"a text dataset has one evaluation split, validation (got "
                         f"{', '.join(cfg.splits)}); leave --split out")
@@ -140,6 +148,9 @@ def run_eval(cfg: EvalConfig) -> dict:
         refuse_over_inputs(row_paths(out), run_dir_of(cfg.run), ds.path, [cfg.run])
         if ds.kind == "text":
             rows = _text_eval(cfg, model.to(rt.device), ck, meta, name, ds, depths, rt)
+        elif cfg.tasks:
+            raise UserError("--task runs lm-eval tasks on a text run; a synthetic run's harness "
+                            "tasks are its recall and likelihood splits (--split)")
         elif cfg.harness == "lm-eval":
             try:
                 from depthbench.lm_eval_adapter import harness_sweep
@@ -162,5 +173,6 @@ def run_eval(cfg: EvalConfig) -> dict:
     rows = tag_rows(rows, cfg.tags)
     summary = {"rows": rows, "step": ck["step"], "ceiling_bits": getattr(ds, "ceiling_bits", None)}
     if rt.is_main:
-        summary["csv"], summary["jsonl"] = write_rows(rows, out, "eval")
+        kind = "task" if rows and "task" in rows[0] else "eval"
+        summary["csv"], summary["jsonl"] = write_rows(rows, out, kind)
     return summary

@@ -3,8 +3,12 @@
     lm-eval ... --model depthbench --model_args pretrained=RUN_OR_CKPT,n_loops=4
     lm-eval ... --model depthbench --model_args pretrained=RUN,exit=latent:0.05,max_depth=16
 
-Text is the dataset's whitespace token form; the tokenizer is the dataset's vocabulary (found
-through the run's record, or ``data=DIR``). A sequence starts with ``<bos>``; ``<eos>`` ends it.
+For a synthetic run, text is the dataset's whitespace token form and the tokenizer is the
+dataset's vocabulary (found through the run's record, or ``data=DIR``); a sequence starts with
+``<bos>``, ``<eos>`` ends it. For a run trained on a text corpus (``depthbench prepare-text``)
+the tokenizer is the corpus's own byte-level BPE, and end-of-text starts every sequence, so any
+lm-eval task (``hellaswag``, ``piqa``, ``arc_easy`` where the HF datasets cache holds them, or a
+local YAML such as ``depthbench_cloze``) runs at any ``n_loops``.
 With ``exit=SPEC`` generation runs through the depth-adaptive serving engine (batch-1
 decoding with the given criterion and KV policy); likelihoods always use ``n_loops``
 (default: ``max_depth``).
@@ -24,7 +28,7 @@ from lm_eval.api.registry import register_model
 
 from depthbench.checkpoint import check_compatible, load_model, read_run, run_dir_of
 from depthbench.config import MAX_DEPTH
-from depthbench.data import Dataset
+from depthbench.data import Dataset, open_dataset
 from depthbench.errors import UserError
 
 _ARGS = ("pretrained", "n_loops", "exit", "min_depth", "max_depth", "kv_policy", "data",
@@ -75,9 +79,10 @@ class DepthbenchLM(TemplateLM):
         data = data or (read_run(run_dir).get("data") if run_dir is not None else None)
         if data is None:
             raise UserError(f"cannot find the dataset of {pretrained}; pass data=DIR")
-        ds = Dataset(data, verify=False)
+        ds = open_dataset(data, verify=False)
         check_compatible(ck, ds, data)
-        self.vocab = ds.vocab
+        self.text = ds.kind == "text"
+        self.vocab = ds.lm_vocab()
         self.max_len = _int_arg("max_length", max_length, hi=self.model.cfg.max_seq_len) \
             if max_length else self.model.cfg.max_seq_len
         self.exit_spec = exit
@@ -130,9 +135,11 @@ class DepthbenchLM(TemplateLM):
         return out
 
     def _loglikelihood_tokens(self, requests, disable_tqdm: bool = False, **kwargs):
-        # every sequence starts with <bos>, as in training (lm-eval adds it only to empty contexts)
-        seqs = [([] if ctx[:1] == [self.vocab.bos] else [self.vocab.bos]) + ctx + cont
-                for _, ctx, cont in requests]
+        # a synthetic sequence starts with <bos>, as in training (lm-eval adds it only to empty
+        # contexts); a text run's training windows start anywhere, so its contexts are scored as
+        # given (lm-eval starts an empty one with end-of-text, the prefix token)
+        seqs = [([] if self.text or ctx[:1] == [self.vocab.bos] else [self.vocab.bos])
+                + ctx + cont for _, ctx, cont in requests]
         res = []
         for (_, _, cont), seq, lp in zip(requests, seqs, self._logprobs(seqs)):
             tgt = torch.tensor(cont)
@@ -157,6 +164,11 @@ class DepthbenchLM(TemplateLM):
             n_new = int(gen.get("max_gen_toks", 16))
             ids = [self.vocab.bos] + self.tok_encode(context)
             toks = self._generate(ids, n_new)
+            if self.text:   # decode the text, cut at the first stop string
+                text = self.vocab.decode(t for t in toks if t != self.vocab.eos)
+                cut = [text.index(u) for u in until if u and u in text]
+                out.append(text[:min(cut)] if cut else text)
+                continue
             words = []
             for t in toks:
                 w = self.vocab.tokens[t]
@@ -226,4 +238,40 @@ def harness_sweep(run: str, data: str, depths: list[int], splits: list[str],
                 "wall_clock_s": ck.get("wall_clock"), "dataset_hash": ds.hash,
                 "checkpoint": lm.checkpoint, "harness": "lm-eval",
             })
+    return rows
+
+
+def harness_tasks(run: str, data: str, depths: list[int], tasks: list[str],
+                  step: int | None = None, limit: int | None = None, batch_size: int = 64,
+                  task_path: str = "") -> list[dict]:
+    """A text run through ``lm_eval.simple_evaluate``: every task of ``tasks`` (lm-eval's own,
+    such as hellaswag, piqa and arc_easy where the HF datasets cache holds them, the packaged
+    ``depthbench_cloze``, or YAMLs under ``task_path``) at every depth, a fresh model per depth;
+    one ``task`` row per task and depth with its accuracy (and length-normalized accuracy where
+    the task reports it)."""
+    import lm_eval
+    from lm_eval.tasks import TaskManager
+
+    ds = open_dataset(data, verify=False)
+    paths = [str(TASKS_DIR)] + ([str(Path(task_path).resolve())] if task_path else [])
+    tm = TaskManager(include_path=paths, metadata={"data": str(Path(data).resolve())})
+    unknown = [t for t in tasks if t not in tm.all_tasks]
+    if unknown:
+        raise UserError(f"lm-eval knows no task {unknown[0]!r}; see `depthbench lm-eval ls "
+                        "tasks`, or give its YAML folder with --task-path")
+    rows = []
+    for k in depths:
+        lm = DepthbenchLM(pretrained=run, n_loops=k, max_depth=max(k, 1), data=data,
+                          checkpoint_step=step, batch_size=batch_size)
+        out = lm_eval.simple_evaluate(model=lm, tasks=list(tasks), task_manager=tm, limit=limit,
+                                      log_samples=False, bootstrap_iters=0, use_cache=None)
+        ck = torch.load(lm.checkpoint, map_location="cpu", weights_only=True)
+        meta = read_run(Path(run)) if (Path(run) / "run.json").is_file() else {}
+        for t in tasks:
+            r = out["results"][t]
+            rows.append({"run": Path(run).name, "schedule": ck.get("schedule"),
+                         "seed": meta.get("seed"), "step": ck["step"], "depth": k, "task": t,
+                         "acc": r.get("acc,none"), "acc_norm": r.get("acc_norm,none"),
+                         "modeled_train_flops": ck.get("flops"), "dataset_hash": ds.hash,
+                         "checkpoint": lm.checkpoint, "harness": "lm-eval"})
     return rows

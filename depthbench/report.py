@@ -81,7 +81,8 @@ def load_rows(paths: list[Path]) -> dict[str, pd.DataFrame]:
 # given twice (or two runs of one name), which would count as two seeds
 ROW_KEYS = {"eval": ["run", "step", "split", "depth"], "probe": ["run", "step", "depth",
                                                                 "depth_a", "depth_b"],
-            "curve": ["run", "step"], "run": ["run"], "serve": None}
+            "curve": ["run", "step"], "run": ["run"], "serve": None,
+            "task": ["run", "step", "task", "depth"]}
 
 
 def _refuse_duplicates(df: pd.DataFrame, kind: str) -> None:
@@ -130,6 +131,8 @@ SCHEMA = {
                ["step", "K", "loss"]),
     "run": ({"final_loss", "modeled_train_flops"}, ["run", "schedule", "seed", "final_loss",
                                                      "modeled_train_flops"], ["seed", "final_loss"]),
+    "task": ({"task", "acc"}, ["run", "schedule", "seed", "step", "depth", "task", "acc"],
+             ["seed", "step", "depth", "acc"]),
 }
 
 
@@ -612,6 +615,35 @@ def _text_sections(figs, ev: pd.DataFrame, color: dict, reference: str | None, t
     files["findings.md"] = "\n".join(lines) + "\n"
 
 
+def _task_section(figs, tk: pd.DataFrame, color: dict) -> tuple[str, pd.DataFrame]:
+    """Downstream tasks across serving depths (the paper's Figure 3, bottom): accuracy against
+    depth per task and schedule, and its Table 4: per schedule and task the accuracy averaged
+    over depths and at the deepest depth, mean ± SD over seeds."""
+    tk = _final(tk)
+    tasks = sorted(tk["task"].unique())
+    fig, axes = figs.plt.subplots(1, len(tasks), figsize=(4.2 * len(tasks), 3.8), dpi=110,
+                                  squeeze=False)
+    for ax, t in zip(axes[0], tasks):
+        _ci_lines(ax, tk[tk["task"] == t], "acc", color)
+        ax.set_title(t, fontsize=10)
+        ax.set_xlabel("serving depth K")
+        ax.grid(alpha=0.3)
+    axes[0][0].set_ylabel("accuracy")
+    axes[0][0].legend(fontsize=7)
+    figs.save(fig, "task_accuracy_vs_depth.png", "Downstream task accuracy at every serving "
+              "depth (lm-eval); lines: mean over seeds, bands: 95% t-interval over seeds.")
+    deepest = int(tk["depth"].max())
+    per = tk.groupby(["schedule", "task", "seed"]).apply(lambda g: pd.Series({
+        "avg": g["acc"].mean(), "deep": g.loc[g["depth"].idxmax(), "acc"]}),
+        include_groups=False).reset_index()
+    table = per.groupby(["schedule", "task"]).apply(lambda g: pd.Series({
+        "seeds": len(g), "depth-averaged accuracy": _fmt(g["avg"].mean(), g["avg"].std()),
+        f"accuracy at K={deepest}": _fmt(g["deep"].mean(), g["deep"].std())}),
+        include_groups=False).reset_index()
+    return ("Table 4: downstream accuracy, depth-averaged and at the deepest depth (mean ± SD "
+            "over seeds)", table)
+
+
 def _fig_fixed(figs, re: pd.DataFrame, color: dict) -> None:
     """The paper's Figure 5: recall of fixed-depth models normalized by each model's peak."""
     fixed = re[re["schedule"].astype(str).str.startswith("fixed:")]
@@ -810,6 +842,8 @@ def _build(rows: dict, out: Path, title: str, reference: str | None, paths) -> l
         _fig_curves(figs, rows["curve"], color)
     if rows.get("probe") is not None:
         _fig_probe(figs, rows["probe"])
+    if rows.get("task") is not None:
+        tables.append(_task_section(figs, rows["task"], color))
     if rows.get("serve") is not None:
         tables.append(_serve_section(figs, rows["serve"]))
     return _write(out, title, figs.items, tables, paths, notes, files)

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from depthbench.fsio import atomic_write_many
 
-KINDS = ("eval", "probe", "serve", "curve", "run")
+KINDS = ("eval", "probe", "serve", "curve", "run", "task")
 
 # Every column a stage writes itself (key and measured columns of every kind). A tag (a
 # config's ``tags``: extra columns of every row) may not take one of these names, nor contain
@@ -39,6 +39,8 @@ RESERVED_COLUMNS = frozenset("""
     prefill_s rows_per_launch speedup steady_bound steady_fraction steady_speedup
     steady_tokens_per_s steady_window_s time_core time_finish time_prefill time_start
     tokens_per_s ttft_p50_ms ttft_p90_ms ttft_p99_ms wall_s trace_mean
+    achievable_bound achievable_fraction steady_achievable_bound steady_achievable_fraction
+    bits_per_byte cloze_accuracy cloze_items task acc acc_norm harness
 """.split())
 _TAG_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,63}")
 

@@ -341,6 +341,22 @@ class TextVocab:
         return self.size
 
 
+class TextLMVocab(TextVocab):
+    """The run's own tokenizer as the lm-eval adapter reads a vocabulary: ``encode``,
+    ``decode``, and end-of-text as the sequence start, end and padding (each training document
+    follows the previous one's end-of-text)."""
+
+    def __init__(self, tokenizer, eot: int):
+        super().__init__(tokenizer.get_vocab_size(), eot)
+        self.tokenizer, self.bos, self.pad = tokenizer, eot, eot
+
+    def encode(self, text: str) -> list[int]:
+        return self.tokenizer.encode(text).ids
+
+    def decode(self, ids) -> str:
+        return self.tokenizer.decode(list(ids))
+
+
 class TextDataset:
     """A verified text dataset directory written by ``prepare_text``."""
 
@@ -387,6 +403,9 @@ class TextDataset:
 
     def tokenizer(self):
         return _load_tokenizer(self.path / "tokenizer.json")
+
+    def lm_vocab(self) -> TextLMVocab:
+        return TextLMVocab(self.tokenizer(), self.vocab.eos)
 
     def token_bytes(self) -> np.ndarray | None:
         """UTF-8 bytes of text each token id stands for (0 for end-of-text), for a byte-level

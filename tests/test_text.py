@@ -203,3 +203,66 @@ out = "{tmp_path / 'report'}"
     spec.write_text(bad)
     r = CliRunner().invoke(main, ["run", str(spec), "--out", str(tmp_path / "exp2")])
     assert r.exit_code == 2 and "probe.enabled" in r.output
+
+
+def _text_run(tmp_path):
+    d, _ = corpus(tmp_path)
+    prepare_text([str(d)], tmp_path / "ds", vocab_size=300, val_fraction=0.2, seq_len=16)
+    r = CliRunner().invoke(main, ["train", "--data", str(tmp_path / "ds"), "--out",
+                                  str(tmp_path / "run"), "--preset", "tiny", "--steps", "4",
+                                  "--schedule", "uniform:1-4", "--set", "batch_size=4"])
+    assert r.exit_code == 0, r.output
+    return tmp_path / "run", TextDataset(tmp_path / "ds")
+
+
+def test_lm_eval_loglikelihood_equals_the_native_nll_of_a_text_run(tmp_path):
+    pytest.importorskip("lm_eval")
+    from depthbench.checkpoint import open_run
+    from depthbench.lm_eval_adapter import DepthbenchLM
+    from depthbench.text import eval_windows
+    run, ds = _text_run(tmp_path)
+    lm = DepthbenchLM(pretrained=str(run), n_loops=3, batch_size=2)
+    assert lm.tok_encode("the quick fox") == ds.tokenizer().encode("the quick fox").ids
+    w = eval_windows(ds.tokens["validation"], ds.seq_len, max_windows=3)
+    lls = lm._loglikelihood_tokens([(None, [int(x[0])], x[1:].tolist()) for x in w])
+    model = open_run(run)[0]
+    native = text_sweep(model, ds, [3], max_windows=3)[3]
+    assert -sum(ll for ll, _ in lls) / native["tokens"] == pytest.approx(native["nll"], rel=1e-5)
+
+
+def test_a_text_run_through_lm_eval_tasks_at_every_depth(tmp_path):
+    pytest.importorskip("lm_eval")
+    from depthbench.report import build_report
+    run, _ = _text_run(tmp_path)
+    tasks = tmp_path / "tasks"
+    tasks.mkdir()
+    items = [{"q": f"the {w} jumps", "options": [" over", " under", " away"], "gold": i % 3}
+             for i, w in enumerate(WORDS[:9])]
+    (tasks / "mc.jsonl").write_text("".join(json.dumps(x) + "\n" for x in items))
+    (tasks / "mc.yaml").write_text(f'''task: mc_local
+dataset_path: json
+dataset_kwargs:
+  data_files:
+    test: {tasks / "mc.jsonl"}
+test_split: test
+output_type: multiple_choice
+doc_to_text: "{{{{q}}}}"
+doc_to_choice: "{{{{options}}}}"
+doc_to_target: gold
+target_delimiter: ""
+metric_list:
+  - metric: acc
+''')
+    r = CliRunner().invoke(main, ["eval", str(run), "--harness", "lm-eval", "--depths", "1,2",
+                                  "--task", "depthbench_cloze", "--task", "mc_local",
+                                  "--task-path", str(tasks), "--out", str(tmp_path / "t")])
+    assert r.exit_code == 0, r.output
+    rows = [json.loads(x) for x in (tmp_path / "t.jsonl").read_text().splitlines()]
+    assert sorted((x["task"], x["depth"]) for x in rows) == [
+        ("depthbench_cloze", 1), ("depthbench_cloze", 2), ("mc_local", 1), ("mc_local", 2)]
+    assert all(x["kind"] == "task" and 0 <= x["acc"] <= 1 for x in rows)
+    build_report([tmp_path / "t.jsonl"], tmp_path / "rep")
+    assert (tmp_path / "rep" / "task_accuracy_vs_depth.png").stat().st_size > 0
+    assert "Table 4" in (tmp_path / "rep" / "README.md").read_text()
+    r = CliRunner().invoke(main, ["eval", str(run), "--harness", "lm-eval", "--task", "nope"])
+    assert r.exit_code == 2 and "nope" in r.output

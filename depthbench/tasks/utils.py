@@ -27,6 +27,18 @@ def _data_dir(kwargs: dict) -> Path:
     return p
 
 
+def load_cloze(**kwargs):
+    """The held-out cloze task of a text dataset (``depthbench prepare-text``): context, four
+    continuations, the index of the true one."""
+    import datasets
+
+    f = _data_dir(kwargs) / "cloze.jsonl"
+    rows = [json.loads(line) for line in f.read_text().splitlines() if line]
+    if not rows:
+        raise ValueError(f"{f} holds no cloze item (too few held-out documents)")
+    return {"test": datasets.Dataset.from_list(rows)}
+
+
 def _load(split: str, **kwargs):
     import datasets
 
