@@ -264,6 +264,14 @@ class Pipeline:
                              device=self._device(), tags=train.config["tags"])
             out.append(Stage(f"eval-{name}-{tag}", "eval", cfg.to_dict(),
                              [base.with_name(base.name + ".jsonl")], [train.id]))
+        if e.tasks:   # downstream tasks of a text run, at its final checkpoint
+            base = self.results / "tasks" / name
+            cfg = EvalConfig(run=train.config["out"], depths=e.depths, harness="lm-eval",
+                             tasks=e.tasks, task_path=e.task_path, max_people=e.task_limit or None,
+                             batch_size=min(e.batch_size, 64), out=str(base),
+                             device=self._device(), tags=train.config["tags"])
+            out.append(Stage(f"tasks-{name}", "eval", cfg.to_dict(),
+                             [base.with_name(base.name + ".jsonl")], [train.id]))
         return out
 
     def _probe_stages(self, train: Stage) -> list[Stage]:

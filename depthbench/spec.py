@@ -125,6 +125,9 @@ class EvalSpec(_Plain):
     splits: tuple[str, ...] = ("eval_reordered", "eval_seen_order", "eval_unseen_people")
     switch_checkpoints: tuple[int, ...] = (0, 16, 64, 256)  # fixed-first: also eval switch + k
     batch_size: int = 256
+    tasks: tuple[str, ...] = ()     # a corpus: lm-eval tasks at every depth (final checkpoints)
+    task_path: str = ""             # a folder of further lm-eval task YAMLs
+    task_limit: int = 0             # at most this many documents per task (0: all)
 
     def __post_init__(self):
         from depthbench.config import _depths_ok, _one_of
@@ -297,6 +300,9 @@ def _cross_check(s: ExperimentSpec, path: Path) -> None:
         resolve_config(s.data.preset, overrides=s.data.set, seed=s.data.seed)
     except (ValueError, TypeError) as e:
         raise SpecError(f"{path}: data: {e}") from None
+    if s.eval.tasks and not s.data.text:
+        raise SpecError(f"{path}: eval.tasks: lm-eval tasks run on text runs (data.corpus); a "
+                        "synthetic run's tasks are its eval splits")
     if s.data.text:   # what reads people and attributes does not apply to a corpus
         for what, on in (("probe.enabled", s.probe.enabled), ("serve.enabled", s.serve.enabled),
                          ("train.budgets", bool(s.train.budgets))):
