@@ -50,18 +50,12 @@ def sweep(model, ds: Dataset, split: str, depths: list[int], rt: Runtime | None 
           batch_size: int = 256, max_rows: int | None = None) -> dict[int, EvalSums]:
     """Metrics at every depth in ``depths`` from one forward of max(depths) loops per batch."""
     model.eval()
-    want = set(depths)
     sums = {k: EvalSums(ds.n_values) for k in depths}
     ac = rt.autocast() if rt else torch.autocast("cpu", enabled=False)
     for x, y, facts in _batches(ds, split, batch_size, rt, max_rows):
         with ac:
-            pos = model.positions(x.shape[1], x.device)
-            e = model.embed_prelude(x, pos)
-            s = model.initial_state(e, pos)
-            for k in range(1, max(depths) + 1):
-                s = model.core_step(s, e, pos)
-                if k in want:
-                    sums[k].add(model.readout(s, pos), y, facts)
+            for k, logits in model.readouts(x, depths):
+                sums[k].add(logits, y, facts)
     return _reduce(sums, rt)
 
 

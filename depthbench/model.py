@@ -190,6 +190,19 @@ class LoopedTransformer(nn.Module):
     def gate_logit(self, s):
         return self.gate(s).squeeze(-1)                                    # (B, T)
 
+    def readouts(self, idx: torch.Tensor, depths):
+        """(k, logits at depth k) for every k of ``depths`` in increasing order, from one pass of
+        max(depths) loops: the state after k loops is the depth-k model's, so each depth costs
+        one readout, not a forward of its own (the depth sweeps' one-pass evaluation)."""
+        want = set(depths)
+        pos = self.positions(idx.shape[1], idx.device)
+        e = self.embed_prelude(idx, pos)
+        s = self.initial_state(e, pos)
+        for k in range(1, max(want) + 1):
+            s = self.core_step(s, e, pos)
+            if k in want:
+                yield k, self.readout(s, pos)
+
     # ---- the full forward ------------------------------------------------------------------------
     def forward(self, idx: torch.Tensor, n_loops: int, all_depths: bool = False,
                 return_gates: bool = False):

@@ -475,7 +475,6 @@ def text_sweep(model, ds: TextDataset, depths: list[int], rt=None, batch_size: i
     n_tok, n_bytes = 0, 0.0
     per_token = ds.token_bytes()
     bpt = ds.manifest["bytes_per_token"]["validation"]
-    want = set(depths)
     ac = rt.autocast() if rt else torch.autocast("cpu", enabled=False)
     with torch.no_grad():
         for a in range(lo, hi, batch_size):
@@ -485,15 +484,10 @@ def text_sweep(model, ds: TextDataset, depths: list[int], rt=None, batch_size: i
             n_bytes += (float(per_token[w[a:a + len(x), 1:]].sum()) if per_token is not None
                         else tgt.numel() * bpt)
             with ac:
-                pos = model.positions(inp.shape[1], device)
-                e = model.embed_prelude(inp, pos)
-                s = model.initial_state(e, pos)
-                for k in range(1, max(depths) + 1):
-                    s = model.core_step(s, e, pos)
-                    if k in want:
-                        logits = model.readout(s, pos).float()
-                        sums[k] += float(F.cross_entropy(logits.reshape(-1, logits.shape[-1]),
-                                                         tgt.reshape(-1), reduction="sum"))
+                for k, logits in model.readouts(inp, depths):
+                    logits = logits.float()
+                    sums[k] += float(F.cross_entropy(logits.reshape(-1, logits.shape[-1]),
+                                                     tgt.reshape(-1), reduction="sum"))
     if rt is not None and rt.world > 1:
         total = rt.all_sum([sums[k] for k in depths] + [float(n_tok), n_bytes])
         sums, n_tok, n_bytes = dict(zip(depths, total[:-2])), int(total[-2]), total[-1]
@@ -534,20 +528,14 @@ def cloze_accuracy(model, ds: TextDataset, depths: list[int], device=None) -> di
         mask[i, max(a, 1) - 1:b - 1] = True   # target position j predicts token j + 1
     n_choices = len(items[0]["choices"])
     labels = torch.tensor([it["label"] for it in items], device=x.device)
-    out, want = {}, set(depths)
+    out = {}
     model.eval()
     with torch.no_grad():
-        inp, tgt = x[:, :-1], x[:, 1:]
-        pos = model.positions(inp.shape[1], x.device)
-        e = model.embed_prelude(inp, pos)
-        st = model.initial_state(e, pos)
-        for k in range(1, max(depths) + 1):
-            st = model.core_step(st, e, pos)
-            if k in want:
-                logp = torch.log_softmax(model.readout(st, pos).float(), -1)
-                ll = (logp.gather(-1, tgt[..., None])[..., 0] * mask).sum(-1)
-                pick = ll.view(len(items), n_choices).argmax(-1)
-                out[k] = float((pick == labels).float().mean())
+        for k, logits in model.readouts(x[:, :-1], depths):
+            logp = torch.log_softmax(logits.float(), -1)
+            ll = (logp.gather(-1, x[:, 1:, None])[..., 0] * mask).sum(-1)
+            pick = ll.view(len(items), n_choices).argmax(-1)
+            out[k] = float((pick == labels).float().mean())
     return out
 
 
