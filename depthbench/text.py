@@ -197,7 +197,7 @@ def dataset_hash(manifest: dict) -> str:
     return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
 
 
-def _cloze(held_out: list[str], seed: int, n: int = 64, choices: int = 4) -> list[dict]:
+def _cloze(held_out: list[str], seed: int, n: int = 256, choices: int = 4) -> list[dict]:
     """A small sanity task from held-out documents: the first words of a document as context,
     its next words as the true continuation, and continuations of other documents as
     distractors (the harness scores each choice's loglikelihood after the context)."""
@@ -236,7 +236,7 @@ def _write_splits(tok, inputs: list[str], tmp: Path, val_fraction: float, seed: 
             c["documents"] += 1
             c["tokens"] += len(ids)
             c["bytes"] += len(doc.encode("utf-8"))
-            if v and len(held_out) < 512:
+            if v and len(held_out) < 2048:
                 held_out.append(doc)
     try:
         batch: list[str] = []
