@@ -340,7 +340,8 @@ def test_budget_grid_spends_each_share_of_the_flop_budget(tmp_path, monkeypatch)
 ROOT = Path(__file__).resolve().parents[1]
 
 
-@pytest.mark.parametrize("name", ["quickstart", "matched", "budgets", "fixed-depths", "table3"])
+@pytest.mark.parametrize("name", ["quickstart", "matched", "budgets", "fixed-depths", "table3",
+                                  "text-quickstart"])
 def test_each_committed_report_is_rebuilt_from_its_committed_rows(tmp_path, name):
     report = ROOT / "reports" / name
     build_report([report / "rows"], tmp_path / "again", title=name)
@@ -353,7 +354,7 @@ def test_each_committed_report_is_rebuilt_from_its_committed_rows(tmp_path, name
 
 def test_readme_quotes_the_committed_findings():
     readme = (ROOT / "README.md").read_text()
-    for name in ("quickstart", "matched"):
+    for name in ("quickstart", "matched", "text-quickstart"):
         findings = (ROOT / "reports" / name / "findings.md").read_text()
         assert findings in readme, f"copy reports/{name}/findings.md into the README"
 
