@@ -263,8 +263,17 @@ def harness_tasks(run: str, data: str, depths: list[int], tasks: list[str],
     for k in depths:
         lm = DepthbenchLM(pretrained=run, n_loops=k, max_depth=max(k, 1), data=data,
                           checkpoint_step=step, batch_size=batch_size)
-        out = lm_eval.simple_evaluate(model=lm, tasks=list(tasks), task_manager=tm, limit=limit,
-                                      log_samples=False, bootstrap_iters=0, use_cache=None)
+        try:
+            out = lm_eval.simple_evaluate(model=lm, tasks=list(tasks), task_manager=tm,
+                                          limit=limit, log_samples=False, bootstrap_iters=0,
+                                          use_cache=None)
+        except UserError:
+            raise
+        except Exception as e:  # a task's data missing offline, a bad task file: lm-eval's own
+            first = (str(e).strip().splitlines() or [type(e).__name__])[0][:160]
+            raise UserError(f"lm-eval could not run {', '.join(tasks)} ({first}); a task's data "
+                            "must be in the HF datasets cache (HF_DATASETS_OFFLINE=1 reads only "
+                            "it)") from None
         ck = torch.load(lm.checkpoint, map_location="cpu", weights_only=True)
         meta = read_run(Path(run)) if (Path(run) / "run.json").is_file() else {}
         for t in tasks:
