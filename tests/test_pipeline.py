@@ -435,3 +435,31 @@ def test_readme_table3_is_the_committed_rows():
     readme = (ROOT / "README.md").read_text().splitlines()
     for line in table3_lines(ROOT / "reports" / "table3" / "rows"):
         assert line in readme, f"the README's Table 3 should read: {line}"
+
+
+def test_readme_probe_and_fixed_depth_numbers_are_the_committed_rows():
+    """The update probe's benefits (mean and 95% t-interval over seeds of the per-seed mean
+    benefit over depths) and the fixed-depth peaks that the README states in prose."""
+    from depthbench.stats import t_interval
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    pr = pd.read_csv(ROOT / "reports" / "quickstart" / "rows" / "probe.csv")
+    benefit = {}
+    for u, g in pr.groupby("updates_after_switch"):
+        m, h, n = t_interval(g.groupby("seed")["nll_diff"].mean().to_numpy())
+        benefit[u] = (m, m - h, m + h, n)
+    m, lo, hi, n = benefit[0]
+    assert f"{m:.2f} nats more than one at depth 4 (95% CI over {n} seeds [{lo:.2f}, {hi:.2f}])" in readme
+    m, lo, hi, _ = benefit[16]
+    assert f"the benefit is {m:.2f} [{lo:.2f}, {hi:.2f}]" in readme
+    assert f"at 64 and 256 updates {benefit[64][0]:.3f} and {benefit[256][0]:.3f}" in readme
+    ev = pd.read_csv(ROOT / "reports" / "fixed-depths" / "rows" / "eval.csv")
+    ev = ev[(ev["split"] == "eval_reordered") & (ev["step"] == ev.groupby("run")["step"].transform("max"))]
+    peak = {int(s.split(":")[1]): g for s, g in ev.groupby("schedule")}
+    at = {k: g[g["depth"] == k] for k, g in peak.items()}
+    assert (f"`fixed:1` reads {at[1]['bits_per_person'].mean():.1f} of 48 bits at depth 1 (EM "
+            f"{at[1]['exact_match'].mean():.2f}), `fixed:2` {at[2]['bits_per_person'].mean():.1f} at "
+            f"depth 2, `fixed:4` {at[4]['bits_per_person'].mean():.1f} at depth 4, `fixed:8` "
+            f"{at[8]['bits_per_person'].mean():.1f} at depth 8") in readme
+    for k, g in peak.items():   # every seed peaks at its training depth
+        best = g.groupby("seed").apply(lambda s: s.loc[s["bits_per_person"].idxmax(), "depth"])
+        assert set(best) == {k}, k
