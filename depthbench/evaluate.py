@@ -96,6 +96,16 @@ def result_rows(ck: dict, run_meta: dict, run_name: str, ds: Dataset, split: str
     return rows
 
 
+def _adapter():
+    """The lm-eval adapter module (``--harness lm-eval``), or a UserError saying what to install."""
+    try:
+        from depthbench import lm_eval_adapter
+    except ImportError:
+        raise UserError("--harness lm-eval needs lm-eval: pip install 'depthbench[lmeval]'") \
+            from None
+    return lm_eval_adapter
+
+
 def _text_eval(cfg: EvalConfig, model, ck, meta, name, ds, depths, rt) -> list[dict]:
     """A text run's rows: NLL per token and bits per byte at every depth on the validation
     split (the synthetic splits and the harness do not apply)."""
@@ -104,12 +114,7 @@ def _text_eval(cfg: EvalConfig, model, ck, meta, name, ds, depths, rt) -> list[d
         if not cfg.tasks:
             raise UserError("a text run through lm-eval needs --task (e.g. hellaswag, piqa, "
                             "arc_easy, depthbench_cloze)")
-        try:
-            from depthbench.lm_eval_adapter import harness_tasks
-        except ImportError:
-            raise UserError("--harness lm-eval needs lm-eval: pip install "
-                            "'depthbench[lmeval]'") from None
-        return harness_tasks(cfg.run, str(ds.path), depths, list(cfg.tasks), cfg.checkpoint,
+        return _adapter().harness_tasks(cfg.run, str(ds.path), depths, list(cfg.tasks), cfg.checkpoint,
                              cfg.max_people, cfg.batch_size, cfg.task_path)
     if cfg.splits and set(cfg.splits) != {"validation"}:
         raise UserError(f"a text dataset has one evaluation split, validation (got "
@@ -146,13 +151,8 @@ def run_eval(cfg: EvalConfig) -> dict:
             raise UserError("--task runs lm-eval tasks on a text run; a synthetic run's harness "
                             "tasks are its recall and likelihood splits (--split)")
         elif cfg.harness == "lm-eval":
-            try:
-                from depthbench.lm_eval_adapter import harness_sweep
-            except ImportError:
-                raise UserError("--harness lm-eval needs lm-eval: pip install "
-                                "'depthbench[lmeval]'") from None
             limit = cfg.max_people and cfg.max_people * len(ds.attributes)
-            rows = harness_sweep(cfg.run, str(ds.path), depths, splits, cfg.checkpoint, limit,
+            rows = _adapter().harness_sweep(cfg.run, str(ds.path), depths, splits, cfg.checkpoint, limit,
                                  cfg.batch_size)
         else:
             rows, floors = [], PersonAgnostic(ds)

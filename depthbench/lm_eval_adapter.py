@@ -203,12 +203,36 @@ SPLIT_TASKS = {"eval_reordered": "reordered", "eval_seen_order": "seen_order",
                "eval_unseen_people": "unseen_people"}
 
 
+def _per_depth(run: str, data: str, depths: list[int], tasks: list[str], tm, step, limit,
+               batch_size: int):
+    """(depth, lm-eval's results by task, the checkpoint, the run record) for every depth: a
+    fresh model per depth, so that no response cache is ever shared across depths. A task lm-eval
+    cannot run (its data not in the HF cache offline, a bad task file) ends as one UserError."""
+    import lm_eval
+    meta = read_run(Path(run)) if (Path(run) / "run.json").is_file() else {}
+    for k in depths:
+        lm = DepthbenchLM(pretrained=run, n_loops=k, max_depth=max(k, 1), data=data,
+                          checkpoint_step=step, batch_size=batch_size)
+        try:
+            out = lm_eval.simple_evaluate(model=lm, tasks=list(tasks), task_manager=tm,
+                                          limit=limit, log_samples=False, bootstrap_iters=0,
+                                          use_cache=None)
+        except UserError:
+            raise
+        except Exception as e:  # lm-eval's and datasets' own errors
+            first = (str(e).strip().splitlines() or [type(e).__name__])[0][:160]
+            raise UserError(f"lm-eval could not run {', '.join(tasks)} ({first}); a task's data "
+                            "must be in the HF datasets cache (HF_DATASETS_OFFLINE=1 reads only "
+                            "it)") from None
+        ck = torch.load(lm.checkpoint, map_location="cpu", weights_only=True)
+        yield k, out["results"], {**ck, "path": lm.checkpoint}, meta
+
+
 def harness_sweep(run: str, data: str, depths: list[int], splits: list[str],
                   step: int | None = None, limit: int | None = None, batch_size: int = 64) -> list[dict]:
     """A depth sweep through ``lm_eval.simple_evaluate``: one fresh model per depth (no response
     cache is ever shared across depths), one task manager for all, rows in the schema of
     ``depthbench eval`` (whole-sequence NLL is not a harness task and stays empty)."""
-    import lm_eval
     from lm_eval.tasks import TaskManager
 
     ds = Dataset(data)
@@ -216,14 +240,7 @@ def harness_sweep(run: str, data: str, depths: list[int], splits: list[str],
                      metadata={"data": str(Path(data).resolve())})
     tasks = [f"depthbench_{kind}_{SPLIT_TASKS[s]}" for s in splits for kind in ("recall", "likelihood")]
     rows = []
-    for k in depths:
-        lm = DepthbenchLM(pretrained=run, n_loops=k, max_depth=max(k, 1), data=data,
-                          checkpoint_step=step, batch_size=batch_size)
-        out = lm_eval.simple_evaluate(model=lm, tasks=tasks, task_manager=tm, limit=limit,
-                                      log_samples=False, bootstrap_iters=0, use_cache=None)
-        res = out["results"]
-        ck = torch.load(lm.checkpoint, map_location="cpu", weights_only=True)
-        meta = read_run(Path(run)) if (Path(run) / "run.json").is_file() else {}
+    for k, res, ck, meta in _per_depth(run, data, depths, tasks, tm, step, limit, batch_size):
         for s in splits:
             rec = res[f"depthbench_recall_{SPLIT_TASKS[s]}"]
             lik = res[f"depthbench_likelihood_{SPLIT_TASKS[s]}"]
@@ -236,7 +253,7 @@ def harness_sweep(run: str, data: str, depths: list[int], splits: list[str],
                 "bits_per_person": lik["recalled_bits,none"] * n_attr,
                 "ceiling_bits": ds.ceiling_bits, "modeled_train_flops": ck.get("flops"),
                 "wall_clock_s": ck.get("wall_clock"), "dataset_hash": ds.hash,
-                "checkpoint": lm.checkpoint, "harness": "lm-eval",
+                "checkpoint": ck["path"], "harness": "lm-eval",
             })
     return rows
 
@@ -249,7 +266,6 @@ def harness_tasks(run: str, data: str, depths: list[int], tasks: list[str],
     ``depthbench_cloze``, or YAMLs under ``task_path``) at every depth, a fresh model per depth;
     one ``task`` row per task and depth with its accuracy (and length-normalized accuracy where
     the task reports it)."""
-    import lm_eval
     from lm_eval.tasks import TaskManager
 
     ds = open_dataset(data, verify=False)
@@ -260,27 +276,12 @@ def harness_tasks(run: str, data: str, depths: list[int], tasks: list[str],
         raise UserError(f"lm-eval knows no task {unknown[0]!r}; see `depthbench lm-eval ls "
                         "tasks`, or give its YAML folder with --task-path")
     rows = []
-    for k in depths:
-        lm = DepthbenchLM(pretrained=run, n_loops=k, max_depth=max(k, 1), data=data,
-                          checkpoint_step=step, batch_size=batch_size)
-        try:
-            out = lm_eval.simple_evaluate(model=lm, tasks=list(tasks), task_manager=tm,
-                                          limit=limit, log_samples=False, bootstrap_iters=0,
-                                          use_cache=None)
-        except UserError:
-            raise
-        except Exception as e:  # a task's data missing offline, a bad task file: lm-eval's own
-            first = (str(e).strip().splitlines() or [type(e).__name__])[0][:160]
-            raise UserError(f"lm-eval could not run {', '.join(tasks)} ({first}); a task's data "
-                            "must be in the HF datasets cache (HF_DATASETS_OFFLINE=1 reads only "
-                            "it)") from None
-        ck = torch.load(lm.checkpoint, map_location="cpu", weights_only=True)
-        meta = read_run(Path(run)) if (Path(run) / "run.json").is_file() else {}
+    for k, res, ck, meta in _per_depth(run, data, depths, tasks, tm, step, limit, batch_size):
         for t in tasks:
-            r = out["results"][t]
+            r = res[t]
             rows.append({"run": Path(run).name, "schedule": ck.get("schedule"),
                          "seed": meta.get("seed"), "step": ck["step"], "depth": k, "task": t,
                          "acc": r.get("acc,none"), "acc_norm": r.get("acc_norm,none"),
                          "modeled_train_flops": ck.get("flops"), "dataset_hash": ds.hash,
-                         "checkpoint": lm.checkpoint, "harness": "lm-eval"})
+                         "checkpoint": ck["path"], "harness": "lm-eval"})
     return rows

@@ -22,7 +22,6 @@ bits per byte at every serving depth of the validation split from one pass.
 from __future__ import annotations
 
 import gzip
-import hashlib
 import json
 import math
 import os
@@ -31,6 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
+from data_gen.generate import dataset_hash, sha256_file
 from depthbench.errors import UserError
 
 FORMAT = "depthbench-text"
@@ -184,19 +184,6 @@ def _dtype(vocab: int) -> np.dtype:
     return np.dtype(np.uint16) if vocab <= 2 ** 16 else np.dtype(np.uint32)
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
-def dataset_hash(manifest: dict) -> str:
-    body = {k: v for k, v in manifest.items() if k != "dataset_hash"}
-    return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
-
-
 def _cloze(held_out: list[str], seed: int, n: int = 256, choices: int = 4) -> list[dict]:
     """A small sanity task from held-out documents: the first words of a document as context,
     its next words as the true continuation, and continuations of other documents as
@@ -308,10 +295,10 @@ def prepare_text(inputs: list[str], out: str | Path, vocab_size: int = 0,
                          else None, "val_fraction": val_fraction, "seed": seed,
                          "seq_len": seq_len},
             "vocab_size": vocab, "eot_id": eot, "dtype": dtype.name, "seq_len": seq_len,
-            "tokenizer_sha256": _sha256(tmp / "tokenizer.json"),
+            "tokenizer_sha256": sha256_file(tmp / "tokenizer.json"),
             "splits": counts,
             "bytes_per_token": {s: c["bytes"] / max(1, c["tokens"]) for s, c in counts.items()},
-            "files": {name: {"sha256": _sha256(tmp / name), "bytes": (tmp / name).stat().st_size}
+            "files": {name: {"sha256": sha256_file(tmp / name), "bytes": (tmp / name).stat().st_size}
                       for name in FILES},
         }
         manifest["dataset_hash"] = dataset_hash(manifest)
@@ -385,7 +372,7 @@ class TextDataset:
             f = self.path / name
             if not f.is_file() or f.stat().st_size != rec.get("bytes"):
                 raise TextDataError(f"text dataset file {f} is missing or truncated; {FIX}")
-            if verify and _sha256(f) != rec.get("sha256"):
+            if verify and sha256_file(f) != rec.get("sha256"):
                 raise TextDataError(f"text dataset file {f} does not match its sha256 (corrupt "
                                     f"or tampered); {FIX}")
         self.manifest, self.hash = m, m["dataset_hash"]
