@@ -181,6 +181,14 @@ def lm_eval_cmd(ctx):
           --tasks depthbench --metadata '{"data": "data/tiny"}'
       depthbench lm-eval ls tasks
     The depthbench task folder is added to --include_path unless one is given.
+
+    \b
+    With --depths, the tasks run at every serving depth of the list (a fresh model per depth)
+    and --rows FILE writes one `task` row per task and depth, for `depthbench report`:
+      depthbench lm-eval run --model depthbench --model_args pretrained=runs/text-uniform \\
+          --tasks depthbench_cloze,hellaswag --depths 1-16 --rows results/tasks
+    It takes --model_args (no n_loops), --tasks, --limit, --batch_size, --metadata and
+    --include_path.
     """
     try:
         from lm_eval.__main__ import cli_evaluate
@@ -189,6 +197,8 @@ def lm_eval_cmd(ctx):
     except ImportError:
         fail("lm-eval is not installed: pip install 'depthbench[lmeval]'")
     args = list(ctx.args)
+    if any(a == "--depths" or a.startswith("--depths=") for a in args):
+        return _lm_eval_depths(args)
     if args and args[0] not in ("-h", "--help") and "--include_path" not in args:
         args += ["--include_path", str(TASKS_DIR)]
     sys.argv = ["lm-eval", *args]
@@ -206,3 +216,25 @@ def lm_eval_cmd(ctx):
     sys.stderr.write(held.getvalue())
 
 
+
+
+
+def _lm_eval_depths(args: list[str]) -> None:
+    """``depthbench lm-eval [run] --depths SPEC ...`` (see ``lm_eval_adapter.run_depths``)."""
+    from depthbench.lm_eval_adapter import run_depths
+
+    held = io.StringIO()   # lm-eval's log lines, shown only when it fails unexpectedly
+    try:
+        with contextlib.redirect_stderr(held):
+            rows, written = run_depths(args)
+    except UserError:
+        raise
+    except BaseException:
+        sys.stderr.write(held.getvalue())
+        raise
+    for r in rows:
+        scores = "  ".join(f"{k} {v:.4f}" for k, v in r.items()
+                           if k.startswith(("acc", "exact_match")) and isinstance(v, float))
+        click.echo(f"depth {r['depth']:>2}  {r['task']}  {scores}")
+    for f in written:
+        click.echo(f"wrote {f}")

@@ -19,6 +19,8 @@ lm-eval passes ``batch_size`` (a string from its CLI, possibly "auto"), ``max_ba
 
 from __future__ import annotations
 
+import argparse
+import json
 from pathlib import Path
 
 import torch
@@ -198,7 +200,10 @@ class DepthbenchLM(TemplateLM):
         return req.output
 
 
-TASKS_DIR = Path(__file__).resolve().parent / "tasks"  # package data
+# the task YAMLs: installed beside the package (package data), else the source tree's top-level
+# tasks/ (an editable install)
+TASKS_DIR = next(d for d in (Path(__file__).resolve().parent / "tasks",
+                             Path(__file__).resolve().parent.parent / "tasks") if d.is_dir())
 SPLIT_TASKS = {"eval_reordered": "reordered", "eval_seen_order": "seen_order",
                "eval_unseen_people": "unseen_people"}
 
@@ -258,14 +263,27 @@ def harness_sweep(run: str, data: str, depths: list[int], splits: list[str],
     return rows
 
 
+def _metrics(r: dict) -> dict:
+    """lm-eval's metrics of one task as row columns: ``acc,none`` as ``acc``, a metric under
+    another filter as ``metric_filter``; standard errors and labels left out."""
+    out = {}
+    for key, v in r.items():
+        metric, _, filt = key.partition(",")
+        if filt and not metric.endswith("_stderr") and isinstance(v, int | float) \
+                and not isinstance(v, bool):
+            out[metric if filt == "none" else f"{metric}_{filt}"] = float(v)
+    return out
+
+
 def harness_tasks(run: str, data: str, depths: list[int], tasks: list[str],
                   step: int | None = None, limit: int | None = None, batch_size: int = 64,
                   task_path: str = "") -> list[dict]:
-    """A text run through ``lm_eval.simple_evaluate``: every task of ``tasks`` (lm-eval's own,
-    such as hellaswag, piqa and arc_easy where the HF datasets cache holds them, the packaged
-    ``depthbench_cloze``, or YAMLs under ``task_path``) at every depth, a fresh model per depth;
-    one ``task`` row per task and depth with its accuracy (and length-normalized accuracy where
-    the task reports it)."""
+    """Tasks through ``lm_eval.simple_evaluate`` at every depth, a fresh model per depth:
+    lm-eval's own (hellaswag, piqa, arc_easy where the HF datasets cache holds them), the
+    packaged ones (``depthbench_cloze`` for a text run, ``depthbench`` and its recall and
+    likelihood tasks for a synthetic one), or YAMLs under ``task_path``. One ``task`` row per
+    task lm-eval reports (a group's members each) and depth, with every metric it reports
+    (``acc``, ``acc_norm``, ``acc_mutual_info``, ``exact_match``, ...)."""
     from lm_eval.tasks import TaskManager
 
     ds = open_dataset(data, verify=False)
@@ -277,11 +295,83 @@ def harness_tasks(run: str, data: str, depths: list[int], tasks: list[str],
                         "tasks`, or give its YAML folder with --task-path")
     rows = []
     for k, res, ck, meta in _per_depth(run, data, depths, tasks, tm, step, limit, batch_size):
-        for t in tasks:
-            r = res[t]
+        for t, r in sorted(res.items()):
+            if not _metrics(r):   # a group without aggregate metrics
+                continue
             rows.append({"run": Path(run).name, "schedule": ck.get("schedule"),
                          "seed": meta.get("seed"), "step": ck["step"], "depth": k, "task": t,
-                         "acc": r.get("acc,none"), "acc_norm": r.get("acc_norm,none"),
-                         "modeled_train_flops": ck.get("flops"), "dataset_hash": ds.hash,
-                         "checkpoint": ck["path"], "harness": "lm-eval"})
+                         **_metrics(r), "modeled_train_flops": ck.get("flops"),
+                         "dataset_hash": ds.hash, "checkpoint": ck["path"], "harness": "lm-eval"})
     return rows
+
+
+def _fail(message: str):
+    raise UserError(message)
+
+
+def run_depths(args: list[str]) -> tuple[list[dict], list[Path]]:
+    """``depthbench lm-eval [run] --depths SPEC ...``: lm-eval's tasks at every depth of SPEC
+    (``harness_tasks``), from lm-eval-style arguments (--model depthbench, --model_args without
+    n_loops, --tasks, --limit, --batch_size, --metadata, --include_path) and --rows FILE;
+    returns the rows and the files written (none without --rows)."""
+    from depthbench.rows import write_rows
+    from depthbench.schedules import parse_depths
+
+    if args[:1] == ["run"]:
+        args = args[1:]
+    p = argparse.ArgumentParser(prog="depthbench lm-eval run --depths", add_help=False,
+                                exit_on_error=False, allow_abbrev=False)
+    for name in ("--model", "--model_args", "--tasks", "--depths", "--rows", "--metadata",
+                 "--include_path", "--limit", "--batch_size"):
+        p.add_argument(name)
+    try:
+        ns, extra = p.parse_known_args(args)
+    except argparse.ArgumentError as e:
+        _fail(f"depthbench lm-eval --depths: {e}")
+    if extra:
+        _fail(f"depthbench lm-eval --depths takes --model_args, --tasks, --limit, --batch_size, "
+              f"--metadata, --include_path and --rows, not {extra[0]}; run lm-eval once per "
+              "depth (n_loops=K) for its other options")
+    if ns.model not in (None, "depthbench"):
+        _fail(f"--depths needs --model depthbench (got {ns.model})")
+    margs = dict(kv.partition("=")[::2] for kv in (ns.model_args or "").split(",") if kv)
+    if "n_loops" in margs:
+        _fail("--depths gives the serving depths; leave n_loops out of --model_args")
+    unknown = sorted(set(margs) - {"pretrained", "data", "checkpoint_step", "batch_size"})
+    if unknown:
+        _fail(f"with --depths, --model_args takes pretrained, data, checkpoint_step and "
+              f"batch_size, not {unknown[0]}")
+    run = margs.get("pretrained")
+    if not run:
+        _fail("--model_args needs pretrained=RUN_DIR")
+    if not ns.tasks:
+        _fail("--depths needs --tasks T1,T2,...")
+    try:
+        meta_data = json.loads(ns.metadata).get("data") if ns.metadata else None
+    except (json.JSONDecodeError, AttributeError):
+        _fail(f"--metadata {ns.metadata!r} is not a JSON object")
+    run_dir = run_dir_of(run)
+    data = margs.get("data") or meta_data or (read_run(run_dir).get("data")
+                                             if run_dir is not None else None)
+    if not data:
+        _fail(f"{run} records no dataset; pass --metadata '{{\"data\": \"DIR\"}}'")
+
+    def count(name, v):
+        try:
+            n = int(v)
+        except (TypeError, ValueError):
+            n = 0
+        if n < 1:
+            _fail(f"{name} {v!r} must be a positive whole number")
+        return n
+
+    depths = parse_depths(ns.depths)
+    limit = count("--limit", ns.limit) if ns.limit is not None else None
+    bs = count("batch_size", ns.batch_size or margs.get("batch_size") or 64)
+    step = count("checkpoint_step", margs["checkpoint_step"]) if "checkpoint_step" in margs \
+        else None
+    tasks = [t for t in ns.tasks.split(",") if t]
+    rows = harness_tasks(run, data, depths, tasks, step, limit, bs,
+                         task_path=ns.include_path or "")
+    written = list(write_rows(rows, Path(ns.rows), "task")) if ns.rows else []
+    return rows, written

@@ -131,8 +131,8 @@ SCHEMA = {
                ["step", "K", "loss"]),
     "run": ({"final_loss", "modeled_train_flops"}, ["run", "schedule", "seed", "final_loss",
                                                      "modeled_train_flops"], ["seed", "final_loss"]),
-    "task": ({"task", "acc"}, ["run", "schedule", "seed", "step", "depth", "task", "acc"],
-             ["seed", "step", "depth", "acc"]),
+    "task": ({"task", "depth", "harness"}, ["run", "schedule", "seed", "step", "depth", "task"],
+             ["seed", "step", "depth"]),
 }
 
 
@@ -550,10 +550,13 @@ def _text_sections(figs, ev: pd.DataFrame, color: dict, reference: str | None, t
         raise UserError("the text eval rows hold no validation split; evaluate the runs with "
                         "`depthbench eval`")
     cloze = "cloze_accuracy" in va.columns and va["cloze_accuracy"].notna().all()
+    mi = cloze and "cloze_accuracy_mi" in va.columns and va["cloze_accuracy_mi"].notna().all()
     for value, label, name in (("nll", "validation NLL (nats/token)", "nll_vs_depth.png"),
                                ("bits_per_byte", "bits per byte", "bpb_vs_depth.png"),
                                *((("cloze_accuracy", "cloze accuracy (4 choices)",
-                                   "cloze_vs_depth.png"),) if cloze else ())):
+                                   "cloze_vs_depth.png"),) if cloze else ()),
+                               *((("cloze_accuracy_mi", "cloze accuracy, mutual information "
+                                   "(4 choices)", "cloze_mi_vs_depth.png"),) if mi else ())):
         fig, ax = figs.new(f"{label} vs serving depth", "serving depth K", label)
         _ci_lines(ax, va, value, color)
         ax.legend(fontsize=8)
@@ -567,6 +570,7 @@ def _text_sections(figs, ev: pd.DataFrame, color: dict, reference: str | None, t
         "mean_nll": g["nll"].mean(), "deep_nll": g.loc[g["depth"].idxmax(), "nll"],
         "best_depth": g.loc[g["nll"].idxmin(), "depth"], "bpb": g["bits_per_byte"].mean(),
         "cloze": g["cloze_accuracy"].mean() if cloze else np.nan,
+        "cloze_mi": g["cloze_accuracy_mi"].mean() if mi else np.nan,
         "flops": g["modeled_train_flops"].iloc[0], "time": g["train_time"].iloc[0]}),
         include_groups=False).reset_index()
     per["terminal"] = [term.get(r, np.nan) for r in per["run"]]
@@ -582,6 +586,8 @@ def _text_sections(figs, ev: pd.DataFrame, color: dict, reference: str | None, t
         **({"cloze accuracy, mean over depths (chance 0.25)": _fmt(g["cloze"].mean(),
                                                                    g["cloze"].std())}
            if cloze else {}),
+        **({"cloze accuracy by mutual information, mean over depths (chance 0.25)":
+            _fmt(g["cloze_mi"].mean(), g["cloze_mi"].std())} if mi else {}),
         f"modeled FLOPs (% of {ref or 'reference'})": _fmt(100 * g["flops"].mean() / ref_flops,
                                                            100 * g["flops"].std() / ref_flops, 1),
         f"train {clock} s/run": f"{g['time'].mean():.0f}"} for sch, g in per.groupby("schedule")])
@@ -602,8 +608,16 @@ def _text_sections(figs, ev: pd.DataFrame, color: dict, reference: str | None, t
                        "1-3 (described); paired 95% t-interval and exact sign-flip p over seeds, "
                        f"Holm-corrected; equivalent within ±{EQUIVALENCE_MARGIN:g} nats",
                        _comparison_table(comparisons)))
+    files["findings.md"] = _text_findings(re, per, deepest, mi)
+
+
+def _text_findings(re: pd.DataFrame, per: pd.DataFrame, deepest: int, mi: bool) -> str:
+    """The README's text findings table: validation NLL (bits per byte) at depths 1, 4 and
+    the deepest, with 95% t-intervals over seeds, and the cloze accuracies over depths."""
     depths = [d for d in (1, 4, deepest) if d in set(re["depth"])]
-    head = ["schedule", "seeds"] + [f"depth {d}: NLL (bits/byte)" for d in depths]
+    head = (["schedule", "seeds"] + [f"depth {d}: NLL (bits/byte)" for d in depths]
+            + (["cloze accuracy over depths 1-16: summed LL (mutual information); chance 0.25"]
+               if mi else []))
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for sch, g in re.groupby("schedule"):
         cells = [f"`{sch}`", str(g["seed"].nunique())]
@@ -611,15 +625,29 @@ def _text_sections(figs, ev: pd.DataFrame, color: dict, reference: str | None, t
             m, h, _ = t_interval(g.loc[g["depth"] == d, "nll"])
             cells.append(f"{m:.3f}{f' ± {h:.3f}' if np.isfinite(h) else ''} "
                          f"({g.loc[g['depth'] == d, 'bits_per_byte'].mean():.3f})")
+        if mi:
+            a = per.loc[per["schedule"] == sch]
+            m, h, _ = t_interval(a["cloze"])
+            m2, h2, _ = t_interval(a["cloze_mi"])
+            cells.append(f"{m:.3f} ± {h:.3f} ({m2:.3f} ± {h2:.3f})")
         lines.append("| " + " | ".join(cells) + " |")
-    files["findings.md"] = "\n".join(lines) + "\n"
+    return "\n".join(lines) + "\n"
 
 
 def _task_section(figs, tk: pd.DataFrame, color: dict) -> tuple[str, pd.DataFrame]:
     """Downstream tasks across serving depths (the paper's Figure 3, bottom): accuracy against
     depth per task and schedule, and its Table 4: per schedule and task the accuracy averaged
     over depths and at the deepest depth, mean ± SD over seeds."""
-    tk = _final(tk)
+    tk = _final(tk).copy()
+    # a task's accuracy (acc), else its exact match (generation tasks)
+    score = pd.Series(np.nan, index=tk.index)
+    for col in ("acc", "exact_match"):
+        if col in tk.columns:
+            score = score.combine_first(pd.to_numeric(tk[col], errors="coerce"))
+    tk["acc"] = score
+    tk = tk[tk["acc"].notna()]
+    if tk.empty:
+        raise UserError("the task rows hold neither acc nor exact_match; nothing to draw")
     tasks = sorted(tk["task"].unique())
     fig, axes = figs.plt.subplots(1, len(tasks), figsize=(4.2 * len(tasks), 3.8), dpi=110,
                                   squeeze=False)

@@ -487,54 +487,66 @@ def cloze_items(ds: TextDataset) -> list[dict]:
     return [json.loads(x) for x in (ds.path / "cloze.jsonl").read_text().splitlines() if x]
 
 
-def cloze_accuracy(model, ds: TextDataset, depths: list[int], device=None) -> dict[int, float]:
-    """At every depth, the share of the dataset's cloze items whose true continuation has the
-    highest loglikelihood after its context (the sum over the continuation's tokens, as
-    lm-eval's multiple choice scores it); chance is one over the number of choices."""
+def cloze_accuracy(model, ds: TextDataset, depths: list[int], device=None) -> dict[int, dict]:
+    """At every depth, two scores of the dataset's cloze items, each the share of items whose
+    true continuation scores highest (chance: one over the number of choices):
+
+    ``cloze_accuracy``     the continuation's summed loglikelihood after the context, as
+                           lm-eval's multiple-choice ``acc``;
+    ``cloze_accuracy_mi``  that loglikelihood minus the continuation's loglikelihood after
+                           end-of-text alone (pointwise mutual information with the context,
+                           lm-eval's ``acc_mutual_info``): how much the context, not the
+                           continuation's own frequency, picks the answer.
+    """
     import torch
     items = cloze_items(ds)
     if not items:
-        return {k: float("nan") for k in depths}
+        return {k: {"cloze_accuracy": float("nan"), "cloze_accuracy_mi": float("nan")}
+                for k in depths}
     tok = ds.tokenizer()
     limit = model.cfg.max_seq_len
-    seqs, spans = [], []   # per (item, choice): token ids, and the continuation's positions
-    for it in items:
-        ctx = tok.encode(it["context"]).ids
-        for choice in it["choices"]:
-            cont = tok.encode(choice).ids
-            ids = (ctx + cont)[-(limit + 1):]
-            seqs.append(ids)
-            spans.append((len(ids) - len(cont), len(ids)))
+    eot = ds.vocab.eos
+    seqs, spans = [], []   # per (item, choice), then per (item, choice) without context
+    for prefix in ("context", None):
+        for it in items:
+            ctx = tok.encode(it["context"]).ids if prefix else [eot]
+            for choice in it["choices"]:
+                cont = tok.encode(choice).ids
+                ids = (ctx + cont)[-(limit + 1):]
+                seqs.append(ids)
+                spans.append((len(ids) - len(cont), len(ids)))
     T = max(len(x) for x in seqs)
-    x = torch.full((len(seqs), T), ds.vocab.eos, dtype=torch.long)
+    x = torch.full((len(seqs), T), eot, dtype=torch.long)
     for i, ids in enumerate(seqs):
         x[i, :len(ids)] = torch.tensor(ids)
     x = x.to(device or next(model.parameters()).device)
     mask = torch.zeros(len(seqs), T - 1, dtype=torch.bool, device=x.device)
     for i, (a, b) in enumerate(spans):
         mask[i, max(a, 1) - 1:b - 1] = True   # target position j predicts token j + 1
-    n_choices = len(items[0]["choices"])
+    n_items, n_choices = len(items), len(items[0]["choices"])
     labels = torch.tensor([it["label"] for it in items], device=x.device)
     out = {}
     model.eval()
     with torch.no_grad():
         for k, logits in model.readouts(x[:, :-1], depths):
             logp = torch.log_softmax(logits.float(), -1)
-            ll = (logp.gather(-1, x[:, 1:, None])[..., 0] * mask).sum(-1)
-            pick = ll.view(len(items), n_choices).argmax(-1)
-            out[k] = float((pick == labels).float().mean())
+            ll = (logp.gather(-1, x[:, 1:, None])[..., 0] * mask).sum(-1).view(2, n_items,
+                                                                             n_choices)
+            out[k] = {"cloze_accuracy": int((ll[0].argmax(-1) == labels).sum()) / n_items,
+                      "cloze_accuracy_mi": int(((ll[0] - ll[1]).argmax(-1) == labels).sum())
+                      / n_items}
     return out
 
 
 def text_rows(ck: dict, meta: dict, run_name: str, ds: TextDataset, res: dict[int, dict],
-              params: int, cloze: dict[int, float] | None = None) -> list[dict]:
-    """Eval rows of a text run, one per depth, split ``validation``, with the cloze accuracy
-    at that depth where ``cloze`` gives it."""
+              params: int, cloze: dict[int, dict] | None = None) -> list[dict]:
+    """Eval rows of a text run, one per depth, split ``validation``, with the cloze scores at
+    that depth where ``cloze`` gives them."""
     n_items = len(cloze_items(ds)) if cloze else 0
     return [{"run": run_name, "schedule": ck.get("schedule"), "seed": meta.get("seed"),
              "step": ck["step"], "depth": k, "split": "validation", "nll": r["nll"],
              "bits_per_byte": r["bits_per_byte"], "tokens": r["tokens"],
-             **({"cloze_accuracy": cloze[k], "cloze_items": n_items} if cloze else {}),
+             **({**cloze[k], "cloze_items": n_items} if cloze else {}),
              "params": params,
              "n_grad_loops": int(ck.get("model_config", {}).get("n_grad_loops", 0)),
              "modeled_train_flops": ck.get("flops"), "wall_clock_s": ck.get("wall_clock"),

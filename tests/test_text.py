@@ -191,7 +191,8 @@ out = "{tmp_path / 'report'}"
     r = CliRunner().invoke(main, ["run", str(spec), "--out", str(tmp_path / "exp")])
     assert r.exit_code == 0, r.output
     rep = tmp_path / "report"
-    for f in ("nll_vs_depth.png", "bpb_vs_depth.png", "cloze_vs_depth.png", "findings.md",
+    for f in ("nll_vs_depth.png", "bpb_vs_depth.png", "cloze_vs_depth.png", "cloze_mi_vs_depth.png",
+              "findings.md",
               "training_loss.png"):
         assert (rep / f).stat().st_size > 0, f
     text = (rep / "README.md").read_text()
@@ -261,6 +262,31 @@ metric_list:
     assert sorted((x["task"], x["depth"]) for x in rows) == [
         ("depthbench_cloze", 1), ("depthbench_cloze", 2), ("mc_local", 1), ("mc_local", 2)]
     assert all(x["kind"] == "task" and 0 <= x["acc"] <= 1 for x in rows)
+    # the native cloze scores are lm-eval's acc and acc_mutual_info of the same items
+    from depthbench.checkpoint import open_run
+    from depthbench.text import cloze_accuracy
+    model, _, _, ds = open_run(run)
+    native = cloze_accuracy(model, ds, [1, 2])
+    for x in rows:
+        if x["task"] == "depthbench_cloze":
+            assert x["acc"] == pytest.approx(native[x["depth"]]["cloze_accuracy"], abs=1e-9)
+            assert x["acc_mutual_info"] == pytest.approx(native[x["depth"]]["cloze_accuracy_mi"],
+                                                         abs=1e-9)
+    # `depthbench lm-eval --depths` writes the same rows as `depthbench eval --harness lm-eval`
+    r = CliRunner().invoke(main, ["lm-eval", "run", "--model", "depthbench", "--model_args",
+                                  f"pretrained={run}", "--tasks", "depthbench_cloze",
+                                  "--depths", "1,2", "--rows", str(tmp_path / "lm")])
+    assert r.exit_code == 0, r.output
+    again = [json.loads(x) for x in (tmp_path / "lm.jsonl").read_text().splitlines()]
+    assert again == [x for x in rows if x["task"] == "depthbench_cloze"]
+    assert "depth  2  depthbench_cloze  acc " in r.output
+    for bad, says in ((["--model_args", f"pretrained={run},n_loops=2"], "n_loops"),
+                      (["--model_args", f"pretrained={run}", "--num_fewshot", "2"], "--num_fewshot"),
+                      (["--model_args", f"pretrained={run}", "--depths", "0-2"], "depth"),
+                      (["--model_args", f"pretrained={run}", "--limit", "x"], "--limit")):
+        args = ["lm-eval", "run", "--tasks", "depthbench_cloze", "--depths", "1", *bad]
+        r = CliRunner().invoke(main, args)
+        assert r.exit_code == 2 and says in r.output and "Traceback" not in r.output, r.output
     build_report([tmp_path / "t.jsonl"], tmp_path / "rep")
     assert (tmp_path / "rep" / "task_accuracy_vs_depth.png").stat().st_size > 0
     assert "Table 4" in (tmp_path / "rep" / "README.md").read_text()
