@@ -59,6 +59,11 @@ def _workload(cls) -> list:
                           "at most --width of them (0: width + the coda batch)."),
         click.option("--coda-wait", type=click.IntRange(0, 1 << 16), show_default=_d("coda_wait"),
                      help="cdb: core launches an exited token waits for the coda at most (0: 4)."),
+        click.option("--prefill-chunk", type=click.IntRange(0, 1 << 16),
+                     show_default=_d("prefill_chunk"),
+                     help="cdb, static: chunked prefill, prompt tokens riding in core launches "
+                          "beside decode tokens, at most this many at once (0: a prefill launch "
+                          "per admission)."),
         click.option("--seed", type=cs.SEED, show_default=_d("seed")),
         click.option("--interleave/--one-at-a-time", default=None,
                      help="Measure the modes side by side, one core launch of each in turn, so a "

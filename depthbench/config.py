@@ -481,6 +481,8 @@ class ServeConfig(_Plain):
     admit_min: int = 0             # cdb: free rows needed to admit while busy (0: width // 8)
     min_coda_batch: int = 0        # cdb: exited tokens that wait before the coda runs (0: width // 2)
     coda_wait: int = 0             # cdb: core launches the oldest exited token waits at most (0: 4)
+    prefill_chunk: int = 0         # cdb, static: prompt tokens in core launches at once (chunked
+                                   # prefill); 0: each admission's prompts in a prefill launch
     seed: int = 0
     warmup_requests: int = 4
     interleave: bool = True        # CPU: the modes measured side by side, a step of each in turn
@@ -504,6 +506,7 @@ class ServeConfig(_Plain):
             _check(1 <= getattr(self, f) <= hi, f, f"must be in 1..{hi} (got {getattr(self, f)})")
         for f, hi in (("max_new_tokens", 1 << 16), ("admit_min", 1 << 16), ("pool", 1 << 16),
                       ("min_coda_batch", 1 << 16), ("coda_wait", 1 << 16),
+                      ("prefill_chunk", 1 << 16),
                       ("warmup_requests", 1 << 16), ("seed", 2**32 - 1)):
             _check(0 <= getattr(self, f) <= hi, f, f"must be in 0..{hi} (got {getattr(self, f)})")
         _check(0 <= self.rate <= 1e9, "rate", "must be in [0, 1e9]")

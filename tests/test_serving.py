@@ -378,3 +378,31 @@ def test_modes_side_by_side_take_turns_and_serve_what_they_serve_alone(rate):
         assert at[0] < len(side_order) / 4 and at[-1] > 3 * len(side_order) / 4
     if rate == 0:
         assert sum(side[m][0]["wall_s"] for m in modes) <= elapsed
+
+
+@pytest.mark.parametrize("policy", KV_POLICIES)
+@pytest.mark.parametrize("spec", CRITERIA)
+def test_chunked_prefill_never_changes_outputs(policy, spec):
+    """Prompt tokens riding in core launches beside decode tokens (chunked prefill; a prompt
+    split across launches where the KV layout keeps every loop's keys) give batch-1's tokens
+    and depths, with no prefill launch and at most width + chunk items per core launch."""
+    from depthbench.serving.compare import splits_prompts
+    model = model_of(**SHAPES[2]) if spec.startswith("gate") else model_of(**SHAPES[1])
+    reqs = workload(n=9, new=5)
+    ref, _ = serve(model, spec, "batch1", policy, width=4, reqs=reqs)
+    split = splits_prompts(ServeConfig(kv_policy=policy, max_depth=4))
+    for chunk in ((3, 8) if split else (8,)):
+        eng = Engine(model, parse_exit(spec, max_depth=4), policy, 6, 64, record=True,
+                     n_prompt_slots=chunk)
+        done = Scheduler(eng, "cdb", 4, admit_min=2, min_coda_batch=2, prefill_chunk=chunk,
+                         split_prompts=split).run([q.fresh() for q in reqs])
+        assert [(q.output, q.depths) for q in done] == [(q.output, q.depths) for q in ref], chunk
+        assert eng.stats["prefill_launches"] == 0
+        assert max(r[1] for r in eng.records if r[0] == "core") <= 4 + chunk
+        assert eng.stats["core_prompt_tokens"] == 4 * sum(len(q.prompt) for q in reqs)
+    static = [Scheduler(Engine(model, parse_exit(spec, max_depth=4), policy, 6, 64,
+                               n_prompt_slots=c), "static", 4, prefill_chunk=c,
+                        split_prompts=split).run([q.fresh() for q in reqs]) for c in (0, 8)]
+    assert [q.output for q in static[1]] == [q.output for q in static[0]]
+    if split:   # the layouts that reproduce the training-time computation
+        assert [q.output for q in static[1]] == [greedy(model, q.prompt, 5, 4) for q in reqs]

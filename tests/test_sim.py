@@ -160,14 +160,18 @@ def test_scheduler_and_simulator_run_without_torch():
 
 
 @pytest.mark.parametrize("prompt_len,mean", [(8, 2.0), (32, 3.0)])
-def test_no_fraction_exceeds_the_achievable_bound_with_zero_overheads(prompt_len, mean):
+@pytest.mark.parametrize("chunk", [0, 24])
+def test_no_fraction_exceeds_the_achievable_bound_with_zero_overheads(prompt_len, mean, chunk):
     """With every overhead zero and cost proportional to FLOPs, time is the work done: each mode
     realizes exactly the achievable bound over the whole run (prefill of every prompt token at
     full depth is work every mode shares), the paper's bound (prompts priced as one token) is
-    above what any mode can reach, and the steady-state window stays within its bound."""
+    above what any mode can reach, and the steady-state window stays within its bound; with
+    chunked prefill too (cdb and static), whose prompt tokens are priced at their launches'
+    seconds per extra token."""
     cfg = SimConfig(random="tiny", model_set=SHAPE, exit=f"trace:{mean}", max_depth=4, width=8,
                     requests=48, prompt_len=prompt_len, max_new_tokens=12, length_spread=0.5,
-                    min_coda_batch=4, modes=("static", "no_refill", "cdb", "static_lockstep"))
+                    min_coda_batch=4, modes=("static", "no_refill", "cdb", "static_lockstep"),
+                    prefill_chunk=chunk)
     res = simulate(cfg, IDEAL)
     by = {r["mode"]: r for r in res["results"]}
     for m, r in by.items():

@@ -21,6 +21,7 @@ from depthbench.runtime import hold_freed_memory
 from depthbench.serving.compare import (
     compare_modes,
     engine_rows,
+    prompt_slots,
     random_workload,
     result_rows,
     with_arrivals,
@@ -63,7 +64,8 @@ def serve_bench(model: LoopedTransformer, requests: list[Request], cfg: ServeCon
 
     def engines(mode):
         return lambda clock=None: Engine(model, crit, cfg.kv_policy, engine_rows(mode, cfg),
-                                         max_len, clock=clock)
+                                         max_len, clock=clock,
+                                         n_prompt_slots=prompt_slots(mode, cfg))
 
     side = cfg.interleave and next(model.parameters()).device.type == "cpu"
     hold_freed_memory()   # a launch's cost must not depend on what was allocated before it

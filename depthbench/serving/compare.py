@@ -18,7 +18,7 @@ from collections import deque
 
 import numpy as np
 
-from depthbench.config import ServeConfig
+from depthbench.config import ServeConfig, kv_layout
 from depthbench.flops import FlopModel
 from depthbench.serving.executor import STAGES, TurnClock
 from depthbench.serving.scheduler import POOLED, Request, Scheduler, cdb_sizes
@@ -62,9 +62,23 @@ def engine_rows(mode: str, cfg: ServeConfig) -> int:
     return min(rows, cfg.requests)  # never more KV rows than requests
 
 
+def prompt_slots(mode: str, cfg: ServeConfig) -> int:
+    """Prompt-token work items an engine needs for ``mode``: the prefill chunk in the pooled
+    modes (chunked prefill), else none."""
+    return cfg.prefill_chunk if mode in POOLED else 0
+
+
+def splits_prompts(cfg: ServeConfig) -> bool:
+    """Whether chunked prefill may split a prompt across launches: where the KV layout keeps
+    every loop's keys, a later chunk reads an earlier one as a whole-prompt prefill does."""
+    n_private, shared, _ = kv_layout(cfg.kv_policy, cfg.max_depth)
+    return n_private == cfg.max_depth and not shared
+
+
 def _scheduler(eng, mode: str, cfg: ServeConfig) -> Scheduler:
     return Scheduler(eng, mode, 1 if mode == "batch1" else cfg.width, cfg.admit_min,
-                     cfg.min_coda_batch, cfg.coda_wait, cfg.pool)
+                     cfg.min_coda_batch, cfg.coda_wait, cfg.pool, prompt_slots(mode, cfg),
+                     splits_prompts(cfg))
 
 
 def run_side_by_side(entries: dict, requests: list[Request],
@@ -123,11 +137,14 @@ def mode_result(mode: str, cfg: ServeConfig, done: list[Request], eng, wall: flo
     # per emitted token, the prompt it was prefilled with (its request's first token) or 0
     prompts = [len(q.prompt) if i == 0 else 0 for q in done for i in range(len(q.depths))]
     recall = [q.output[: len(q.target)] == q.target for q in done if q.target]
-    decode_s = max(wall - st["prefill_s"], 1e-9)
+    # seconds on prompt tokens: prefill launches, and the prompt tokens' share of launches that
+    # carry them beside decode tokens (chunked prefill)
+    prefill_s = eng.prompt_seconds()
+    decode_s = max(wall - prefill_s, 1e-9)
     return {
         "mode": mode, "wall_s": wall, "output_tokens": n_tokens, "tokens_per_s": n_tokens / wall,
         # decode alone: the first token of each request comes from the (full-depth) prefill
-        "prefill_s": st["prefill_s"], "decode_tokens_per_s": len(decode_depths) / decode_s,
+        "prefill_s": prefill_s, "decode_tokens_per_s": len(decode_depths) / decode_s,
         "ttft_ms": _percentiles([q.token_times[0] - q.arrival for q in done]),
         "itl_ms": _percentiles(itl),
         "mean_depth": float(np.mean(decode_depths)) if decode_depths else float("nan"),

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import time
 
+import numpy as np
 import torch
 
 from depthbench.model import LoopedTransformer
@@ -67,8 +68,8 @@ def decide(crit: ExitCriterion, loops: torch.Tensor, fired: torch.Tensor,
 class Engine(HostState):
     def __init__(self, model: LoopedTransformer, criterion: ExitCriterion, kv_policy: str,
                  n_rows: int, max_len: int, device=None, record: bool = False,
-                 clock: Clock | None = None):
-        super().__init__(criterion, n_rows, record, clock)
+                 clock: Clock | None = None, n_prompt_slots: int = 0):
+        super().__init__(criterion, n_rows, record, clock, n_prompt_slots)
         self.model = model.eval()
         self.cfg = model.cfg
         self.device = device or next(model.parameters()).device
@@ -76,15 +77,17 @@ class Engine(HostState):
         self.kv = KVStore(self.cfg, kv_policy, self.max_depth, n_rows, max_len, self.device, dtype)
         d, V = self.cfg.d_model, self.cfg.vocab_size
         z = lambda *shape, **kw: torch.zeros(*shape, device=self.device, **kw)  # noqa: E731
-        self.S, self.E = z(n_rows, d, dtype=dtype), z(n_rows, d, dtype=dtype)
-        self.loop = z(n_rows, dtype=torch.long)
-        self.pos = z(n_rows, dtype=torch.long)
-        self.pending = z(n_rows, dtype=torch.bool)
+        n = n_rows + n_prompt_slots   # work items: the rows' decode tokens, then prompt tokens
+        self.S, self.E = z(n, d, dtype=dtype), z(n, d, dtype=dtype)
+        self.loop = z(n, dtype=torch.long)
+        self.pos = z(n, dtype=torch.long)
+        self.row_of = torch.arange(n, device=self.device)
+        self.pending = z(n, dtype=torch.bool)
         if criterion.needs_logits:
-            self.logits = z(n_rows, V, dtype=dtype)
-            self.prev_logp = z(n_rows, V, dtype=torch.float32)
-            self.argmax_prev = z(n_rows, dtype=torch.long)
-            self.argmax_run = z(n_rows, dtype=torch.long)
+            self.logits = z(n, V, dtype=dtype)
+            self.prev_logp = z(n, V, dtype=torch.float32)
+            self.argmax_prev = z(n, dtype=torch.long)
+            self.argmax_run = z(n, dtype=torch.long)
 
     @property
     def kv_nbytes(self) -> int:
@@ -93,6 +96,11 @@ class Engine(HostState):
     # ---- helpers ------------------------------------------------------------------------------------
     def _rows(self, rows: list[int]) -> torch.Tensor:
         return torch.tensor(rows, device=self.device, dtype=torch.long)
+
+    def _items(self, items: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+        """(item ids, their KV rows) on the device."""
+        it = self._rows(items)
+        return it, self.row_of[it]
 
     def _decode_mask(self, rows_h: list[int], pos: torch.Tensor) -> tuple[torch.Tensor, int]:
         L = self.context(rows_h)
@@ -108,6 +116,18 @@ class Engine(HostState):
         return self.model.readout(s[:, None], p, self._coda_views(rows, pos, L), mask)[:, 0]
 
     # ---- launches -----------------------------------------------------------------------------------
+    def admit(self, rows: list[int], prompt_lens: list[int]) -> None:
+        super().admit(rows, prompt_lens)
+        rows_t = self._rows(rows)
+        self.kv.reset(rows_t)
+        self.pos[rows_t] = torch.tensor(prompt_lens, device=self.device)
+
+    def place(self, items: list[int], rows: list[int], positions: list[int]) -> None:
+        super().place(items, rows, positions)
+        it = self._rows(items)
+        self.row_of[it] = self._rows(rows)
+        self.pos[it] = self._rows(positions)
+
     @torch.no_grad()
     def prefill(self, rows: list[int], prompts: list[list[int]]) -> list[int]:
         """Run prompts at max_depth in one launch (right-padded to the longest), filling every
@@ -150,61 +170,75 @@ class Engine(HostState):
         return first
 
     @torch.no_grad()
-    def start(self, rows: list[int], tokens: list[int], depths: list[int] | None = None) -> None:
-        """Embedding and prelude of each row's next token, at the row's position; ``depths``:
-        their exit depths where the scheduler knows them (else the criterion decides)."""
+    def start(self, items: list[int], tokens: list[int],
+              depths: list[int | None] | None = None) -> None:
+        """Embedding and prelude of each item's token at its position (a decode token, or a
+        placed prompt token); ``depths``: exit depths where the scheduler knows them (else, or
+        for a None entry, the criterion decides)."""
         t0 = time.perf_counter()
         m = self.model
-        rows_t = self._rows(rows)
-        pos = self.pos[rows_t]
-        mask, L = self._decode_mask(rows, pos)
+        it, rows_t = self._items(items)
+        pos = self.pos[it]
+        mask, L = self._decode_mask(items, pos)
         pre = [SlotView(self.kv, torch.full_like(rows_t, self.kv.prelude_slot(j)), rows_t, pos, L)
                for j in range(self.cfg.n_prelude)]
         tok = torch.tensor(tokens, device=self.device, dtype=torch.long)
         e = m.embed_prelude(tok[:, None], pos[:, None], pre, mask)[:, 0]  # (B, C)
-        self.E[rows_t] = e
-        self.S[rows_t] = m.initial_state(e[:, None], pos[:, None])[:, 0]
-        self.loop[rows_t] = 0
-        self.pending[rows_t] = False
-        self._set_target(rows, depths)
+        self.E[it] = e
+        self.S[it] = m.initial_state(e[:, None], pos[:, None])[:, 0]
+        self.loop[it] = 0
+        self.pending[it] = False
+        self._set_target(items, depths)
         if self.crit.needs_logits:
-            self.argmax_run[rows_t] = 0
-            self.argmax_prev[rows_t] = -1
-        self._log("start", time.perf_counter() - t0, len(rows), len(rows), L)
+            self.argmax_run[it] = 0
+            self.argmax_prev[it] = -1
+        self._log("start", time.perf_counter() - t0, len(items), len(items), L,
+                  prompt_tokens=self.n_prompt(items))
 
     @torch.no_grad()
-    def core(self, rows: list[int]) -> list[int]:
-        """One loop for each row (each at its own loop index); the rows that exit now."""
+    def core(self, items: list[int]) -> list[int]:
+        """One loop for each item (each at its own loop index); the items that exit now."""
         t0 = time.perf_counter()
         m = self.model
-        rows_t = self._rows(rows)
-        pos = self.pos[rows_t]
-        loops = self.loop[rows_t] + 1
-        mask, L = self._decode_mask(rows, pos)
-        s_prev = self.S[rows_t]
-        known = self.depths_known(rows)
+        it, rows_t = self._items(items)
+        pos = self.pos[it]
+        loops = self.loop[it] + 1
+        mask, L = self._decode_mask(items, pos)
+        s_prev = self.S[it]
+        known = self.depths_known(items)
         early = None
         if self.crit.lookahead and not known:
             # the decision for this launch was taken from the previous loop's signal: read it
             # before queuing the launch (it does not wait for this launch's result)
-            early = (self.pending[rows_t] & (loops >= self.crit.min_depth)) | (loops >= self.max_depth)
+            early = (self.pending[it] & (loops >= self.crit.min_depth)) | (loops >= self.max_depth)
             early = early.tolist()
         rel = self.kv.read_rel(rows_t, loops, L)
         views = [SlotView(self.kv, self.kv.core_slots(j, loops), rows_t, pos, L,
                           self.kv.core_read_slots(j, rel)) for j in range(self.cfg.n_core)]
-        s = m.core_step(s_prev[:, None], self.E[rows_t][:, None], pos[:, None], views, mask)[:, 0]
-        self.S[rows_t] = s
-        self.loop[rows_t] = loops
-        self.stats["core_rows"] += len(rows)
+        s = m.core_step(s_prev[:, None], self.E[it][:, None], pos[:, None], views, mask)[:, 0]
+        self.S[it] = s
+        self.loop[it] = loops
+        self.stats["core_rows"] += len(items)
         if known:
-            exited = self._known_exits(rows)
+            exited = self._known_exits(items)
         else:
-            self.loop_h[rows] += 1
-            exited = self._decide(rows, rows_t, s, s_prev, pos, loops, mask, L, early)
-        self._log("core", time.perf_counter() - t0, len(rows), len(rows), L)
+            self.loop_h[items] += 1
+            kn = self.known_h[items]
+            if kn.any():   # prompt tokens beside decided ones: signals only for the decided
+                u = np.flatnonzero(~kn)
+                k = torch.from_numpy(u).to(self.device)
+                fired = set(self._decide([items[i] for i in u], it[k], rows_t[k], s[k],
+                                         s_prev[k], pos[k], loops[k], mask[k], L,
+                                         None if early is None else [early[i] for i in u]))
+                exited = [r for r in items if (r in fired if not self.known_h[r]
+                                               else self.loop_h[r] >= self.target_h[r])]
+            else:
+                exited = self._decide(items, it, rows_t, s, s_prev, pos, loops, mask, L, early)
+        self._log("core", time.perf_counter() - t0, len(items), len(items), L,
+                  prompt_tokens=self.n_prompt(items))
         return exited
 
-    def _decide(self, rows, rows_t, s, s_prev, pos, loops, mask, L, early=None) -> list[int]:
+    def _decide(self, rows, it, rows_t, s, s_prev, pos, loops, mask, L, early=None) -> list[int]:
         """Exit decisions from signals on the device (items may be at different loops). With
         ``early`` (lookahead) the decision is already known: the signals only set the pending
         flags for the next loop, and nothing is read back."""
@@ -214,38 +248,44 @@ class Engine(HostState):
             sig["gate"] = m.gate_logit(s)
         if crit.needs_logits:
             logits = self._readout(s, rows_t, pos, mask, L)
-            self.logits[rows_t] = logits
+            self.logits[it] = logits
             sig["logits"] = logits
             am = logits.argmax(-1)
-            run = torch.where(am == self.argmax_prev[rows_t], self.argmax_run[rows_t] + 1,
+            run = torch.where(am == self.argmax_prev[it], self.argmax_run[it] + 1,
                               torch.ones_like(am))
-            self.argmax_prev[rows_t], self.argmax_run[rows_t] = am, run
+            self.argmax_prev[it], self.argmax_run[it] = am, run
             sig["argmax_run"] = run
-            sig["prev_logp"] = self.prev_logp[rows_t]
-            self.prev_logp[rows_t] = torch.log_softmax(logits.float(), -1)
-        stop, self.pending[rows_t] = decide(crit, loops, fires(crit, loops, sig), self.pending[rows_t])
+            sig["prev_logp"] = self.prev_logp[it]
+            self.prev_logp[it] = torch.log_softmax(logits.float(), -1)
+        stop, self.pending[it] = decide(crit, loops, fires(crit, loops, sig), self.pending[it])
         if early is not None:
             return [r for r, x in zip(rows, early) if x]
         self.stats["syncs"] += 1
         return [r for r, x in zip(rows, stop.tolist()) if x]
 
     @torch.no_grad()
-    def finish(self, rows: list[int]) -> tuple[list[int], list[int]]:
-        """Coda + head of exited rows: (next tokens, exit depths)."""
+    def finish(self, items: list[int]) -> tuple[list[int], list[int]]:
+        """Coda + head of exited items: (next tokens, exit depths)."""
         t0 = time.perf_counter()
-        rows_t = self._rows(rows)
-        pos = self.pos[rows_t]
-        depths = self.loop_h[rows].tolist()
-        mask, L = self._decode_mask(rows, pos)
-        if self.crit.needs_logits and not self.depths_known(rows):
-            logits = self.logits[rows_t]   # read out at the exit loop, for the decision
+        it, rows_t = self._items(items)
+        pos = self.pos[it]
+        depths = self.loop_h[items].tolist()
+        mask, L = self._decode_mask(items, pos)
+        decided = ~self.known_h[items]   # read out at the exit loop already, for the decision
+        if self.crit.needs_logits and decided.all():
+            logits = self.logits[it]
+        elif self.crit.needs_logits and decided.any():
+            logits = self.logits[it].clone()
+            k = torch.from_numpy(np.flatnonzero(~decided)).to(self.device)
+            logits[k] = self._readout(self.S[it[k]], rows_t[k], pos[k], mask[k], L)
         else:
-            logits = self._readout(self.S[rows_t], rows_t, pos, mask, L)
+            logits = self._readout(self.S[it], rows_t, pos, mask, L)
         self.kv.record_exit(rows_t, pos, depths)
-        self.pos[rows_t] = pos + 1
-        self.pos_h[rows] += 1
+        self.pos[it] = torch.where(it < self.n_rows, pos + 1, pos)
+        self.advance(items)
         tokens = logits.argmax(-1).tolist()
         self.stats["syncs"] += 1
         copies = copies_on_exit(self.kv.policy, self.max_depth, depths) if self.record else 0
-        self._log("finish", time.perf_counter() - t0, len(rows), len(rows), L, copies)
+        self._log("finish", time.perf_counter() - t0, len(items), len(items), L, copies,
+                  prompt_tokens=self.n_prompt(items))
         return tokens, depths

@@ -67,65 +67,127 @@ class Executor(Protocol):
     clock: Clock
     stats: dict
 
+    n_prompt_slots: int          # work items beyond the rows: prompt tokens in core launches
+
     def prefill(self, rows: list[int], prompts: list[list[int]]) -> list[int]: ...
 
-    def start(self, rows: list[int], tokens: list[int], depths: list[int] | None = None) -> None: ...
+    # chunked prefill: a newcomer's rows are admitted without a launch, and its prompt tokens
+    # become work items (ids n_rows.. n_rows + n_prompt_slots - 1), each placed at its row and
+    # position, that start, loop and finish beside decode tokens (whose item id is their row)
+    def admit(self, rows: list[int], prompt_lens: list[int]) -> None: ...
 
-    def core(self, rows: list[int]) -> list[int]: ...
+    def place(self, items: list[int], rows: list[int], positions: list[int]) -> None: ...
 
-    def finish(self, rows: list[int]) -> tuple[list[int], list[int]]: ...
+    def start(self, items: list[int], tokens: list[int],
+              depths: list[int | None] | None = None) -> None: ...
+
+    def core(self, items: list[int]) -> list[int]: ...
+
+    def finish(self, items: list[int]) -> tuple[list[int], list[int]]: ...
 
 
 class HostState:
-    """What an executor keeps on the host: per row its position, loop and (where given at
-    start) exit depth; per stage launch counts, tokens and seconds; the clock."""
+    """What an executor keeps on the host: per work item its row, position, loop and (where
+    given at start) exit depth; per stage launch counts, tokens and seconds; the clock.
+
+    Item ``r < n_rows`` is row r's decode token; items ``n_rows..`` are prompt tokens (chunked
+    prefill), each ``place``d at a row and position before it starts."""
 
     def __init__(self, criterion: ExitCriterion, n_rows: int, record: bool = False,
-                 clock: Clock | None = None):
+                 clock: Clock | None = None, n_prompt_slots: int = 0):
         self.crit = criterion
         self.max_depth = criterion.max_depth
         self.n_rows = n_rows
+        self.n_prompt_slots = n_prompt_slots
+        n = n_rows + n_prompt_slots
         self.clock = clock or WallClock()
-        self.pos_h = np.zeros(n_rows, dtype=np.int64)
-        self.loop_h = np.zeros(n_rows, dtype=np.int64)
-        self.target_h = np.zeros(n_rows, dtype=np.int64)   # exit depth, where given at start
-        self.known_h = np.zeros(n_rows, dtype=bool)        # whether it was given
+        self.row_h = np.arange(n, dtype=np.int64)
+        self.pos_h = np.zeros(n, dtype=np.int64)
+        self.loop_h = np.zeros(n, dtype=np.int64)
+        self.target_h = np.zeros(n, dtype=np.int64)   # exit depth, where given at start
+        self.known_h = np.zeros(n, dtype=bool)        # whether it was given
         self.stats = {"prefills": 0, "core_rows": 0, "syncs": 0}
         for s in STAGES:
             self.stats[f"{s}_launches"] = 0
             self.stats[f"{s}_s"] = 0.0
             self.stats[f"{s}_tokens"] = 0
+            self.stats[f"{s}_prompt_tokens"] = 0
+        # per stage, sums over launches of (1, tokens, seconds, tokens^2, tokens x seconds): the
+        # least-squares seconds per extra token of a launch (``prompt_seconds``)
+        self._fit = {s: np.zeros(5) for s in STAGES}
         self.record = record
         # (stage, rows, tokens, context length, KV entries copied on exit, seconds)
         self.records: list[tuple[str, int, int, int, int, float]] = []
 
-    def _log(self, stage: str, dt: float, rows: int, tokens: int, L: int, copies: int = 0) -> None:
+    def _log(self, stage: str, dt: float, rows: int, tokens: int, L: int, copies: int = 0,
+             prompt_tokens: int = 0) -> None:
         st = self.stats
         st[f"{stage}_launches"] += 1
         st[f"{stage}_s"] += dt
         st[f"{stage}_tokens"] += tokens
+        st[f"{stage}_prompt_tokens"] += prompt_tokens
+        self._fit[stage] += (1.0, tokens, dt, tokens * tokens, tokens * dt)
         if self.record:
             self.records.append((stage, rows, tokens, L, copies, dt))
 
-    def _set_target(self, rows: list[int], depths: list[int] | None) -> None:
-        assert depths is not None or not self.crit.known_in_advance, \
+    def prompt_seconds(self) -> float:
+        """Seconds spent on prompt tokens: the prefill launches, and what the prompt tokens
+        riding in launches beside decode tokens (chunked prefill) added to them, priced per
+        stage at the least-squares seconds per extra token of that stage's launches (the
+        marginal cost: on a device where a launch costs its weight reads, a token that rides
+        along costs little; an average share would charge it a whole row of the launch)."""
+        st = self.stats
+        total = st["prefill_s"]
+        for s in STAGES[1:]:
+            n_p = st[f"{s}_prompt_tokens"]
+            if not n_p:
+                continue
+            n, sx, sy, sxx, sxy = self._fit[s]
+            var = n * sxx - sx * sx
+            slope = (n * sxy - sx * sy) / var if var > 1e-9 * max(sx * sx, 1.0) else sy / sx
+            total += n_p * min(max(slope, 0.0), sy / sx)   # within [0, the average per token]
+        return float(total)
+
+    def n_prompt(self, items) -> int:
+        """How many of ``items`` are prompt tokens."""
+        return int((np.asarray(items) >= self.n_rows).sum())
+
+    def admit(self, rows: list[int], prompt_lens: list[int]) -> None:
+        """Rows taken by new requests whose prompts go through core launches: each row's next
+        decode token sits after its prompt."""
+        self.pos_h[rows] = prompt_lens
+
+    def place(self, items: list[int], rows: list[int], positions: list[int]) -> None:
+        """Prompt-token items at their rows and positions, before they start."""
+        assert min(items) >= self.n_rows, "only prompt items are placed"
+        self.row_h[items] = rows
+        self.pos_h[items] = positions
+
+    def _set_target(self, items: list[int], depths: list[int | None] | None) -> None:
+        """Each item's exit depth, where given (None, or a None entry: the criterion decides)."""
+        depths = [None] * len(items) if depths is None else list(depths)
+        known = np.array([d is not None for d in depths], dtype=bool)
+        assert known.all() or not self.crit.known_in_advance, \
             f"exit {self.crit.kind}: the scheduler gives the depths known in advance"
-        if depths is None:
-            self.target_h[rows] = self.max_depth
-            self.known_h[rows] = False
-        else:
-            self.target_h[rows] = np.clip(np.asarray(depths, dtype=np.int64), 1, self.max_depth)
-            self.known_h[rows] = True
-        self.loop_h[rows] = 0
+        d = np.array([self.max_depth if x is None else x for x in depths], dtype=np.int64)
+        self.target_h[items] = np.clip(d, 1, self.max_depth)
+        self.known_h[items] = known
+        self.loop_h[items] = 0
 
-    def depths_known(self, rows: list[int]) -> bool:
-        """Whether every row's exit depth was given at start (no signal needs reading)."""
-        return bool(self.known_h[rows].all())
+    def depths_known(self, items: list[int]) -> bool:
+        """Whether every item's exit depth was given at start (no signal needs reading)."""
+        return bool(self.known_h[items].all())
 
-    def _known_exits(self, rows: list[int]) -> list[int]:
-        self.loop_h[rows] += 1
-        return [r for r in rows if self.loop_h[r] >= self.target_h[r]]
+    def _known_exits(self, items: list[int]) -> list[int]:
+        self.loop_h[items] += 1
+        return [r for r in items if self.loop_h[r] >= self.target_h[r]]
 
-    def context(self, rows: list[int]) -> int:
-        """The attention length of a decode launch over ``rows`` (the longest row's)."""
-        return int(self.pos_h[rows].max()) + 1
+    def context(self, items: list[int]) -> int:
+        """The attention length of a launch over ``items`` (the longest item's)."""
+        return int(self.pos_h[items].max()) + 1
+
+    def advance(self, items: list[int]) -> None:
+        """After a finish: the decode items' rows move to their next position (a prompt item's
+        row does not: its next decode position was set at admission)."""
+        dec = [r for r in items if r < self.n_rows]
+        self.pos_h[dec] += 1

@@ -77,7 +77,7 @@ class Request:
 class Scheduler:
     def __init__(self, engine: Executor, mode: str, width: int, admit_min: int | None = None,
                  min_coda_batch: int | None = None, coda_wait: int | None = None,
-                 pool: int | None = None):
+                 pool: int | None = None, prefill_chunk: int = 0, split_prompts: bool = True):
         assert mode in MODES
         self.engine, self.mode, self.clock = engine, mode, engine.clock
         self.width = 1 if mode == "batch1" else width
@@ -96,6 +96,18 @@ class Scheduler:
         self.rows_free = list(range(self.pool))[::-1]
         self.active: dict[int, Request] = {}
         self.waiting: deque[Request] = deque()
+        # chunked prefill (cdb and static): prompt tokens ride in core launches beside decode
+        # tokens, at most ``prefill_chunk`` of them in flight at once, a prompt split across
+        # launches where ``split_prompts`` (KV layouts that keep every loop's keys, where a
+        # later chunk reads an earlier one exactly as a whole-prompt prefill would)
+        self.chunk = prefill_chunk if cdb else 0
+        assert not self.chunk or self.chunk <= engine.n_prompt_slots, \
+            "the executor has too few prompt slots"
+        self.split_prompts = split_prompts
+        self.slots_free = (list(range(engine.n_rows, engine.n_rows + self.chunk))[::-1]
+                           if self.chunk else [])
+        self.prompt_q: deque[list] = deque()     # [request, next prompt position to start]
+        self.prompt_of: dict[int, tuple[Request, int]] = {}   # prompt item -> (request, position)
         self.t0 = 0.0
         self.iterations = 0
         self.emitted = 0                    # tokens emitted so far (progress, side by side)
@@ -131,6 +143,10 @@ class Scheduler:
             new.append(req)
         if not new:
             return []
+        if self.chunk:   # the prompts go through core launches (``_prompt_chunks``)
+            self.engine.admit([q.row for q in new], [len(q.prompt) for q in new])
+            self.prompt_q.extend([q, 0] for q in new)
+            return []
         first = self.engine.prefill([q.row for q in new], [q.prompt for q in new])
         t = self.now()
         for req, tok in zip(new, first):
@@ -150,19 +166,66 @@ class Scheduler:
         # decoded token i of a request (its first output token comes from the prefill)
         return [crit.start_depth(q.id, len(q.output) - 1) for q in reqs]
 
-    def _start(self, rows: list[int]) -> None:
+    def _prompt_chunks(self) -> tuple[list[int], list[int]]:
+        """Prompt tokens to start now, as many as free prompt slots take, in admission order
+        (a prompt split where ``split_prompts``, else started whole once it fits): (items,
+        tokens), each item placed at its request's row and position."""
+        items, tokens, rows, positions = [], [], [], []
+        while self.prompt_q and self.slots_free:
+            q, p = self.prompt_q[0]
+            n = min(len(q.prompt) - p, len(self.slots_free))
+            if n < len(q.prompt) - p and not self.split_prompts:
+                if len(self.slots_free) < self.chunk:
+                    break   # wait until the prompts in flight leave room for this one whole
+                raise ValueError(f"a prompt of {len(q.prompt)} tokens exceeds the prefill "
+                                 f"chunk of {self.chunk}")
+            for j in range(p, p + n):
+                slot = self.slots_free.pop()
+                self.prompt_of[slot] = (q, j)
+                items.append(slot)
+                tokens.append(q.prompt[j])
+                rows.append(q.row)
+                positions.append(j)
+            if p + n == len(q.prompt):
+                self.prompt_q.popleft()
+            else:
+                self.prompt_q[0][1] = p + n
+        if items:
+            self.engine.place(items, rows, positions)
+        return items, tokens
+
+    def _start(self, rows: list[int], prompt: tuple[list[int], list[int]] = ((), ())) -> None:
+        """One start launch: the next tokens of ``rows`` and the prompt tokens ``prompt``
+        (items, tokens; at max depth)."""
         reqs = [self.active[r] for r in rows]
-        self.engine.start(rows, [q.output[-1] for q in reqs], self.start_depths(reqs))
+        depths = self.start_depths(reqs)
+        items, tokens = prompt
+        if items:
+            depths = (depths or [None] * len(rows)) + [self.engine.max_depth] * len(items)
+        self.engine.start(list(rows) + list(items), [q.output[-1] for q in reqs] + list(tokens),
+                          depths)
 
     def _finish(self, exited: list[int]) -> list[int]:
-        """Coda + head of exited rows; the rows whose requests go on."""
+        """Coda + head of exited items; the rows whose requests go on (a prompt's last token
+        emits its request's first generated token)."""
         if not exited:
             return []
         tokens, depths = self.engine.finish(exited)
         t = self.now()
-        for row, tok, d in zip(exited, tokens, depths):
-            self._emit(self.active[row], tok, d, t)
-        return [r for r in exited if r in self.active]
+        going = []
+        for item, tok, d in zip(exited, tokens, depths):
+            if item < self.engine.n_rows:
+                self._emit(self.active[item], tok, d, t)
+                if item in self.active:
+                    going.append(item)
+                continue
+            q, j = self.prompt_of.pop(item)
+            self.slots_free.append(item)
+            if j == len(q.prompt) - 1:
+                self._emit(q, tok, self.engine.max_depth, t)
+                if q.status == Status.RUNNING:
+                    going.append(q.row)
+        return going
 
     def _idle_until_next_arrival(self) -> None:
         if self.waiting:
@@ -204,32 +267,37 @@ class Scheduler:
 
     def _run_cdb(self) -> Iterator[None]:
         inflight: list[int] = []            # rows with a token in the loop
-        coda: list[int] = []                # rows whose token exited and waits for the coda
+        prompt: list[int] = []              # prompt items in the loop (every launch takes them)
+        coda: list[int] = []                # items whose token exited and waits for the coda
         waited = 0                          # core launches the oldest of ``coda`` has waited
         ready: list[int] = []               # rows whose next token is ready to start
         while self.waiting or self.active:
-            ready += self._admit(busy=bool(inflight or coda))
-            if ready:
-                self._start(ready)
+            ready += self._admit(busy=bool(inflight or coda or prompt))
+            chunk = self._prompt_chunks() if self.chunk else ((), ())
+            if ready or chunk[0]:
+                self._start(ready, chunk)
                 inflight += ready
+                prompt += chunk[0]
                 ready = []
-            if not inflight and not coda:
+            if not inflight and not coda and not prompt:
                 self._idle_until_next_arrival()
                 yield
                 continue
-            if inflight:
-                # at most ``width`` rows per launch, those that waited longest first
+            if inflight or prompt:
+                # at most ``width`` decode rows per launch, those that waited longest first
                 launch, inflight = inflight[: self.width], inflight[self.width:]
-                out = self.engine.core(sorted(launch))
+                out = self.engine.core(sorted(launch) + prompt)
                 inflight += launch
                 self.iterations += 1
                 if out:
                     gone = set(out)
                     inflight = [r for r in inflight if r not in gone]
+                    prompt = [r for r in prompt if r not in gone]
                     waited = waited + 1 if coda else 0
                     coda += out
                 elif coda:
                     waited += 1
+            # prompt tokens wait for the coda beside decode tokens, counted with them
             if coda and (len(coda) >= self.min_coda_batch or waited >= self.coda_wait
                          or not inflight):
                 ready = self._finish(sorted(coda))

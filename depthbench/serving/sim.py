@@ -203,15 +203,17 @@ class SimEngine(HostState):
     """The engine's interface, priced by ``profile`` on a virtual clock (tokens are all 0)."""
 
     def __init__(self, cfg: ModelConfig, criterion: ExitCriterion, kv_policy: str, n_rows: int,
-                 max_len: int, profile: Profile, record: bool = False, clock: Clock | None = None):
+                 max_len: int, profile: Profile, record: bool = False, clock: Clock | None = None,
+                 n_prompt_slots: int = 0):
         if not criterion.known_in_advance:
             raise UserError(f"serve-sim needs exit depths known in advance, not {criterion.kind}")
-        super().__init__(criterion, n_rows, record, clock or VirtualClock())
+        super().__init__(criterion, n_rows, record, clock or VirtualClock(), n_prompt_slots)
         self.cfg, self.kv_policy, self.profile = cfg, kv_policy, profile
         self.kv_nbytes = kv_bytes(cfg, kv_policy, self.max_depth, n_rows, max_len,
                                   profile.bytes_per_value)
 
-    def _launch(self, stage, rows, tokens, L, syncs=0, emitted=0, copies=0, read=None) -> None:
+    def _launch(self, stage, rows, tokens, L, syncs=0, emitted=0, copies=0, read=None,
+                prompt_tokens=0) -> None:
         p = self.profile
         if not p.paged:
             read = None
@@ -221,7 +223,7 @@ class SimEngine(HostState):
                        p.iteration if stage == "core" else 0.0)
         self.clock.t += dt
         self.stats["syncs"] += syncs
-        self._log(stage, dt, rows, tokens, L, copies)
+        self._log(stage, dt, rows, tokens, L, copies, prompt_tokens)
 
     def prefill(self, rows: list[int], prompts: list[list[int]]) -> list[int]:
         lens = [len(q) for q in prompts]
@@ -234,22 +236,30 @@ class SimEngine(HostState):
     def _read(self, rows: list[int]) -> int:
         return int(self.pos_h[rows].sum()) + len(rows)
 
-    def start(self, rows: list[int], tokens: list[int], depths: list[int] | None = None) -> None:
-        self._launch("start", len(rows), len(rows), self.context(rows), read=self._read(rows))
-        self._set_target(rows, depths)
+    def start(self, items: list[int], tokens: list[int], depths: list[int] | None = None) -> None:
+        self._launch("start", len(items), len(items), self.context(items), read=self._read(items),
+                     prompt_tokens=self.n_prompt(items))
+        self._set_target(items, depths)
 
-    def core(self, rows: list[int]) -> list[int]:
-        self._launch("core", len(rows), len(rows), self.context(rows), read=self._read(rows))
-        self.stats["core_rows"] += len(rows)
-        return self._known_exits(rows)
+    def core(self, items: list[int]) -> list[int]:
+        self._launch("core", len(items), len(items), self.context(items), read=self._read(items),
+                     prompt_tokens=self.n_prompt(items))
+        self.stats["core_rows"] += len(items)
+        return self._known_exits(items)
 
-    def finish(self, rows: list[int]) -> tuple[list[int], list[int]]:
-        depths = self.loop_h[rows].tolist()
+    def finish(self, items: list[int]) -> tuple[list[int], list[int]]:
+        depths = self.loop_h[items].tolist()
         copies = copies_on_exit(self.kv_policy, self.max_depth, depths)
-        self._launch("finish", len(rows), len(rows), self.context(rows), syncs=1,
-                     emitted=len(rows), copies=copies, read=self._read(rows))
-        self.pos_h[rows] += 1
-        return [0] * len(rows), depths
+        n_prompt = self.n_prompt(items)
+        # a prompt token's coda fills its caches; of prompt tokens only a prompt's last emits
+        # (its request's first token)
+        firsts = sum(1 for i in items if i >= self.n_rows
+                     and self.pos_h[i] == self.pos_h[self.row_h[i]] - 1)
+        self._launch("finish", len(items), len(items), self.context(items), syncs=1,
+                     emitted=len(items) - n_prompt + firsts, copies=copies,
+                     read=self._read(items), prompt_tokens=n_prompt)
+        self.advance(items)
+        return [0] * len(items), depths
 
 
 # ---- simulating a workload ---------------------------------------------------------------------------
@@ -260,7 +270,13 @@ def sim_model(cfg: SimConfig) -> ModelConfig:
 
 def simulate(cfg: SimConfig, profile: Profile, mcfg: ModelConfig | None = None) -> dict:
     """Every mode of ``cfg`` on ``profile``: serve-bench's result (rows, bounds, speedups)."""
-    from depthbench.serving.compare import compare_modes, engine_rows, random_workload, with_arrivals
+    from depthbench.serving.compare import (
+        compare_modes,
+        engine_rows,
+        prompt_slots,
+        random_workload,
+        with_arrivals,
+    )
     mcfg = mcfg or sim_model(cfg)
     crit = parse_exit(cfg.exit, cfg.min_depth, cfg.max_depth, cfg.lookahead, cfg.seed)
     reqs = with_arrivals(random_workload(mcfg.vocab_size, cfg.requests, cfg.prompt_len,
@@ -271,7 +287,8 @@ def simulate(cfg: SimConfig, profile: Profile, mcfg: ModelConfig | None = None) 
 
     def engines(mode):
         return lambda clock=None: SimEngine(mcfg, crit, cfg.kv_policy, engine_rows(mode, cfg),
-                                            max_len, profile, clock=clock)
+                                            max_len, profile, clock=clock,
+                                            n_prompt_slots=prompt_slots(mode, cfg))
 
     sim = cfg.replace(warmup_requests=0)   # a virtual clock has nothing to warm up
     return compare_modes(engines, mcfg, reqs, sim, cfg.prompt_len + (cfg.max_new_tokens or 32))
@@ -332,7 +349,7 @@ def measure(model, cfg: SimConfig, modes=(), widths=()) -> dict[tuple[int, str],
     (width, mode) its (result, records, engine stats). batch1 runs on its own over a sixteenth
     of the requests (at least 8): its rate does not depend on how many there are."""
     from depthbench.runtime import hold_freed_memory
-    from depthbench.serving.compare import engine_rows, random_workload, run_side_by_side
+    from depthbench.serving.compare import engine_rows, prompt_slots, random_workload, run_side_by_side
     from depthbench.serving.engine import Engine
 
     hold_freed_memory()
@@ -347,7 +364,8 @@ def measure(model, cfg: SimConfig, modes=(), widths=()) -> dict[tuple[int, str],
 
         def make(clock=None):
             engs[width, mode] = Engine(model, crit, c.kv_policy, engine_rows(mode, c), max_len,
-                                       record=True, clock=clock)
+                                       record=True, clock=clock,
+                                       n_prompt_slots=prompt_slots(mode, c))
             return engs[width, mode]
         return mode, c, make
 
