@@ -134,6 +134,29 @@ def test_train_and_eval_a_text_run_through_the_cli(tmp_path):
     assert r.exit_code == 2 and "validation" in r.output
 
 
+def test_a_run_on_a_dataset_of_another_tokenizer_or_kind_exits_2(tmp_path):
+    """A text run evaluated on a text dataset of another vocabulary, and a synthetic run on a
+    text dataset: one line, exit 2, nothing written."""
+    run, _ = _text_run(tmp_path)
+    (tmp_path / "other").mkdir()
+    d, _ = corpus(tmp_path / "other")
+    prepare_text([str(d)], tmp_path / "ds512", vocab_size=512, val_fraction=0.2, seq_len=16)
+    r = CliRunner().invoke(main, ["generate", "--out", str(tmp_path / "syn")])
+    assert r.exit_code == 0, r.output
+    r = CliRunner().invoke(main, ["train", "--data", str(tmp_path / "syn"), "--out",
+                                  str(tmp_path / "synrun"), "--steps", "2", "--set",
+                                  "batch_size=4"])
+    assert r.exit_code == 0, r.output
+    for args in ([str(run), "--data", str(tmp_path / "ds512")],
+                 [str(tmp_path / "synrun"), "--data", str(tmp_path / "ds")],
+                 [str(run), "--data", str(tmp_path / "ds512"), "--harness", "lm-eval",
+                  "--task", "depthbench_cloze"]):
+        r = CliRunner().invoke(main, ["eval", *args, "--out", str(tmp_path / "rows")])
+        assert r.exit_code == 2, (args, r.output)
+        assert len(r.output.strip().splitlines()) == 1 and "Traceback" not in r.output
+        assert not list(tmp_path.glob("rows*"))
+
+
 @pytest.mark.parametrize("case", ["binary", "empty", "no-validation", "bad-tokenizer",
                                   "missing", "both"])
 def test_bad_corpora_exit_2_and_leave_nothing(tmp_path, case):
