@@ -506,35 +506,40 @@ def cloze_accuracy(model, ds: TextDataset, depths: list[int], device=None) -> di
     tok = ds.tokenizer()
     limit = model.cfg.max_seq_len
     eot = ds.vocab.eos
-    seqs, spans = [], []   # per (item, choice), then per (item, choice) without context
-    for prefix in ("context", None):
+    n_items, n_choices = len(items), len(items[0]["choices"])
+    labels = torch.tensor([it["label"] for it in items])
+    dev = device or next(model.parameters()).device
+    lls = {k: [] for k in depths}
+    model.eval()
+    # each choice after its context, then after end-of-text alone (padded apart: the second
+    # group is a few tokens long)
+    for with_context in (True, False):
+        seqs, spans = [], []
         for it in items:
-            ctx = tok.encode(it["context"]).ids if prefix else [eot]
+            ctx = tok.encode(it["context"]).ids if with_context else [eot]
             for choice in it["choices"]:
                 cont = tok.encode(choice).ids
                 ids = (ctx + cont)[-(limit + 1):]
                 seqs.append(ids)
                 spans.append((len(ids) - len(cont), len(ids)))
-    T = max(len(x) for x in seqs)
-    x = torch.full((len(seqs), T), eot, dtype=torch.long)
-    for i, ids in enumerate(seqs):
-        x[i, :len(ids)] = torch.tensor(ids)
-    x = x.to(device or next(model.parameters()).device)
-    mask = torch.zeros(len(seqs), T - 1, dtype=torch.bool, device=x.device)
-    for i, (a, b) in enumerate(spans):
-        mask[i, max(a, 1) - 1:b - 1] = True   # target position j predicts token j + 1
-    n_items, n_choices = len(items), len(items[0]["choices"])
-    labels = torch.tensor([it["label"] for it in items], device=x.device)
+        T = max(len(x) for x in seqs)
+        x = torch.full((len(seqs), T), eot, dtype=torch.long)
+        for i, ids in enumerate(seqs):
+            x[i, :len(ids)] = torch.tensor(ids)
+        x = x.to(dev)
+        mask = torch.zeros(len(seqs), T - 1, dtype=torch.bool, device=dev)
+        for i, (a, b) in enumerate(spans):
+            mask[i, max(a, 1) - 1:b - 1] = True   # target position j predicts token j + 1
+        with torch.no_grad():
+            for k, logits in model.readouts(x[:, :-1], depths):
+                logp = torch.log_softmax(logits.float(), -1)
+                ll = (logp.gather(-1, x[:, 1:, None])[..., 0] * mask).sum(-1)
+                lls[k].append(ll.view(n_items, n_choices).cpu())
     out = {}
-    model.eval()
-    with torch.no_grad():
-        for k, logits in model.readouts(x[:, :-1], depths):
-            logp = torch.log_softmax(logits.float(), -1)
-            ll = (logp.gather(-1, x[:, 1:, None])[..., 0] * mask).sum(-1).view(2, n_items,
-                                                                             n_choices)
-            out[k] = {"cloze_accuracy": int((ll[0].argmax(-1) == labels).sum()) / n_items,
-                      "cloze_accuracy_mi": int(((ll[0] - ll[1]).argmax(-1) == labels).sum())
-                      / n_items}
+    for k, (cond, uncond) in lls.items():
+        out[k] = {"cloze_accuracy": int((cond.argmax(-1) == labels).sum()) / n_items,
+                  "cloze_accuracy_mi": int(((cond - uncond).argmax(-1) == labels).sum())
+                  / n_items}
     return out
 
 
