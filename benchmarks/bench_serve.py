@@ -91,8 +91,9 @@ def main():
     ap.add_argument("--grid-only", action="store_true", help="only (e), the simulated grid")
     ap.add_argument("--grid-plot", type=Path, default=None, help="draw (e) into this PNG")
     ap.add_argument("--prefill-chunk", type=int, default=0,
-                    help="chunked prefill in cdb and static: prompt tokens in flight in core "
-                         "launches at once (0: a prefill launch per admission)")
+                    help="(b): chunked prefill in cdb and static, prompt tokens in flight in "
+                         "core launches at once (0: a prefill launch per admission); the grid "
+                         "(e) runs both, chunked at 2 x width")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     out = {}
@@ -252,42 +253,52 @@ GRID = {
 GRID_SHAPES = {"ouro-like": (4, 2.0), "huginn-like": (16, 8.0)}   # (max depth, trace mean)
 
 
-def grid_section(args) -> dict:
-    """(e) every workload of ``GRID`` simulated on the H100 and H200 profiles for ouro-like
-    and huginn-like (``GRID_SHAPES``): per mode the steady-state and whole-run
-    fractions of the achievable bound, and the largest fraction any mode reports."""
+def grid_entry(prof: str, shape: str, name: str) -> dict:
+    """One workload of ``GRID`` on one profile and shape (``GRID_SHAPES``), simulated: per mode
+    the steady-state and whole-run fractions of the achievable bound, cdb's with chunked prefill
+    (2 x width prompt tokens at once, cdb and its static baseline), static_lockstep's speedup
+    over static, and the largest fraction of any bound."""
     from depthbench.serving.sim import load_profile, simulate
     modes = ("static", "no_refill", "cdb", "static_lockstep")
+    p = load_profile(prof)
+    md, base = GRID_SHAPES[shape]
+    n, new, spread, prompt, width, scale = GRID[name]
+    mean = 1 + scale * (base - 1)
+    cfg = SimConfig(random=shape, max_depth=md, exit=f"trace:{mean:g}", requests=n,
+                    max_new_tokens=new, prompt_len=prompt, width=width, length_spread=spread,
+                    modes=modes)
+    by = {r["mode"]: r for r in simulate(cfg, p)["results"]}
+    ch = {r["mode"]: r for r in simulate(cfg.replace(modes=("static", "cdb"),
+                                                     prefill_chunk=2 * width), p)["results"]}
+    # every fraction of a bound (static_lockstep's speedup over static is printed on its own:
+    # its "fraction of the ceiling" divides by static's ceiling, 1)
+    fractions = [v for r in (*by.values(), *ch.values()) for k, v in r.items()
+                 if isinstance(v, float) and (k.endswith("fraction") or (
+                     k.endswith("fraction_of_ceiling") and r["mode"] != "static_lockstep"))]
+    return {"mean_depth": mean, "bound": by["cdb"]["steady_achievable_bound"],
+            **{f"{m}_steady": by[m]["steady_achievable_fraction"] for m in modes[1:3]},
+            **{f"{m}_whole": by[m]["achievable_fraction"] for m in modes[1:3]},
+            "cdb_chunked_steady": ch["cdb"]["steady_achievable_fraction"],
+            "cdb_chunked_whole": ch["cdb"]["achievable_fraction"],
+            "lockstep_speedup": by["static_lockstep"]["speedup"],
+            "largest_fraction": max(fractions)}
+
+
+def grid_cells(e: dict) -> str:
+    """The README table's cells of one grid entry for one profile and shape."""
+    return (f"{e['cdb_steady']:.3f} ({e['cdb_whole']:.3f}) | {e['cdb_chunked_steady']:.3f} "
+            f"({e['cdb_chunked_whole']:.3f}) | {e['no_refill_steady']:.3f} | {e['bound']:.2f}x")
+
+
+def grid_section(args) -> dict:
+    """(e) every workload of ``GRID`` simulated on the H100 and H200 profiles for ouro-like
+    and huginn-like (``GRID_SHAPES``), ``grid_entry`` each."""
     out = {}
     print("\n(e) workload grid, simulated (steady-state fraction of the achievable bound)")
     for prof in ("h100", "h200"):
-        p = load_profile(prof)
-        for shape, (md, base) in GRID_SHAPES.items():
-            for name, (n, new, spread, prompt, width, scale) in GRID.items():
-                mean = 1 + scale * (base - 1)
-                cfg = SimConfig(random=shape, max_depth=md, exit=f"trace:{mean:g}", requests=n,
-                                max_new_tokens=new, prompt_len=prompt, width=width,
-                                length_spread=spread, modes=modes,
-                                prefill_chunk=args.prefill_chunk)
-                by = {r["mode"]: r for r in simulate(cfg, p)["results"]}
-                # chunked prefill (cdb and its static baseline), 2 x width prompt tokens at once
-                ch = {r["mode"]: r for r in simulate(cfg.replace(
-                    modes=("static", "cdb"), prefill_chunk=2 * width), p)["results"]}
-                # every fraction of a bound (static_lockstep's speedup over static is printed
-                # on its own: its "fraction of the ceiling" divides by static's ceiling, 1)
-                fractions = [v for r in (*by.values(), *ch.values()) for k, v in r.items()
-                             if isinstance(v, float) and (k.endswith("fraction") or (
-                                 k.endswith("fraction_of_ceiling")
-                                 and r["mode"] != "static_lockstep"))]
-                out[f"{prof}/{shape}/{name}"] = {
-                    "mean_depth": mean, "bound": by["cdb"]["steady_achievable_bound"],
-                    **{f"{m}_steady": by[m]["steady_achievable_fraction"] for m in modes[1:3]},
-                    **{f"{m}_whole": by[m]["achievable_fraction"] for m in modes[1:3]},
-                    "cdb_chunked_steady": ch["cdb"]["steady_achievable_fraction"],
-                    "cdb_chunked_whole": ch["cdb"]["achievable_fraction"],
-                    "lockstep_speedup": by["static_lockstep"]["speedup"],
-                    "largest_fraction": max(fractions)}
-                e = out[f"{prof}/{shape}/{name}"]
+        for shape in GRID_SHAPES:
+            for name in GRID:
+                e = out[f"{prof}/{shape}/{name}"] = grid_entry(prof, shape, name)
                 print(f"  {prof} {shape:>11} {name:>42}: cdb {e['cdb_steady']:.3f} (whole "
                       f"{e['cdb_whole']:.3f}), chunked prefill {e['cdb_chunked_steady']:.3f} "
                       f"(whole {e['cdb_chunked_whole']:.3f}), no_refill "

@@ -4,6 +4,7 @@ simulated engine makes the same launches and exit depths as the real one; a cali
 reproduces the timings it was fitted to."""
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -200,3 +201,19 @@ def test_static_differs_from_cdb_only_in_depth():
     assert runs["static"] == runs["cdb"]
     assert runs["static_lockstep"][1] == runs["cdb"][1]
     assert runs["static_lockstep"][0] != runs["cdb"][0]
+
+
+def test_readme_serving_grid_is_the_simulation():
+    """The README's workload grid (ouro-like on H100: cdb, cdb with chunked prefill, no_refill,
+    bound) is what ``benchmarks/bench_serve.py --grid-only`` simulates, and no fraction of any
+    bound there exceeds 1."""
+    import importlib.util
+    root = Path(__file__).resolve().parents[1]
+    spec = importlib.util.spec_from_file_location("bench_serve", root / "benchmarks" / "bench_serve.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    readme = (root / "README.md").read_text()
+    for name in bench.GRID:
+        e = bench.grid_entry("h100", "ouro-like", name)
+        assert f"| {name} | {bench.grid_cells(e)} | " in readme, f"README grid row {name}: {e}"
+        assert e["largest_fraction"] <= 1.0 + 1e-9, name
