@@ -296,17 +296,14 @@ def harness_tasks(run: str, data: str, depths: list[int], tasks: list[str],
     rows = []
     for k, res, ck, meta in _per_depth(run, data, depths, tasks, tm, step, limit, batch_size):
         for t, r in sorted(res.items()):
-            if not _metrics(r):   # a group without aggregate metrics
+            metrics = _metrics(r)
+            if not metrics:   # a group without aggregate metrics
                 continue
             rows.append({"run": Path(run).name, "schedule": ck.get("schedule"),
                          "seed": meta.get("seed"), "step": ck["step"], "depth": k, "task": t,
-                         **_metrics(r), "modeled_train_flops": ck.get("flops"),
+                         **metrics, "modeled_train_flops": ck.get("flops"),
                          "dataset_hash": ds.hash, "checkpoint": ck["path"], "harness": "lm-eval"})
     return rows
-
-
-def _fail(message: str):
-    raise UserError(message)
 
 
 def run_depths(args: list[str]) -> tuple[list[dict], list[Path]]:
@@ -327,49 +324,40 @@ def run_depths(args: list[str]) -> tuple[list[dict], list[Path]]:
     try:
         ns, extra = p.parse_known_args(args)
     except argparse.ArgumentError as e:
-        _fail(f"depthbench lm-eval --depths: {e}")
+        raise UserError(f"depthbench lm-eval --depths: {e}") from None
     if extra:
-        _fail(f"depthbench lm-eval --depths takes --model_args, --tasks, --limit, --batch_size, "
-              f"--metadata, --include_path and --rows, not {extra[0]}; run lm-eval once per "
-              "depth (n_loops=K) for its other options")
+        raise UserError(f"depthbench lm-eval --depths takes --model_args, --tasks, --limit, "
+                        f"--batch_size, --metadata, --include_path and --rows, not {extra[0]}; "
+                        "run lm-eval once per depth (n_loops=K) for its other options")
     if ns.model not in (None, "depthbench"):
-        _fail(f"--depths needs --model depthbench (got {ns.model})")
+        raise UserError(f"--depths needs --model depthbench (got {ns.model})")
     margs = dict(kv.partition("=")[::2] for kv in (ns.model_args or "").split(",") if kv)
     if "n_loops" in margs:
-        _fail("--depths gives the serving depths; leave n_loops out of --model_args")
+        raise UserError("--depths gives the serving depths; leave n_loops out of --model_args")
     unknown = sorted(set(margs) - {"pretrained", "data", "checkpoint_step", "batch_size"})
     if unknown:
-        _fail(f"with --depths, --model_args takes pretrained, data, checkpoint_step and "
-              f"batch_size, not {unknown[0]}")
+        raise UserError(f"with --depths, --model_args takes pretrained, data, checkpoint_step "
+                        f"and batch_size, not {unknown[0]}")
     run = margs.get("pretrained")
     if not run:
-        _fail("--model_args needs pretrained=RUN_DIR")
+        raise UserError("--model_args needs pretrained=RUN_DIR")
     if not ns.tasks:
-        _fail("--depths needs --tasks T1,T2,...")
+        raise UserError("--depths needs --tasks T1,T2,...")
     try:
         meta_data = json.loads(ns.metadata).get("data") if ns.metadata else None
     except (json.JSONDecodeError, AttributeError):
-        _fail(f"--metadata {ns.metadata!r} is not a JSON object")
+        raise UserError(f"--metadata {ns.metadata!r} is not a JSON object") from None
     run_dir = run_dir_of(run)
     data = margs.get("data") or meta_data or (read_run(run_dir).get("data")
                                              if run_dir is not None else None)
     if not data:
-        _fail(f"{run} records no dataset; pass --metadata '{{\"data\": \"DIR\"}}'")
-
-    def count(name, v):
-        try:
-            n = int(v)
-        except (TypeError, ValueError):
-            n = 0
-        if n < 1:
-            _fail(f"{name} {v!r} must be a positive whole number")
-        return n
+        raise UserError(f"{run} records no dataset; pass --metadata '{{\"data\": \"DIR\"}}'")
 
     depths = parse_depths(ns.depths)
-    limit = count("--limit", ns.limit) if ns.limit is not None else None
-    bs = count("batch_size", ns.batch_size or margs.get("batch_size") or 64)
-    step = count("checkpoint_step", margs["checkpoint_step"]) if "checkpoint_step" in margs \
-        else None
+    limit = _int_arg("--limit", ns.limit, 1, 1 << 30) if ns.limit is not None else None
+    bs = _int_arg("batch_size", ns.batch_size or margs.get("batch_size") or 64, 1, 1 << 16)
+    step = (_int_arg("checkpoint_step", margs["checkpoint_step"], 0, 1 << 40)
+            if "checkpoint_step" in margs else None)
     tasks = [t for t in ns.tasks.split(",") if t]
     rows = harness_tasks(run, data, depths, tasks, step, limit, bs,
                          task_path=ns.include_path or "")

@@ -406,3 +406,13 @@ def test_chunked_prefill_never_changes_outputs(policy, spec):
     assert [q.output for q in static[1]] == [q.output for q in static[0]]
     if split:   # the layouts that reproduce the training-time computation
         assert [q.output for q in static[1]] == [greedy(model, q.prompt, 5, 4) for q in reqs]
+
+
+def test_a_prompt_longer_than_an_unsplittable_prefill_chunk_exits_2(tmp_path):
+    r = CliRunner().invoke(main, ["serve-bench", "--random", "tiny", "--exit", "trace:2",
+                                  "--max-depth", "4", "--requests", "8", "--prompt-len", "8",
+                                  "--prefill-chunk", "4", "--kv-policy", "single",
+                                  "--modes", "static,cdb", "--out", str(tmp_path / "s")])
+    assert r.exit_code == 2 and "--prefill-chunk 4" in r.output, r.output
+    assert "Traceback" not in r.output and "--prefill-chunk" not in r.output.splitlines()[0]
+    assert not list(tmp_path.iterdir())

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from enum import IntEnum
 
 from depthbench.config import SERVE_MODES
+from depthbench.errors import UserError
 from depthbench.serving.executor import Executor
 
 MODES = SERVE_MODES
@@ -177,8 +178,9 @@ class Scheduler:
             if n < len(q.prompt) - p and not self.split_prompts:
                 if len(self.slots_free) < self.chunk:
                     break   # wait until the prompts in flight leave room for this one whole
-                raise ValueError(f"a prompt of {len(q.prompt)} tokens exceeds the prefill "
-                                 f"chunk of {self.chunk}")
+                raise UserError(f"a prompt of {len(q.prompt)} tokens exceeds --prefill-chunk "
+                                f"{self.chunk}, and this KV layout does not split prompts "
+                                "(only depth_indexed and last_exited do); raise the chunk")
             for j in range(p, p + n):
                 slot = self.slots_free.pop()
                 self.prompt_of[slot] = (q, j)
