@@ -376,6 +376,11 @@ class TrainJob(_Plain):
     keep_after_switch: tuple[int, ...] = ()  # also keep the checkpoints at switch + k
     results: str = ""              # directory for result rows (kinds curve and run); "": none
     tags: dict = field(default_factory=dict)  # extra columns of every result row
+    # a shared prefix (neither changes what the run computes; ``depthbench run`` sets them where
+    # runs of a grid make the same first updates, see train.shared_steps):
+    start_from: str = ""           # RUN: a new run starts from RUN's checkpoint at start_step,
+    start_step: int = 0            # which holds this run's own state there (checked)
+    share_steps: tuple[int, ...] = ()  # also keep the checkpoints at these steps (runs start there)
 
     @classmethod
     def from_dict(cls, d: dict):
@@ -395,6 +400,10 @@ class TrainJob(_Plain):
         except UserError as e:
             raise ConfigError(f"schedule: {e}") from None
         _check(all(k >= 0 for k in self.keep_after_switch), "keep_after_switch", "must be >= 0")
+        _check(all(k >= 1 for k in self.share_steps), "share_steps", "must be steps >= 1")
+        _check(self.start_step >= 0, "start_step", "must be >= 0")
+        _check(bool(self.start_from) == (self.start_step > 0), "start_from",
+               "start_from (a run directory) and start_step (>= 1) go together")
         _check(bool(self.data) and bool(self.out), "data", "data and out must be given")
 
 

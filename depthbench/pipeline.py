@@ -23,7 +23,7 @@ import os
 import shlex
 import shutil
 import time
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -122,6 +122,15 @@ def differences(old: dict, new: dict) -> list[str]:
             for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
 
 
+# a training stage's keys that say where its shared prefix comes from, not what it computes
+_PREFIX_KEYS = ("start_from", "start_step", "share_steps")
+
+
+def _semantic(config: dict) -> dict:
+    """A stage's config without the shared-prefix keys (what its key and its reruns compare)."""
+    return {k: v for k, v in config.items() if k not in _PREFIX_KEYS}
+
+
 def slug(schedule: str, seed: int) -> str:
     return schedule.replace(":", "_").replace(".", "p").replace(",", "_").replace("=", "") + f"-s{seed}"
 
@@ -134,6 +143,9 @@ class Stage:
     outputs: list[Path]
     after: list[str] = field(default_factory=list)  # stages whose outputs it reads
     gpus: int = 0                  # SLURM: GPUs (torchrun-style tasks) of a training stage
+    # stages that must finish first without being inputs (a run a shared prefix starts from):
+    # they order the stages and change neither the stage's key nor what it computes
+    waits: list[str] = field(default_factory=list)
 
     def __post_init__(self):  # plain JSON values, as the marker and the plan file hold them
         self.config = json.loads(json.dumps(self.config))
@@ -231,6 +243,8 @@ class Pipeline:
                       for b in sorted(t.budgets, reverse=True) for s in by_cost for seed in t.seeds]
         else:
             trains = [stage(s, seed, base.steps) for s in by_cost for seed in t.seeds]
+        if self.spec.run.share_prefixes:
+            trains = _share_prefixes(trains)
         matched = []
         if t.matched_uniform:
             for seed in t.seeds:
@@ -303,7 +317,8 @@ class Pipeline:
 
     # ---- bookkeeping -------------------------------------------------------------------------
     def _key(self, st: Stage) -> str:
-        return _hash({"config": st.config, "after": [self.keys.get(a) for a in st.after]})
+        return _hash({"config": _semantic(st.config),
+                      "after": [self.keys.get(a) for a in st.after]})
 
     def _todo(self, st: Stage) -> bool:
         """Whether ``st`` must run: it has not finished, its inputs were rerun, or its settings
@@ -312,7 +327,7 @@ class Pipeline:
         marker = self.stages_dir / f"{st.id}.json"
         try:
             rec = json.loads(marker.read_text())
-            diff = differences(rec["config"], st.config)
+            diff = differences(_semantic(rec["config"]), _semantic(st.config))
         except (OSError, ValueError, KeyError, TypeError):
             rec, diff = None, self._unmarked_run(st)
         if not diff:
@@ -423,14 +438,21 @@ class Pipeline:
                 run_stage(st.command, st.config)
                 self._mark(st)
             return
+        waiting, running = list(todo), {}
         with ProcessPoolExecutor(max_workers=workers) as pool:
-            futs = {pool.submit(run_stage, st.command, st.config, None, 1): st for st in todo}
-            for st in todo:
-                self.log(f"run  {st.id}")
-            for fut, st in futs.items():
-                fut.result()
-                self._mark(st)
-                self.log(f"done {st.id}")
+            while waiting or running:
+                # the first stages (in order) whose waits are over fill the free workers
+                busy = {s.id for s in waiting} | {s.id for s in running.values()}
+                for st in [s for s in waiting if not busy & set(s.waits)][:workers - len(running)]:
+                    waiting.remove(st)
+                    running[pool.submit(run_stage, st.command, st.config, None, 1)] = st
+                    self.log(f"run  {st.id}")
+                done, _ = wait(running, return_when=FIRST_COMPLETED)
+                for fut in [f for f in running if f in done]:
+                    st = running.pop(fut)
+                    fut.result()
+                    self._mark(st)
+                    self.log(f"done {st.id}")
 
     def _submit(self, todo: list[Stage]) -> None:
         """One submitit job per stage (SLURM, or submitit's local executor); waits for all."""
@@ -439,6 +461,13 @@ class Pipeline:
         except ImportError:
             raise UserError("--executor slurm needs submitit: pip install submitit") from None
         folder = self.out / "submitit"
+        level: dict[str, int] = {}   # a stage is submitted once the stages it waits for are done
+        for st in todo:   # (todo lists a stage after those it waits for)
+            level[st.id] = 1 + max((level[w] for w in st.waits if w in level), default=-1)
+        for wave in range(max(level.values()) + 1):
+            self._submit_wave([st for st in todo if level[st.id] == wave], submitit, folder)
+
+    def _submit_wave(self, todo: list[Stage], submitit, folder: Path) -> None:
         jobs = []
         for st in todo:
             # the executors directly: AutoExecutor's plugin lookup needs pkg_resources
@@ -469,6 +498,37 @@ class Pipeline:
                 raise UserError(f"stage {st.id} failed ({last[:200]}); see {job.paths.stderr}") from None
             self._mark(st)
             self.log(f"done {st.id}")
+
+
+def _share_prefixes(trains: list[Stage], least: float = 0.1) -> list[Stage]:
+    """Runs that make the same first updates as another run of the grid start from its
+    checkpoint where they part (``train.shared_steps``) instead of repeating them; a run that
+    would share less than ``least`` of its steps trains alone. The cheapest runs (lowest mean
+    depth) are placed first and each later one starts from the placed run it shares most with, so
+    fixed:4 carries fixed-first:0.8:4:... and a long run carries the same schedule's shorter
+    ones. Returns the stages with the runs they start from before them."""
+    from depthbench.schedules import parse_schedule
+    from depthbench.train import resolved_train_config, shared_steps, update_profile
+    jobs = [TrainJob.from_dict(t.config) for t in trains]
+    runs = [(j.model, j.train, j.schedule) for j in jobs]
+    prof = [update_profile(j.train, parse_schedule(j.schedule)) for j in jobs]
+    level = {}
+    for c in sorted(range(len(jobs)), key=lambda i: (prof[i][0].mean(), -jobs[i].train.steps, i)):
+        if jobs[c].match_flops:
+            level[c] = 0
+            continue
+        kept = [k for k in resolved_train_config(jobs[c]).keep_steps if k >= 1]
+        best = max(((min([shared_steps(runs[c], runs[t], (prof[c], prof[t])), *kept]),
+                     -level[t], t) for t in level if not jobs[t].match_flops), default=None)
+        if best is None or best[0] < max(1, least * jobs[c].train.steps):
+            level[c] = 0
+            continue
+        n, t = best[0], best[2]
+        trains[c].config.update(start_from=jobs[t].out, start_step=n)
+        trains[t].config["share_steps"] = sorted({*trains[t].config.get("share_steps", []), n})
+        trains[c].waits = [trains[t].id]
+        level[c] = level[t] + 1
+    return [trains[i] for i in sorted(range(len(trains)), key=lambda i: (level[i], i))]
 
 
 def budget_steps(gen_cfg, mcfg, tcfg, budget_schedule: str):

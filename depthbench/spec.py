@@ -216,6 +216,10 @@ class RunSpec(_Plain):
     # --executor slurm: submitit.SlurmExecutor parameters, e.g. partition, time (minutes),
     # cpus_per_task, mem; a GPU training stage also gets gpus_per_node and ntasks_per_node
     slurm: dict = field(default_factory=dict)
+    # runs of the grid whose first updates are identical (fixed:4 and fixed-first:0.8:4:..., one
+    # schedule at several budgets) train them once: the later run starts from the earlier one's
+    # checkpoint where they part, with the same result (train.shared_steps)
+    share_prefixes: bool = True
 
     def __post_init__(self):
         self._check_types()

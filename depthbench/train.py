@@ -54,6 +54,39 @@ def lr_at(step: int, cfg: TrainConfig, schedule: Schedule) -> float:
     return floor + (cfg.lr - floor) * (1 - min(t, 1.0))
 
 
+# the settings that decide what a run's first updates compute: everything but its length and
+# which checkpoints it writes (the length enters through the depth and LR of each step)
+_NOT_IN_UPDATES = ("steps", "keep_steps", "ckpt_every")
+
+
+def update_profile(train_cfg: TrainConfig, schedule: Schedule) -> tuple:
+    """Every step's (depth, learning rate): with the model, data and the rest of the recipe, what
+    decides the run's updates."""
+    import numpy as np
+    n = train_cfg.steps
+    return (schedule.depths(n, train_cfg.seed),
+            np.array([lr_at(i, train_cfg, schedule) for i in range(n)]))
+
+
+def shared_steps(a: tuple, b: tuple, profiles: tuple | None = None) -> int:
+    """How many leading updates two runs make identically. ``a`` and ``b`` are (ModelConfig,
+    TrainConfig, schedule spec) of runs on the same dataset: with the same model, seed (init and
+    data order) and recipe, and at each step the same depth and learning rate, both hold the same
+    weights, optimizer and RNG state after that many steps, so one can start from the other's
+    checkpoint there. 0 where they differ from the start. ``profiles``: their
+    ``update_profile``s, where the caller has them."""
+    (ma, ta, sa), (mb, tb, sb) = a, b
+    da = {k: v for k, v in ta.to_dict().items() if k not in _NOT_IN_UPDATES}
+    db = {k: v for k, v in tb.to_dict().items() if k not in _NOT_IN_UPDATES}
+    if ma.to_dict() != mb.to_dict() or da != db:
+        return 0
+    (ka, la), (kb, lb) = profiles or (update_profile(ta, parse_schedule(sa)),
+                                      update_profile(tb, parse_schedule(sb)))
+    n = min(len(ka), len(kb))
+    differ = ((ka[:n] != kb[:n]) | (la[:n] != lb[:n])).nonzero()[0]
+    return int(differ[0]) if len(differ) else n
+
+
 def make_optimizer(model: torch.nn.Module, cfg: TrainConfig, device) -> torch.optim.AdamW:
     decay = [p for p in model.parameters() if p.requires_grad and p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.requires_grad and p.dim() < 2]
@@ -119,7 +152,11 @@ def _write_metrics(path: Path, rows: list[dict]) -> None:
 
 def train(data: str | Path, out: str | Path, model_cfg: ModelConfig, train_cfg: TrainConfig,
           schedule_spec: str, resume: bool = False, progress: bool = True,
-          log=print) -> dict:
+          log=print, start: tuple[str, int] | None = None, share_steps=()) -> dict:
+    """Train (or resume) one run. ``start`` = (RUN, STEP): a new run starts from RUN's
+    checkpoint at STEP, which must hold this run's own state there (``shared_steps``: refused
+    otherwise); where RUN kept no checkpoint at STEP it trains from step 0, to the same result.
+    ``share_steps``: steps whose checkpoints this run also keeps, for runs that start there."""
     schedule = parse_schedule(schedule_spec)
     out = Path(out)
     rt = setup(train_cfg.device, train_cfg.threads)
@@ -129,7 +166,7 @@ def train(data: str | Path, out: str | Path, model_cfg: ModelConfig, train_cfg: 
         with lock:
             try:
                 return _train(Path(data), out, model_cfg, train_cfg, schedule, resume, progress,
-                              log, rt)
+                              log, rt, start, tuple(share_steps))
             except BaseException:
                 # a new run that failed before its first checkpoint leaves nothing behind
                 if rt.is_main and fresh and (out / "run.json").is_file() and ckpt.latest(out) is None:
@@ -207,6 +244,28 @@ def _restore(path: Path, model, opt, ds, rt: Runtime, metrics_path: Path) -> _St
                   rows=[r for r in _read_metrics(metrics_path) if r["step"] <= step])
 
 
+def _fork(start: tuple[str, int], record: dict, model, opt, ds, rt: Runtime) -> _State | None:
+    """The state of a new run taken from another run's checkpoint at the step where their
+    shared prefix ends (None: that run kept no checkpoint there)."""
+    run, step = Path(start[0]), int(start[1])
+    if not (run / "run.json").is_file():
+        raise UserError(f"start_from {run} is not a run directory (no run.json); train the run "
+                        "it starts from first, or leave start_from unset")
+    other = ckpt.read_run(run)
+    mine = (ModelConfig.from_dict(record["model"]), TrainConfig.from_dict(record["train"]),
+            record["schedule"])
+    theirs = (ModelConfig.from_dict(other["model"]), TrainConfig.from_dict(other["train"]),
+              other["schedule"])
+    if other.get("dataset_hash") != record["dataset_hash"] or shared_steps(mine, theirs) < step:
+        raise UserError(f"cannot start from {run} at step {step}: its first {step} updates are "
+                        "not this run's (another dataset, model, seed, recipe, or a depth or "
+                        "learning rate that differs); leave start_from unset")
+    path = ckpt.list_checkpoints(run).get(step)
+    if path is None:
+        return None
+    return _restore(path, model, opt, ds, rt, run / "metrics.jsonl")
+
+
 def _save(out: Path, at: int, st: _State, model, opt, cfgs: tuple, schedule: Schedule,
           ds, rt: Runtime, keep: set) -> None:
     model_cfg, train_cfg = cfgs
@@ -265,7 +324,8 @@ def _bar(total: int, initial: int):
 
 
 def _train(data: Path, out: Path, model_cfg: ModelConfig, train_cfg: TrainConfig,
-           schedule: Schedule, resume: bool, progress: bool, log, rt: Runtime) -> dict:
+           schedule: Schedule, resume: bool, progress: bool, log, rt: Runtime,
+           start: tuple[str, int] | None = None, share_steps: tuple = ()) -> dict:
     say = log if rt.is_main else (lambda *a, **k: None)
     # ---- data, model, run record ----------------------------------------------------------------
     ds = open_dataset(data)
@@ -278,22 +338,32 @@ def _train(data: Path, out: Path, model_cfg: ModelConfig, train_cfg: TrainConfig
     torch.manual_seed(train_cfg.seed)
     model = LoopedTransformer(model_cfg).to(rt.device)
     opt = make_optimizer(model, train_cfg, rt.device)
-    st = _State()
+    st, forked = _State(), False
     if start_ckpt is not None:
         st = _restore(start_ckpt, model, opt, ds, rt, metrics_path)
         say(f"resuming {out} from step {st.step}")
+    elif start is not None:
+        taken = _fork(start, record, model, opt, ds, rt)
+        if taken is None:
+            say(f"{start[0]} kept no checkpoint at step {start[1]}: training from step 0")
+        else:
+            st, forked = taken, True
+            say(f"starting from {start[0]} at step {st.step}: its first {st.step} updates are "
+                "this run's")
     rt.barrier()  # every rank has checked --out before rank 0 writes to it
     if rt.is_main:
         out.mkdir(parents=True, exist_ok=True)
         ckpt.remove_stale_temporaries(out / "checkpoints")
         atomic_write_text(out / "run.json", json.dumps(record, indent=2) + "\n")
         _write_metrics(metrics_path, st.rows)
+    keep = set(train_cfg.keep_steps) | set(share_steps)
+    if forked and rt.is_main:   # this run's own checkpoint at the step it starts from: resumable
+        _save(out, st.step, st, model, opt, (model_cfg, train_cfg), schedule, ds, rt, keep)
     rt.barrier()
     say(f"device: {rt.reason}; model: {model.num_params():,} parameters; schedule "
         f"{schedule.spec}; {train_cfg.steps} steps of {train_cfg.batch_size} sequences")
     net = _wrap(model, train_cfg, rt)
     batches = ds.train_batches(train_cfg.batch_size, train_cfg.seed, rt.rank, rt.world)
-    keep = set(train_cfg.keep_steps)
     bar = _bar(train_cfg.steps, st.step) if progress and rt.is_main else None
     t_last, c_last = time.perf_counter(), time.process_time()
     model.train()
@@ -468,7 +538,9 @@ def run_train(job: TrainJob, log=print, progress: bool = True) -> dict:
                            run=job.out, data=job.data, flag="--results")
     tcfg = resolved_train_config(job)
     summary = train(job.data, job.out, job.model, tcfg, job.schedule, resume=job.resume,
-                    progress=progress, log=log)
+                    progress=progress, log=log,
+                    start=(job.start_from, job.start_step) if job.start_from else None,
+                    share_steps=job.share_steps)
     if job.results and int(os.environ.get("RANK", 0)) == 0:
         name, rec = Path(job.out).name, ckpt.read_run(job.out)
         keys = {"run": name, "schedule": rec["schedule"], "seed": rec["seed"],
