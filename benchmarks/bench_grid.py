@@ -9,7 +9,16 @@ side by side in one process (ratios; this machine is shared and absolute times v
     member, the time of the step's elementwise work (a multiply of the activation's shape) and
     of its largest matmul (``bmm`` over N members) at N = 1, 4, 12.
 
-    python benchmarks/bench_grid.py [--threads 1 2] [--steps 10]
+(c) the grid through ``depthbench run``, side by side: the quickstart grid (3 schedules x 8
+    seeds, 200 steps, tiny, full backprop) with ``[run] share_prefixes = false`` (every run from
+    step 0, the path before shared prefixes) against the default (fixed-first:0.8:4 starts from
+    fixed:4's checkpoint at its switch); wall seconds, runs per minute, modeled training FLOPs
+    per second against the cores' matmul peak, peak RSS of one process, at 2 workers of one
+    thread (the pipeline's default on 2 cores) and 1 worker of 2 threads; the two grids' result
+    rows are compared (clocks aside) and must be equal.
+
+    python benchmarks/bench_grid.py [--threads 1 2] [--steps 10]     (a) and (b)
+    python benchmarks/bench_grid.py --grid [--grid-steps 200] [--grid-seeds 8] [--workers 2 1]
 
 Stacking pays where per-op overhead dominates; at this shape on a CPU the eager step's matmuls
 already run near the machine's matmul peak, so the benchmark says how much is left to win.
@@ -19,7 +28,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
+import subprocess
+import sys
+import tempfile
 import time
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -98,11 +112,97 @@ def section_b() -> dict:
     return out
 
 
+def _toml(spec: dict) -> str:
+    """A spec as TOML (its tables hold numbers, strings, booleans, lists and inline tables)."""
+    def value(v):
+        if isinstance(v, dict):
+            return "{ " + ", ".join(f"{k} = {value(x)}" for k, x in v.items()) + " }"
+        if isinstance(v, list):
+            return "[" + ", ".join(value(x) for x in v) + "]"
+        return json.dumps(v)
+    lines = [f"{k} = {value(v)}" for k, v in spec.items() if not isinstance(v, dict)]
+    for name, table in spec.items():
+        if isinstance(table, dict):
+            lines += ["", f"[{name}]", *(f"{k} = {value(v)}" for k, v in table.items())]
+    return "\n".join(lines) + "\n"
+
+
+def _grid_once(spec: dict, work: Path, tag: str) -> dict:
+    """One ``depthbench run`` of ``spec`` in a fresh process: wall seconds, the largest RSS of
+    any of its processes, and its result rows without the clocks."""
+    d = work / tag
+    shutil.rmtree(d, ignore_errors=True)
+    d.mkdir(parents=True)
+    (d / "spec.toml").write_text(_toml({**spec, "report": {"out": str(d / "report")}}))
+    probe = ("import resource, subprocess, sys, time; t = time.perf_counter(); "
+             "subprocess.run(sys.argv[1:], check=True, stdout=subprocess.DEVNULL); "
+             "print(time.perf_counter() - t, "
+             "resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)")
+    out = subprocess.run([sys.executable, "-c", probe, sys.executable, "-m", "depthbench", "run",
+                          str(d / "spec.toml"), "--out", str(d / "exp")], check=True,
+                         capture_output=True, text=True).stdout.split()
+    clocks = ("wall_clock", "cpu_clock", "wall_clock_s", "cpu_s", "train_cpu_s", "checkpoint")
+    rows = {f.relative_to(d / "exp").as_posix(): [
+        {k: v for k, v in json.loads(line).items() if k not in clocks}
+        for line in f.read_text().splitlines()]
+        for f in sorted((d / "exp" / "results").glob("*/*.jsonl"))}
+    flops = sum(json.loads(f.read_text().splitlines()[-1])["modeled_train_flops"]
+                for f in (d / "exp" / "results" / "runs").glob("*.jsonl"))
+    return {"seconds": float(out[0]), "peak_rss_mb": int(out[1]) / 1024, "rows": rows,
+            "runs": len(list((d / "exp" / "runs").iterdir())), "train_flops": flops}
+
+
+def section_c(steps: int, seeds: int, workers: list[int], rounds: int) -> dict:
+    import tomllib
+    from depthbench.spec import spec_path
+    spec = tomllib.loads(Path(spec_path("quickstart")).read_text())
+    spec["train"].update(steps=steps, seeds=list(range(seeds)))
+    spec["serve"] = {"enabled": False}
+    spec["report"] = {}
+    res, peak2 = {}, 2 * peak()
+    with tempfile.TemporaryDirectory() as tmp:
+        for w in workers:
+            got = {"off": [], "on": []}
+            for r in range(rounds):   # alternate the order, so that drift favours neither
+                for share in (("off", "on") if r % 2 == 0 else ("on", "off")):
+                    s = {**spec, "run": {"workers": w, "share_prefixes": share == "on"}}
+                    got[share].append(_grid_once(s, Path(tmp), f"w{w}-{share}-{r}"))
+            same = all(a["rows"] == b["rows"] for a, b in zip(got["off"], got["on"]))
+            out = {}
+            for share, runs in got.items():
+                sec = min(g["seconds"] for g in runs)
+                out[share] = {"seconds": sec, "runs_per_minute": 60 * runs[0]["runs"] / sec,
+                              "train_flops_per_s_of_peak": runs[0]["train_flops"] / sec / peak2,
+                              "peak_rss_mb": max(g["peak_rss_mb"] for g in runs)}
+            out["speedup"] = out["off"]["seconds"] / out["on"]["seconds"]
+            out["rows_equal"] = same
+            res[w] = out
+            print(f"(c) {len(spec['train']['schedules'])} schedules x {seeds} seeds x {steps} "
+                  f"steps, {w} worker(s) of {2 // w} thread(s), best of {rounds}: every run from "
+                  f"step 0 {out['off']['seconds']:.1f} s ({out['off']['runs_per_minute']:.1f} "
+                  f"runs/min), shared prefixes {out['on']['seconds']:.1f} s "
+                  f"({out['on']['runs_per_minute']:.1f} runs/min): {out['speedup']:.2f}x; modeled "
+                  f"training FLOPs/s {100 * out['off']['train_flops_per_s_of_peak']:.1f}% -> "
+                  f"{100 * out['on']['train_flops_per_s_of_peak']:.1f}% of 2 cores' matmul peak; "
+                  f"peak RSS {out['on']['peak_rss_mb']:.0f} MB; rows equal: {same}", flush=True)
+    return res
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--grid", action="store_true", help="(c): the grid through depthbench run")
+    ap.add_argument("--grid-steps", type=int, default=200)
+    ap.add_argument("--grid-seeds", type=int, default=8)
+    ap.add_argument("--workers", type=int, nargs="+", default=[2, 1])
+    ap.add_argument("--rounds", type=int, default=1)
     args = ap.parse_args()
+    if args.grid:
+        torch.set_num_threads(1)
+        res = section_c(args.grid_steps, args.grid_seeds, args.workers, args.rounds)
+        print(json.dumps({w: {k: v for k, v in r.items()} for w, r in res.items()}))
+        return
     res = {}
     for th in args.threads:
         torch.set_num_threads(th)

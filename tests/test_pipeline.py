@@ -98,6 +98,56 @@ def test_plan_prints_commands_without_running(tmp_path):
     assert not (tmp_path / "exp" / "runs").exists()
 
 
+def _rows_without_clocks(exp: Path) -> dict:
+    clock = ("wall_clock", "cpu_clock", "wall_clock_s", "cpu_s", "train_cpu_s", "checkpoint")
+    out = {}
+    for f in sorted((exp / "results").glob("*/*.jsonl")):
+        out[f.relative_to(exp).as_posix()] = [
+            {k: v for k, v in json.loads(line).items() if k not in clock}
+            for line in f.read_text().splitlines()]
+    return out
+
+
+def test_shared_prefixes_train_once_and_change_no_row(tmp_path, monkeypatch):
+    """fixed-first:0.5:2:1-4 starts from fixed:2's checkpoint at its switch (the grid's pool of 2
+    runs it once fixed:2 is done), the compute-matched uniform run from the full uniform run's;
+    every result row equals the grid's with share_prefixes off."""
+    monkeypatch.chdir(tmp_path)
+    spec = SMALL.replace("[serve]", "[serve]\nenabled = false").replace("workers = 1", "workers = 2")
+    shared, alone = tmp_path / "shared", tmp_path / "alone"
+    shared.mkdir(), alone.mkdir()
+    r = run_spec(shared, spec, "--plan")
+    assert r.exit_code == 0, r.output
+    trains = [line.split()[-1] for line in r.stdout.splitlines() if line.startswith("torchrun")]
+    plan = {Path(f).stem: json.loads(Path(f).read_text()) for f in trains}
+    child = plan["train-fixed-first_0p5_2_1-4-s0"]
+    assert (Path(child["start_from"]).name, child["start_step"]) == ("fixed_2-s0", 8)
+    assert plan["train-fixed_2-s0"]["share_steps"] == [8]
+    assert list(plan).index("train-fixed_2-s0") < list(plan).index("train-fixed-first_0p5_2_1-4-s0")
+    # the compute-matched run starts from the full uniform run where its LR decay begins
+    matched = plan["train-matched-uniform_1-4-s0"]
+    assert Path(matched["start_from"]).name == "uniform_1-4-s0" and matched["start_step"] > 1
+    assert plan["train-uniform_1-4-s0"]["share_steps"] == [matched["start_step"]]
+    assert not plan["train-fixed_2-s0"]["start_from"] and not plan["train-uniform_1-4-s0"]["start_from"]
+    assert run_spec(shared, spec).exit_code == 0
+    log = (shared / "exp" / "logs" / "train-fixed-first_0p5_2_1-4-s0.log").read_text()
+    assert "starting from" in log and "at step 8" in log
+    log = (shared / "exp" / "logs" / "train-matched-uniform_1-4-s0.log").read_text()
+    assert f"at step {matched['start_step']}" in log
+    off = spec.replace("workers = 2", "workers = 2\nshare_prefixes = false")
+    assert run_spec(alone, off).exit_code == 0
+    assert _rows_without_clocks(shared / "exp") == _rows_without_clocks(alone / "exp")
+    # a grid run before shared prefixes existed (its markers without them) reruns nothing
+    for m in (shared / "exp" / "stages").glob("train-*.json"):
+        rec = json.loads(m.read_text())
+        for k in ("start_from", "start_step", "share_steps"):
+            rec["config"].pop(k)
+        m.write_text(json.dumps(rec))
+    again = run_spec(shared, spec)
+    assert again.exit_code == 0, again.output
+    assert [line for line in again.stdout.splitlines() if line.startswith("run ")] == []
+
+
 BAD = [
     ("[train]\nschedules = ['fixed:0']\n", "train.schedules"),
     ("[train]\nseeds = []\n", "train.schedules"),

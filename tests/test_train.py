@@ -234,3 +234,115 @@ def test_presets_train_with_full_backprop_and_the_paper_fixed_first_saving(prese
     f80 = flop_summary("fixed-first:0.8:4:1-16", preset=preset)["fraction_of_uniform"]
     f67 = flop_summary("fixed-first:0.67:4:1-16", preset=preset)["fraction_of_uniform"]
     assert 0.55 < f80 < 0.65 and f80 < f67 < 0.70
+
+
+# ---- shared prefixes ----------------------------------------------------------------------------
+def _strip_clocks(rows):
+    return [{k: v for k, v in r.items() if k not in ("wall_clock", "cpu_clock")} for r in rows]
+
+
+def test_shared_steps_counts_the_identical_leading_updates():
+    from depthbench.train import shared_steps
+    wsd = tcfg(steps=100, warmup_steps=10, decay_frac=0.2)
+
+    def run(schedule, **kw):
+        return MODEL, wsd.replace(**kw), schedule
+    # fixed:4 and fixed-first:0.8:4: depth 4 and the same LR until the switch at step 80
+    assert shared_steps(run("fixed:4"), run("fixed-first:0.8:4:1-16")) == 80
+    assert shared_steps(run("fixed-first:0.67:4:1-16"), run("fixed-first:0.8:4:1-16")) == 67
+    # one schedule at two lengths: the same depth draws, the same LR until the shorter decays
+    assert shared_steps(run("uniform:1-16"), run("uniform:1-16", steps=40)) == 32
+    assert shared_steps(run("uniform:1-16", steps=40), run("uniform:1-16")) == 32
+    assert shared_steps(run("fixed:4", steps=60), run("fixed:4", steps=60)) == 60
+    # cosine decays from the warmup's end over the run's own length: the warmup and the first
+    # step after it (at the peak LR) are shared
+    cos = dict(lr_schedule="cosine")
+    assert shared_steps(run("fixed:4", **cos), run("fixed:4", steps=50, **cos)) == 11
+    # anything else that changes an update: nothing is shared (naive check: the first step)
+    for other in (run("fixed:4", seed=2), run("fixed:4", lr=1e-3), run("fixed:3"),
+                  run("fixed:4", batch_size=8), (MODEL.replace(d_model=64), wsd, "fixed:4")):
+        assert shared_steps(run("fixed:4"), other) == 0
+    # what does not change an update does not count
+    assert shared_steps(run("fixed:4"), run("fixed:4", keep_steps=(5,), ckpt_every=3)) == 100
+
+
+def test_a_run_started_from_a_shared_prefix_is_the_run_trained_alone(data, tmp_path):
+    """fixed-first:0.75:2 started from fixed:2's checkpoint at the switch ends exactly as the same
+    run trained from step 0: every logged loss, the final weights, optimizer and RNG state, the
+    counters and the logged rows (clocks aside: the prefix's time is the other run's)."""
+    ff, cfg = "fixed-first:0.75:2:1-5", tcfg(steps=16)
+    train(data, tmp_path / "trunk", MODEL, cfg, "fixed:2", progress=False, log=quiet,
+          share_steps=(12,))
+    assert 12 in ckpt.list_checkpoints(tmp_path / "trunk")  # kept for the run that starts there
+    alone = train(data, tmp_path / "alone", MODEL, cfg, ff, progress=False, log=quiet)
+    said = []
+    child = train(data, tmp_path / "child", MODEL, cfg, ff, progress=False, log=said.append,
+                  start=(str(tmp_path / "trunk"), 12))
+    assert any("starting from" in m and "step 12" in m for m in said)
+    assert losses(tmp_path / "child") == losses(tmp_path / "alone")
+    assert _strip_clocks(metrics_rows(tmp_path / "child")) == \
+        _strip_clocks(metrics_rows(tmp_path / "alone"))
+    assert child["modeled_train_flops"] == alone["modeled_train_flops"]
+    a, c = (ckpt.load(ckpt.latest(tmp_path / r)) for r in ("alone", "child"))
+    for k in a["model"]:
+        assert torch.equal(a["model"][k], c["model"][k]), k
+    for i, s in a["optimizer"]["state"].items():
+        for name, t in s.items():
+            assert torch.equal(t, c["optimizer"]["state"][i][name]), (i, name)
+    assert torch.equal(a["rng"]["torch"], c["rng"]["torch"])
+    assert (a["tokens"], a["step"], a["train_config"]) == (c["tokens"], c["step"], c["train_config"])
+    assert ckpt.read_run(tmp_path / "child") == ckpt.read_run(tmp_path / "alone") | {
+        "data": ckpt.read_run(tmp_path / "child")["data"]}
+    # a run that kept no checkpoint there: the run trains from step 0, to the same result
+    train(data, tmp_path / "bare", MODEL, cfg, "fixed:2", progress=False, log=quiet)
+    said.clear()
+    train(data, tmp_path / "child2", MODEL, cfg, ff, progress=False, log=said.append,
+          start=(str(tmp_path / "bare"), 12))
+    assert any("training from step 0" in m for m in said)
+    assert losses(tmp_path / "child2") == losses(tmp_path / "alone")
+
+
+def test_a_run_started_from_a_shared_prefix_resumes_after_sigkill(data, tmp_path):
+    common = ["train", "--data", str(data), "--steps", "60", "--seed", "3", *SETS]
+    ff = ["--schedule", "fixed-first:0.2:2:1-4"]
+    subprocess.run(_cli(*common, "--schedule", "fixed:2", "--set", "keep_steps=[12]", "--out",
+                        str(tmp_path / "trunk")), check=True, capture_output=True)
+    subprocess.run(_cli(*common, *ff, "--out", str(tmp_path / "ref")), check=True,
+                   capture_output=True)
+    run = tmp_path / "killed"
+    start = ["--start-from", str(tmp_path / "trunk"), "--start-step", "12"]
+    p = subprocess.Popen(_cli(*common, *ff, *start, "--out", str(run)), stdout=subprocess.DEVNULL,
+                         stderr=subprocess.DEVNULL)
+    deadline = time.time() + 60
+    while time.time() < deadline:  # past the start, and past a checkpoint of its own
+        if (run / "metrics.jsonl").is_file() and len(losses(run)) >= 22:
+            break
+        time.sleep(0.05)
+    os.kill(p.pid, signal.SIGKILL)
+    p.wait()
+    assert 22 <= len(losses(run)) < 60, "killed after the start and before the end"
+    r = subprocess.run(_cli(*common, *ff, *start, "--out", str(run), "--resume"),
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert losses(run) == losses(tmp_path / "ref")
+
+
+def test_a_start_that_is_not_a_shared_prefix_exits_2_with_one_line(data, tmp_path):
+    run = CliRunner().invoke
+    base = ["train", "--data", str(data), "--steps", "8", *SETS]
+    ok = run(main, [*base, "--schedule", "fixed:2", "--set", "keep_steps=[4]", "--out",
+                    str(tmp_path / "t")])
+    assert ok.exit_code == 0, ok.output
+    ff = [*base, "--schedule", "fixed-first:0.5:2:3-4", "--out", str(tmp_path / "x")]
+    _one_line_error(run(main, [*ff, "--start-from", str(tmp_path / "t"), "--start-step", "4",
+                               "--seed", "9"]), "not this run's")
+    _one_line_error(run(main, [*ff, "--start-from", str(tmp_path / "t"), "--start-step", "5"]),
+                    "not this run's")   # past the switch, the depths differ
+    _one_line_error(run(main, [*ff, "--start-from", str(tmp_path / "t"), "--start-step", "4",
+                               "--set", "lr=1e-4"]), "not this run's")
+    _one_line_error(run(main, [*ff, "--start-from", str(tmp_path / "none"), "--start-step", "4"]),
+                    "not a run directory")
+    _one_line_error(run(main, [*ff, "--start-from", str(tmp_path / "t")]), "go together")
+    assert not (tmp_path / "x").exists()
+    good = run(main, [*ff, "--start-from", str(tmp_path / "t"), "--start-step", "4"])
+    assert good.exit_code == 0, good.output
