@@ -217,3 +217,37 @@ def test_readme_serving_grid_is_the_simulation():
         e = bench.grid_entry("h100", "ouro-like", name)
         assert f"| {name} | {bench.grid_cells(e)} | " in readme, f"README grid row {name}: {e}"
         assert e["largest_fraction"] <= 1.0 + 1e-9, name
+
+
+def test_the_steady_fraction_prices_the_window_on_its_own_tokens():
+    """Oracle by hand: an adaptive mode's steady fraction of the achievable bound is its window's
+    tokens at static's steady-state prices (a prompt token at its whole-run price, a decoded
+    token at the rest of static's window per decoded token there) over the window's seconds,
+    whatever mix static's own window holds; over the whole run the same quotient at the whole
+    run's prices is speedup / achievable bound."""
+    from depthbench.flops import FlopModel
+    from depthbench.serving.compare import add_all_bounds, ideal_seconds
+    fm = FlopModel.of(ModelConfig(vocab_size=40, d_model=32, n_heads=4, **SHAPE), 0)
+
+    def result(mode, wall, prefill_s, depths, prompts, steady, window_s):
+        n = len(depths)
+        return {"mode": mode, "wall_s": wall, "prefill_s": prefill_s, "tokens_per_s": n / wall,
+                "decode_tokens_per_s": sum(1 for p in prompts if not p) / (wall - prefill_s),
+                "mean_depth": 2.0, "steady_tokens_per_s": sum(steady) / window_s,
+                "steady_window_s": window_s, "_steady": steady,
+                "_tokens": {"depths": depths, "prompts": prompts}}
+    prompts = [3, 0, 0, 0, 3, 0, 0, 0]
+    static = result("static", 10.0, 2.0, [4] * 8, prompts, [True, True, False, False] * 2, 4.0)
+    depths = [4, 1, 2, 3, 4, 1, 1, 4]
+    cdb = result("cdb", 7.0, 2.0, depths, prompts, [True, True, False, False, True, True, True,
+                                                    False], 3.5)
+    add_all_bounds([static, cdb], fm, fm, 4)
+    prices = (2.0 / 6, 8.0 / 6)   # static: 2 s on 6 prompt tokens, 8 s on 6 decoded tokens
+    # static's window: 2 prompts of 3 tokens (2 s at 1/3 s each) and 2 decoded tokens in 4 s
+    steady = (1.0 / 3, (4.0 - 2.0) / 2)
+    win = [i for i in (0, 1, 4, 5, 6)]
+    assert cdb["steady_achievable_fraction"] == pytest.approx(
+        ideal_seconds(fm, 4, [depths[i] for i in win], [prompts[i] for i in win], *steady) / 3.5)
+    assert cdb["achievable_fraction"] == pytest.approx(
+        ideal_seconds(fm, 4, depths, prompts, *prices) / 7.0)
+    assert static["achievable_fraction"] == pytest.approx(1 / static["achievable_bound"])

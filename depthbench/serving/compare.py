@@ -209,6 +209,18 @@ def achievable_bound(fm: FlopModel, k_max: int, depths: list[int], prompts: list
             / (shared + decode_price * sum(fm.forward(d) for d in decoded) / full))
 
 
+def ideal_seconds(fm: FlopModel, k_max: int, depths: list[int], prompts: list[int],
+                  prefill_price: float, decode_price: float) -> float:
+    """The seconds depth alone would take on these tokens at static's measured prices (see
+    ``achievable_bound``): every prompt token at ``prefill_price``, every decoded token at
+    ``decode_price`` scaled by its depth's parameter FLOPs, ``F(d) / F(k_max)``. Over a whole
+    run, ``ideal_seconds / wall`` is ``speedup / achievable_bound`` (static's wall is its
+    tokens at those prices)."""
+    full = fm.forward(k_max)
+    return (prefill_price * sum(p for p in prompts if p)
+            + decode_price * sum(fm.forward(d) for d, p in zip(depths, prompts) if not p) / full)
+
+
 def result_rows(res: dict, **keys) -> list[dict]:
     """Flat result rows (one per mode) of a serve_bench result, led by grouping ``keys``."""
     rows = []
@@ -251,26 +263,47 @@ def add_all_bounds(results: list[dict], fm: FlopModel, fm_params: FlopModel, k_m
     static = next((r for r in results if r["mode"] == "static"), None)
     # a static mode runs max depth: its bounds are priced on the tokens an adaptive mode ran
     requested = next((r["_tokens"] for r in results if r["mode"] in ADAPTIVE), None)
-    prices = (1.0, 1.0)   # per prompt token, per full-depth decoded token: static's own seconds
-    if static is not None:
+    prices, steady = (1.0, 1.0), None   # per prompt token, per full-depth decoded token
+    if static is not None:   # static's own seconds
         n_prompt = sum(static["_tokens"]["prompts"])
         n_decoded = sum(1 for p in static["_tokens"]["prompts"] if not p)
         rest = static["wall_s"] - static["prefill_s"]
         if n_prompt and n_decoded and static["prefill_s"] > 0 and rest > 0:
             prices = (static["prefill_s"] / n_prompt, rest / n_decoded)
+            steady = _steady_prices(static, prices[0])
     for r in results:
-        add_bounds(r, static, fm, fm_params, k_max, requested, prices)
+        add_bounds(r, static, fm, fm_params, k_max, requested, prices, steady)
+
+
+def _steady_prices(static: dict, prefill_price: float) -> tuple[float, float] | None:
+    """Static's prices in its steady state: a prompt token at its whole-run price, a decoded
+    token at what the rest of its steady window's seconds cost per decoded token there (the
+    whole run's decode price also carries the fill and drain, when launches run part empty)."""
+    if not static.get("steady_window_s"):
+        return None
+    inside = [p for p, s in zip(static["_tokens"]["prompts"], static["_steady"]) if s]
+    decoded = sum(1 for p in inside if not p)
+    rest = static["steady_window_s"] - prefill_price * sum(inside)
+    return (prefill_price, rest / decoded) if decoded and rest > 0 else None
 
 
 def add_bounds(r: dict, static: dict | None, fm: FlopModel, fm_params: FlopModel, k_max: int,
-               requested: dict | None, prices: tuple[float, float] = (1.0, 1.0)) -> None:
+               requested: dict | None, prices: tuple[float, float] = (1.0, 1.0),
+               steady_prices: tuple[float, float] | None = None) -> None:
     """The bounds of one mode's result and, given the ``static`` result, realized fractions.
 
     Every bound is priced on the tokens of the throughput it divides: the whole run's tokens
     (``paper_bound``, ``achievable_bound``) or the steady-state window's (``steady_bound``,
     ``steady_achievable_bound``). A static mode runs max depth: its bounds are priced on the
     tokens (``requested``: depths and prompts) of an adaptive mode of the same comparison, over
-    its whole run, the bound of the workload. ``prices``: see ``achievable_bound``."""
+    its whole run, the bound of the workload. ``prices``: see ``achievable_bound``;
+    ``steady_prices``: static's seconds per token in its steady state (``_steady_prices``).
+
+    ``steady_achievable_fraction`` of an adaptive mode is the window's own tokens' ideal seconds
+    (``ideal_seconds`` at static's steady-state prices) over the window's measured seconds:
+    static's steady window holds another mix of prompts and decoded tokens than the mode's, so a
+    ratio of the two windows' throughputs prices the mode's window at the wrong mix. Over the
+    whole run the same quotient at the whole run's prices is ``achievable_fraction``."""
     tokens, steady = r.pop("_tokens"), r.pop("_steady")
     if r["mode"] not in ADAPTIVE and requested is not None:
         tokens, steady = requested, [True] * len(requested["depths"])
@@ -299,6 +332,10 @@ def add_bounds(r: dict, static: dict | None, fm: FlopModel, fm_params: FlopModel
     r["steady_speedup"] = ss / ss0 if ss and ss0 else None
     r["steady_fraction"] = (r["steady_speedup"] / r["steady_bound"]
                             if r["steady_speedup"] and r["steady_bound"] else None)
-    r["steady_achievable_fraction"] = (r["steady_speedup"] / r["steady_achievable_bound"]
-                                       if r["steady_speedup"] and r["steady_achievable_bound"]
-                                       else None)
+    if r["mode"] in ADAPTIVE and steady_prices and win_d and r["steady_window_s"]:
+        r["steady_achievable_fraction"] = (
+            ideal_seconds(fm_params, k_max, win_d, win_p, *steady_prices) / r["steady_window_s"])
+    else:   # a static mode (its window's tokens are all at full depth), or no measured prices
+        r["steady_achievable_fraction"] = (r["steady_speedup"] / r["steady_achievable_bound"]
+                                           if r["steady_speedup"] and r["steady_achievable_bound"]
+                                           else None)
