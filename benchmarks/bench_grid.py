@@ -19,6 +19,8 @@ side by side in one process (ratios; this machine is shared and absolute times v
 
     python benchmarks/bench_grid.py [--threads 1 2] [--steps 10]     (a) and (b)
     python benchmarks/bench_grid.py --grid [--grid-steps 200] [--grid-seeds 8] [--workers 2 1]
+    python benchmarks/bench_grid.py --shared-work [SPEC ...]   the share of each packaged spec's
+        training work (loop-steps) that shared prefixes train once (planned, nothing trained)
 
 Stacking pays where per-op overhead dominates; at this shape on a CPU the eager step's matmuls
 already run near the machine's matmul peak, so the benchmark says how much is left to win.
@@ -154,6 +156,7 @@ def _grid_once(spec: dict, work: Path, tag: str) -> dict:
 
 def section_c(steps: int, seeds: int, workers: list[int], rounds: int) -> dict:
     import tomllib
+
     from depthbench.spec import spec_path
     spec = tomllib.loads(Path(spec_path("quickstart")).read_text())
     spec["train"].update(steps=steps, seeds=list(range(seeds)))
@@ -188,6 +191,34 @@ def section_c(steps: int, seeds: int, workers: list[int], rounds: int) -> dict:
     return res
 
 
+def shared_work(names: list[str]) -> dict:
+    """Per spec: the loop-steps (steps x depth) of its training runs, and the share of them
+    that lie in a shared prefix (``start_step``) and so are trained once, from the planned
+    stages (a compute-matched run at the steps its match resolves to)."""
+    from data_gen import resolve_config
+    from depthbench.config import TrainJob, resolve_presets
+    from depthbench.pipeline import Pipeline, matched_steps_of
+    from depthbench.schedules import parse_schedule
+    from depthbench.spec import load_spec
+    out = {}
+    for name in names:
+        spec = load_spec(name)
+        gen = resolve_config(spec.data.preset, overrides=spec.data.set, seed=spec.data.seed)
+        trains, matched = Pipeline(spec, Path(tempfile.gettempdir()) / "plan")._train_stages(gen)
+        steps_of = matched_steps_of(gen, resolve_presets(spec.train.preset, spec.train.set)[0],
+                                    trains)
+        total = once = 0
+        for st in trains + matched:
+            job = TrainJob.from_dict(st.config)
+            n = steps_of(job) if job.match_flops else job.train.steps
+            k = parse_schedule(job.schedule).depths(n, job.train.seed)
+            total, once = total + int(k.sum()), once + int(k[:job.start_step].sum())
+        out[name] = {"loop_steps": total, "shared": once / total}
+        print(f"{name}: {100 * once / total:.1f}% of {total} loop-steps lie in shared prefixes",
+              flush=True)
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
@@ -197,7 +228,13 @@ def main():
     ap.add_argument("--grid-seeds", type=int, default=8)
     ap.add_argument("--workers", type=int, nargs="+", default=[2, 1])
     ap.add_argument("--rounds", type=int, default=1)
+    ap.add_argument("--shared-work", nargs="*", metavar="SPEC", help="the share of each spec's "
+                    "training work in shared prefixes (default: the packaged CPU specs)")
     args = ap.parse_args()
+    if args.shared_work is not None:
+        shared_work(args.shared_work or ["quickstart", "table3", "matched", "budgets",
+                                         "fixed-depths"])
+        return
     if args.grid:
         torch.set_num_threads(1)
         res = section_c(args.grid_steps, args.grid_seeds, args.workers, args.rounds)

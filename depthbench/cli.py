@@ -88,14 +88,11 @@ def generate(out, preset, config_file, sets, seed, force, as_json):
 @click.option("--seed", type=cs.SEED, help="Seed of init, data order and depth draws.")
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
               help="Override a model or training config key, e.g. --set lr=1e-3 --set d_model=128.")
-@click.option("--resume/--no-resume", default=None,
-              help="Continue the run in --out from its latest checkpoint (start it if there is none).")
-@click.option("--results", type=click.Path(file_okay=False),
-              help="Also write the training curve and summary as result rows into this directory.")
-@click.option("--start-from", metavar="RUN", help="Start a new run from RUN's checkpoint at "
-              "--start-step, where RUN made this run's first updates (same model, data, seed and "
-              "recipe, and the same depth and LR at every earlier step; checked).")
-@click.option("--start-step", type=cs.STEPS, help="The step of RUN's checkpoint (see --start-from).")
+@click.option("--resume/--no-resume", default=None, help="Continue the run in --out (or start it).")
+@click.option("--results", type=click.Path(file_okay=False), help="Also write result rows here.")
+@click.option("--start-from", metavar="RUN", help="Start from RUN's checkpoint at --start-step, "
+              "where RUN made this run's first updates (same recipe, depths, LRs; checked).")
+@click.option("--start-step", type=cs.STEPS, help="The step of RUN's checkpoint (--start-from).")
 @cs.config_option
 @cs.json_option
 def train(preset, steps, seed, sets, config_file, as_json, **given):
@@ -106,13 +103,10 @@ def train(preset, steps, seed, sets, config_file, as_json, **given):
       depthbench train --data data/tiny --out runs/uniform --schedule uniform:1-16
       depthbench train --data data/tiny --out runs/ff --schedule fixed-first:0.8:4:1-16
       depthbench train --data data/tiny --out runs/u-matched --schedule uniform:1-16 --match-flops runs/ff
-      depthbench train --data data/tiny --out runs/ff --schedule fixed-first:0.8:4:1-16 \\
-          --start-from runs/fixed4 --start-step 1200   # runs/fixed4: fixed:4, keep_steps=[1200]
       torchrun --nproc_per_node=2 -m depthbench train --data data/tiny --out runs/ddp
     """
     from depthbench.config import TrainJob, read_config_file, resolve_presets
     from depthbench.train import run_train
-
     if steps is not None and given["match_flops"]:
         fail("give either --steps or --match-flops, not both")
     file = read_config_file(config_file, ("model", "train")) if config_file else {}

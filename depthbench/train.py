@@ -266,6 +266,24 @@ def _fork(start: tuple[str, int], record: dict, model, opt, ds, rt: Runtime) -> 
     return _restore(path, model, opt, ds, rt, run / "metrics.jsonl")
 
 
+def _first_state(out: Path, start_ckpt: Path | None, start: tuple[str, int] | None,
+                 record: dict, model, opt, ds, rt: Runtime, say) -> tuple[_State, bool]:
+    """Where training begins: the run's own latest checkpoint (resume), another run's at the
+    end of their shared prefix (``start``; True: taken from it), or step 0."""
+    if start_ckpt is not None:
+        st = _restore(start_ckpt, model, opt, ds, rt, out / "metrics.jsonl")
+        say(f"resuming {out} from step {st.step}")
+        return st, False
+    if start is not None:
+        taken = _fork(start, record, model, opt, ds, rt)
+        if taken is not None:
+            say(f"starting from {start[0]} at step {taken.step}: its first {taken.step} updates "
+                "are this run's")
+            return taken, True
+        say(f"{start[0]} kept no checkpoint at step {start[1]}: training from step 0")
+    return _State(), False
+
+
 def _save(out: Path, at: int, st: _State, model, opt, cfgs: tuple, schedule: Schedule,
           ds, rt: Runtime, keep: set) -> None:
     model_cfg, train_cfg = cfgs
@@ -338,18 +356,7 @@ def _train(data: Path, out: Path, model_cfg: ModelConfig, train_cfg: TrainConfig
     torch.manual_seed(train_cfg.seed)
     model = LoopedTransformer(model_cfg).to(rt.device)
     opt = make_optimizer(model, train_cfg, rt.device)
-    st, forked = _State(), False
-    if start_ckpt is not None:
-        st = _restore(start_ckpt, model, opt, ds, rt, metrics_path)
-        say(f"resuming {out} from step {st.step}")
-    elif start is not None:
-        taken = _fork(start, record, model, opt, ds, rt)
-        if taken is None:
-            say(f"{start[0]} kept no checkpoint at step {start[1]}: training from step 0")
-        else:
-            st, forked = taken, True
-            say(f"starting from {start[0]} at step {st.step}: its first {st.step} updates are "
-                "this run's")
+    st, forked = _first_state(out, start_ckpt, start, record, model, opt, ds, rt, say)
     rt.barrier()  # every rank has checked --out before rank 0 writes to it
     if rt.is_main:
         out.mkdir(parents=True, exist_ok=True)
