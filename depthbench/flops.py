@@ -84,3 +84,13 @@ def match_steps(fm: FlopModel, schedule: Schedule, target_flops: float, total_hi
         else:
             hi = mid - 1
     return lo
+
+
+def matched_run_steps(ref_fm: FlopModel, ref_schedule: Schedule, ref_steps: int, ref_seed: int,
+                      ref_tokens_per_step: int, fm: FlopModel, schedule: Schedule, seed: int,
+                      tokens_per_step: int) -> int:
+    """The compute-matched run's steps: those at which ``schedule`` spends the modeled training
+    FLOPs of the reference run (``ref_*``). ``train.matched_steps`` reads the reference from its
+    run record; ``depthbench run`` plans it from the reference's stage before it exists."""
+    target = schedule_flops(ref_fm, ref_schedule, ref_steps, ref_seed, ref_tokens_per_step)
+    return match_steps(fm, schedule, target, ref_steps, seed, tokens_per_step)

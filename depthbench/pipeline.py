@@ -554,17 +554,17 @@ def matched_steps_of(gen_cfg, mcfg, trains: list[Stage]):
     """``steps(job)``: the steps a compute-matched job's ``match_flops`` resolves to once its
     reference run (one of ``trains``) exists (``train.matched_steps``), computed beforehand from
     the generator config and the reference's stage."""
-    from depthbench.flops import match_steps, schedule_flops
+    from depthbench.flops import matched_run_steps
     from depthbench.schedules import parse_schedule
     fm, seq = _flop_model(gen_cfg, mcfg), gen_cfg.seq_len - 1
     refs = {t.config["out"]: TrainJob.from_dict(t.config) for t in trains}
 
     def steps(job: TrainJob) -> int:
         ref = refs[job.match_flops]
-        target = schedule_flops(fm, parse_schedule(ref.schedule), ref.train.steps,
-                                ref.train.seed, ref.train.batch_size * seq)
-        return match_steps(fm, parse_schedule(job.schedule), target, ref.train.steps,
-                           job.train.seed, job.train.batch_size * seq)
+        return matched_run_steps(fm, parse_schedule(ref.schedule), ref.train.steps,
+                                 ref.train.seed, ref.train.batch_size * seq, fm,
+                                 parse_schedule(job.schedule), job.train.seed,
+                                 job.train.batch_size * seq)
     return steps
 
 

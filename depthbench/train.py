@@ -468,14 +468,14 @@ def _metrics_row_problem(row) -> str:
 def matched_steps(ref_run: str | Path, schedule_spec: str, data: str | Path,
                   model_cfg: ModelConfig, batch_size: int, seed: int) -> int:
     """Steps for which ``schedule_spec`` spends the modeled training FLOPs of ``ref_run``."""
-    from depthbench.flops import match_steps, schedule_flops
+    from depthbench.flops import matched_run_steps
     ref = ckpt.read_run(ref_run)
-    target = schedule_flops(FlopModel(**ref["flop_model"]), parse_schedule(ref["schedule"]),
-                            ref["train"]["steps"], ref["seed"], ref["tokens_per_step"])
     ds = open_dataset(data, verify=False)
     m = model_cfg.replace(vocab_size=model_cfg.vocab_size or len(ds.vocab))
-    return match_steps(FlopModel.of(m, ds.seq_len - 1), parse_schedule(schedule_spec), target,
-                       ref["train"]["steps"], seed, batch_size * (ds.seq_len - 1))
+    return matched_run_steps(FlopModel(**ref["flop_model"]), parse_schedule(ref["schedule"]),
+                             ref["train"]["steps"], ref["seed"], ref["tokens_per_step"],
+                             FlopModel.of(m, ds.seq_len - 1), parse_schedule(schedule_spec), seed,
+                             batch_size * (ds.seq_len - 1))
 
 
 def metrics_rows(run_dir: str | Path) -> list[dict]:
