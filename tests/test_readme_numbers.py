@@ -1,0 +1,272 @@
+"""The README's prose numbers, rebuilt from the committed rows they were read from.
+
+The tables are checked beside the reports (tests/test_pipeline.py); this module checks the
+sentences: each phrase below is computed from `reports/*/rows` or `docs/calibration/runs.jsonl`
+and must appear in the README as written (whitespace aside). A rerun that moves a number
+fails here until the README says what the rows say."""
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from depthbench.report import _comparisons, _final, arm_label
+from depthbench.stats import paired_differences, t_interval
+
+ROOT = Path(__file__).resolve().parents[1]
+REPORTS = ROOT / "reports"
+UNIFORM, FF8, FF67, FIXED4 = ("uniform:1-16", "fixed-first:0.8:4:1-16",
+                              "fixed-first:0.67:4:1-16", "fixed:4")
+MATCHED = "uniform:1-16~fixed-first:0.67:4:1-16"
+NUMBER_WORDS = {2: "two", 3: "three", 4: "four", 5: "five", 6: "six"}
+
+
+def readme() -> str:
+    return " ".join((ROOT / "README.md").read_text().split())
+
+
+def quoted(*phrases: str) -> None:
+    text = readme()
+    for p in phrases:
+        p = " ".join(p.split())
+        assert p in text, f"the README should say: {p}"
+
+
+def final_eval(name: str, split: str = "eval_reordered") -> pd.DataFrame:
+    ev = pd.read_csv(REPORTS / name / "rows" / "eval.csv")
+    if "matched_to" in ev.columns:
+        ev["schedule"] = [arm_label(s, m) for s, m in zip(ev["schedule"], ev["matched_to"])]
+    ev = _final(ev)
+    return ev[ev["split"] == split]
+
+
+def runs(name: str) -> pd.DataFrame:
+    r = pd.read_csv(REPORTS / name / "rows" / "run.csv")
+    if "matched_to" in r.columns:
+        r["schedule"] = [arm_label(s, m) for s, m in zip(r["schedule"], r["matched_to"])]
+    return r
+
+
+def primary(ev: pd.DataFrame) -> dict:
+    """Each primary comparison decided in advance, by (budget, schedule)."""
+    c = _comparisons(ev, None)
+    return {(r["budget"] if pd.notna(r["budget"]) else None, r["schedule"]): r
+            for _, r in c[c["summary"] == "primary"].iterrows()}
+
+
+def ci(r, digits: int = 3) -> str:
+    return f"{r['diff']:+.{digits}f} [{r['lo']:+.{digits}f}, {r['hi']:+.{digits}f}]"
+
+
+def spans(depths) -> str:
+    """[4, 5, 6] -> '4 to 6', [1] -> '1': the README names one contiguous run of depths."""
+    depths = sorted(depths)
+    assert depths == list(range(depths[0], depths[-1] + 1)), depths
+    return f"{depths[0]} to {depths[-1]}" if len(depths) > 1 else f"{depths[0]}"
+
+
+def test_quickstart_prose():
+    ev = final_eval("quickstart")
+    mean = ev.groupby(["schedule", "depth"])[["bits_per_person", "exact_match"]].mean()
+    bits = mean["bits_per_person"].unstack(0)
+    best = mean["bits_per_person"].idxmax()
+    ceiling = ev["ceiling_bits"].iloc[0]
+    n = ev["seed"].nunique()
+    flops = ev.groupby("schedule")["modeled_train_flops"].mean()
+    d = paired_differences(ev, "bits_per_person", UNIFORM)
+    d = d[d["schedule"] == FF8]
+    r = runs("quickstart")
+    ff = r[r["schedule"] == FF8]
+    t3 = primary(final_eval("table3"))[(None, FF8)]
+    m = final_eval("matched")
+    m4 = m[m["depth"] == 4].groupby("schedule")["bits_per_person"].mean()
+    msteps = runs("matched").query("schedule == @MATCHED")["steps"].mean()
+    quoted(
+        f"the best reading is {100 * mean['bits_per_person'].max() / ceiling:.0f}% of the ceiling "
+        f"(`{best[0]}` at its training depth {best[1]})",
+        f"is {ev['floor_bits_per_person'].iloc[0]:.1f} bits (EM "
+        f"{ev['floor_exact_match'].iloc[0]:.3f}, chance)",
+        f"`fixed-first:0.8` reads about what `uniform:1-16` reads at "
+        f"{100 * flops[FF8] / flops[UNIFORM]:.0f}% of its modeled FLOPs",
+        f"the exact-match difference averaged over depths 1-16 is {ci(t3)}, higher on "
+        f"{t3['higher']} of {t3['seeds']}",
+        f"Per depth it is above uniform from depth {spans(d.loc[d['sign'] > 0, 'depth'])} and "
+        f"below at depth {spans(d.loc[d['sign'] < 0, 'depth'])} ({bits.loc[1, FF8]:.1f} against "
+        f"{bits.loc[1, UNIFORM]:.1f} bits, {n} seeds)",
+        f"the finishing phase of {int((ff['steps'] - ff['switch_step']).iloc[0])} steps",
+        f"`fixed:4` recalls the most at its training depth ({bits.loc[4, FIXED4]:.1f} bits) and "
+        f"collapses away from it ({bits.loc[1, FIXED4]:.1f} bits at depth 1, "
+        f"{bits.loc[16, FIXED4]:.1f} at depth 16",
+        f"(about {round(msteps, -1):.0f} steps) reads {m4[MATCHED]:.0f} bits at depth 4 against "
+        f"full-budget uniform's {m4[UNIFORM]:.0f}")
+
+
+def test_table3_and_matched_prose():
+    ev = final_eval("table3")
+    c = primary(ev)
+    per = ev.groupby(["schedule", "seed"])[["nll", "modeled_train_flops"]].mean()
+    arm = per.groupby("schedule").mean()
+    nll = 100 * (arm["nll"] / arm.loc[UNIFORM, "nll"] - 1)
+    flops = 100 * arm["modeled_train_flops"] / arm.loc[UNIFORM, "modeled_train_flops"]
+    r = runs("table3")
+    cpu = r.groupby("schedule")["cpu_s"].mean()
+    cut = 100 * (1 - cpu / cpu[UNIFORM])
+    steps = r.loc[r["schedule"] == MATCHED, "steps"]
+    mt, f67, f8 = c[(None, MATCHED)], c[(None, FF67)], c[(None, FF8)]
+    assert mt["higher"] == 0 and f67["higher"] == f67["seeds"]
+    quoted(
+        f"{steps.min()}-{steps.max()} steps by seed",
+        f"On every seed, by {-mt['diff']:.2f} exact match; its mean serving NLL is "
+        f"{nll[MATCHED]:.0f}% above uniform's, against the paper's 5.1%",
+        f"(mean serving NLL {nll[FF67]:+.1f}%, exact match {f67['diff']:+.3f} on "
+        f"{f67['higher']} of {f67['seeds']} seeds, Holm p {f67['p_holm']:.3f})",
+        f"The 80% schedule's NLL is {nll[FF8]:.1f}% above uniform's, and its exact-match "
+        f"difference, {ci(f8)}, is undecided",
+        f"{flops[FF67]:.1f}% and {flops[FF8]:.1f}% of uniform's modeled FLOPs against the paper's "
+        "68.7% and 62.4%",
+        f"CPU time falls by {cut[FF67]:.0f}% and {cut[FF8]:.0f}%",
+        # the matched experiment's paragraph quotes Table 3's 8 seeds
+        f"the matched run is below full-budget uniform by {-mt['diff']:.3f} exact match averaged "
+        f"over depths 1-16, on {mt['seeds'] - mt['higher']} of {mt['seeds']} seeds, and "
+        f"`fixed-first:0.67`, at the matched run's FLOPs, is above it by {f67['diff']:.3f} "
+        f"({f67['higher']} of {f67['seeds']})")
+
+
+def test_budget_prose():
+    ev = final_eval("budgets")
+    c = primary(ev)
+    holm = {round(r["p_holm"], 3) for r in c.values()}
+    assert len(holm) == 1 and all(r["higher"] in (0, r["seeds"]) for r in c.values())
+    per = ev[ev["depth"] >= 4].groupby(["budget", "schedule", "seed"])["bits_per_person"].mean()
+    mean = per.groupby(["budget", "schedule"]).mean()
+    r = runs("budgets")
+    steps = r.groupby(["budget", "schedule"])["steps"]
+    low = r[r["budget"] == 0.15]["steps"]
+    u15 = steps.get_group((0.15, UNIFORM))
+
+    def rng(s):
+        x = per.loc[(0.15, s)]
+        return f"{x.min():.1f}-{x.max():.1f}"
+    quoted(
+        f"each on {c[(1.0, FF8)]['seeds']} of {c[(1.0, FF8)]['seeds']} seeds (exact match averaged "
+        f"over depths 1-16, Holm-corrected p {holm.pop():.3f} for each of the "
+        f"{NUMBER_WORDS[len(c)]})",
+        f"(+{c[(0.15, FF8)]['diff']:.3f} at 15%, +{c[(0.45, FF8)]['diff']:.3f} at 45%, "
+        f"+{c[(1.0, FF8)]['diff']:.3f} at 100%)",
+        f"more at 15% and 45% (+{c[(0.15, FIXED4)]['diff']:.3f}, +{c[(0.45, FIXED4)]['diff']:.3f}) "
+        f"but less at the full budget ({c[(1.0, FIXED4)]['diff']:.3f})",
+        f"(about {round(steps.mean()[(1.0, FF8)], -2):.0f} steps for uniform's FLOPs) reads "
+        f"{mean[(1.0, FF8)]:.1f} bits at depths 4-16 against uniform's {mean[(1.0, UNIFORM)]:.1f}; "
+        f"at 45% it reads {mean[(0.45, FF8)]:.1f} to uniform's {mean[(0.45, UNIFORM)]:.1f}",
+        f"({low.min()}-{low.max()} steps): `fixed:4` ({rng(FIXED4)} bits, every seed) and "
+        f"`fixed-first` ({rng(FF8)})",
+        f"`uniform:1-16` ({u15.min()}-{u15.max()} steps) reads {per.loc[(0.15, UNIFORM)].max():.1f} "
+        "on every seed")
+    assert per.loc[(0.15, FIXED4)].min() > 0 and per.loc[(0.15, FF8)].min() > 0
+
+
+def _bench(name: str):
+    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_shared_prefix_shares():
+    """Planned, nothing trained: the share of each packaged spec's loop-steps that the
+    pipeline trains once."""
+    w = _bench("bench_grid").shared_work(["quickstart", "table3", "matched", "budgets"])
+    pct = {k: f"{100 * v['shared']:.1f}%" for k, v in w.items()}
+    quoted(f"this trains once {pct['quickstart']} of `quickstart`'s, {pct['table3']} of "
+           f"`table3`'s, {pct['matched']} of `matched`'s and {pct['budgets']} of `budgets`'",
+           f"{round(100 * w['budgets']['shared']):.0f}% of the grid's training work")
+
+
+def calibration_rows() -> list[dict]:
+    return [json.loads(x) for x in (ROOT / "docs" / "calibration" / "runs.jsonl").read_text()
+            .splitlines() if x.strip()]
+
+
+def test_calibration_prose():
+    cal = _bench("calibrate")
+    rows = calibration_rows()
+    s = {(x["recipe"], x["schedule"], x["threads"]): x for x in cal.summarize(rows)}
+    old, new = "p512-add", "p512-add-s1500"
+    quick = [s[(new, k, 1)] for k in (FIXED4, FF8, FF67, UNIFORM)]
+    m = s[(new, MATCHED, 1)]
+    quoted(
+        f"(`uniform:1-16`'s slowest seed at {100 * s[(old, UNIFORM, 1)]['worst_em']:.0f}% of the "
+        "median's depth-averaged exact match, criterion 80%; `fixed:4`'s seed SD "
+        f"{s[(old, FIXED4, 1)]['max_sd_pct']:.1f}% of the ceiling, criterion 5%)",
+        f"(worst seeds {min(q['worst_em'] for q in quick):.2f}-"
+        f"{max(q['worst_em'] for q in quick):.2f} of the median, SD "
+        f"{min(q['max_sd_pct'] for q in quick):.1f}-{max(q['max_sd_pct'] for q in quick):.1f}%)",
+        f"(worst seed {m['worst_em']:.2f}, SD {m['max_sd_pct']:.1f}%)")
+    assert all(q["ok"] for q in quick) and not m["ok"]
+    assert not s[(old, UNIFORM, 1)]["ok"] and not s[(old, FIXED4, 1)]["ok"]
+
+
+def test_thread_prose():
+    """1 against 2 threads per run, seeds 0 and 1 of the adopted recipe."""
+    cal = _bench("calibrate")
+    rows = [r for r in calibration_rows() if r["recipe"] == "p512-add-s1500" and r["seed"] in (0, 1)]
+    by = {(r["schedule"], r["seed"], r["threads"]): r for r in rows}
+    moved = {}
+    for (sch, seed, th), r in by.items():
+        if th == 2:
+            one = by[(sch, seed, 1)]
+            moved.setdefault(sch, []).append((
+                max(abs(a - b) for a, b in zip(r["bits"][3:], one["bits"][3:])),
+                abs(cal._mean_em(r) - cal._mean_em(one))))
+    worst = {s: max(b for b, _ in v) for s, v in moved.items()}
+    top = max(worst, key=worst.get)
+
+    def diff(a, b, seed, th):
+        return cal._mean_em(by[(a, seed, th)]) - cal._mean_em(by[(b, seed, th)])
+    um = [f"{diff(UNIFORM, MATCHED, s, t):+.3f}" for t in (2, 1) for s in (0, 1)]
+    fu = [f"{diff(FF67, UNIFORM, s, t):+.3f}" for t in (2, 1) for s in (0, 1)]
+    f8 = {(s, t): f"{diff(FF8, UNIFORM, s, t):+.3f}" for s in (0, 1) for t in (1, 2)}
+    rest = max(v for k, v in worst.items() if k != top)
+    quoted(
+        f"moved by at most {worst[top]:.1f} bits (`{top}`; the other arms at most {rest:.1f}) and "
+        f"depth-averaged exact match by at most {max(e for v in moved.values() for _, e in v):.3f}",
+        f"(2 threads: {um[0]} and {um[1]}; 1 thread: {um[2]} and {um[3]})",
+        f"(+{fu[0].lstrip('+')}, {fu[1]}; 1 thread: {fu[2]}, {fu[3]})",
+        f"on seed 0 it is {f8[(0, 1)]} at 1 thread and {f8[(0, 2)]} at 2 (seed 1: {f8[(1, 1)]} and "
+        f"{f8[(1, 2)]})",
+        f"the 80% difference flips sign on seed 0 ({f8[(0, 1)]} at 1 thread, {f8[(0, 2)]} at 2)")
+
+
+def test_text_quickstart_prose():
+    ev = final_eval("text-quickstart", "validation")
+    mean = ev.groupby(["schedule", "depth"])["nll"].mean().unstack(0)
+    u = mean[UNIFORM]
+    low = sorted(u.index[u.round(4) == u.round(4).min()])
+    assert all(g.loc[g["nll"].idxmin(), "depth"] == 4
+               for _, g in ev[ev["schedule"] == FIXED4].groupby("seed"))
+    per = ev.groupby(["schedule", "seed"])["nll"].mean()
+    d = (per[FF8] - per[UNIFORM]).to_numpy()
+    m, h, n = t_interval(d)
+    mi = ev.groupby(["schedule", "seed"])["cloze_accuracy_mi"].mean()
+    arm = mi.groupby("schedule").mean()
+    acc = ev.groupby("schedule")["cloze_accuracy"].mean()
+    quoted(
+        f"its NLL at depth 16 ({u[16]:.3f}) is below its NLL at depth 1 ({u[1]:.3f}), and it is "
+        f"lowest at depths {low[0]}-{low[-1]} ({u.min():.3f})",
+        f"(mean serving NLL {m:+.3f}, 95% CI [{m - h:+.3f}, {m + h:+.3f}], {n} seeds: undecided",
+        f"every schedule reads {arm.min():.2f}-{arm.max():.2f} averaged over depths (chance 0.25",
+        f"per seed {mi.min():.2f}-{mi.max():.2f}, {n} seeds",
+        f"By summed loglikelihood it reads {acc.mean():.2f}")
+    assert np.isclose(acc.round(2), round(acc.mean(), 2), atol=0.005).all()
+
+
+@pytest.mark.parametrize("name", ["quickstart", "table3", "budgets", "matched", "fixed-depths",
+                                  "text-quickstart"])
+def test_every_committed_report_has_its_rows(name):
+    rows = REPORTS / name / "rows"
+    assert (rows / "eval.csv").is_file() and (rows / "run.csv").is_file(), name
