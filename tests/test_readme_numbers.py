@@ -211,6 +211,18 @@ def test_calibration_prose():
     assert not s[(old, UNIFORM, 1)]["ok"] and not s[(old, FIXED4, 1)]["ok"]
 
 
+def test_budget_floor_calibration_prose():
+    """What the calibration rows say of uniform:1-16 at 15% of the budget (depths 4-16)."""
+    cal = _bench("calibrate")
+    s = {x["recipe"]: x for x in cal.summarize(calibration_rows()) if x["schedule"] == UNIFORM}
+    b = {k: f"{s[k]['mean_bits']:.1f}" for k in s if k.startswith("add-s")}
+    tried = ("add-s226", "add-s226-lr6e-3", "add-s226-lr1.5e-3", "add-s226-warmup10",
+             "add-s226-n256", "add-s226-d128")
+    assert {b[k] for k in tried} == {"0.0"}, b
+    quoted(f"and {b['add-s452-batch32']} at the same FLOPs in batches of 32; 452 steps (15% of "
+           f"twice the budget) read {b['add-s452']} bits, 678 steps (three times) {b['add-s678']}")
+
+
 def test_thread_prose():
     """1 against 2 threads per run, seeds 0 and 1 of the adopted recipe."""
     cal = _bench("calibrate")
