@@ -265,7 +265,8 @@ def paired(rows: list[dict], recipe: str, a: str, b: str) -> dict | None:
             "p": sign_flip_p(d), "higher": sum(x > 0 for x in d)}
 
 
-def write_table(rows: list[dict]) -> str:
+def write_table(rows: list[dict], path: Path | None = TABLE) -> str:
+    """docs/calibration.md from the rows (written to ``path`` unless it is None)."""
     lines = [
         "# Calibration of the CPU training recipe",
         "",
@@ -349,7 +350,8 @@ def write_table(rows: list[dict]) -> str:
             best = " ".join(f"{max(r['bits']):.0f}" for r in sorted(rs, key=lambda r: r["seed"]))
             lines.append(f"| `{rec}` | `{sch}` | {len(rs)} | {best} |")
     text = "\n".join(lines) + "\n"
-    TABLE.write_text(text)
+    if path is not None:
+        path.write_text(text)
     return text
 
 

@@ -192,6 +192,12 @@ def calibration_rows() -> list[dict]:
             .splitlines() if x.strip()]
 
 
+def test_calibration_table_is_its_rows():
+    cal = _bench("calibrate")
+    assert cal.write_table(calibration_rows(), path=None) == cal.TABLE.read_text(), \
+        "run python benchmarks/calibrate.py --table-only"
+
+
 def test_calibration_prose():
     cal = _bench("calibrate")
     rows = calibration_rows()
