@@ -168,6 +168,26 @@ def test_budget_prose():
     assert per.loc[(0.15, FIXED4)].min() > 0 and per.loc[(0.15, FF8)].min() > 0
 
 
+def test_budget_thread_prose():
+    """The budget grid's seeds 0 and 1 at 2 threads (reports/budgets-2threads) against the
+    same seeds at 1 thread: each comparison's per-seed difference to uniform:1-16."""
+    def diffs(name):
+        ev = final_eval(name)
+        per = ev[ev["seed"].isin([0, 1])].groupby(["budget", "schedule", "seed"])[
+            "exact_match"].mean()
+        uni = per.xs(UNIFORM, level="schedule")
+        return {k: v - uni[(k[0], k[2])] for k, v in per.items() if k[1] != UNIFORM}
+    one, two = diffs("budgets"), diffs("budgets-2threads")
+    assert set(one) == set(two)
+    kept = sum(np.sign(one[k]) == np.sign(two[k]) for k in one)
+    moved = max(abs(one[k] - two[k]) for k in one)
+    ff = [(0.45, FF8, s) for s in (0, 1)]
+    quoted(f"each of the {NUMBER_WORDS[len(one) // 2]} differences keeps its sign on both seeds "
+           f"({kept} of {len(one)}), within {moved:.3f} exact match of its 1-thread value (for "
+           f"example fixed-first minus uniform at 45%: {two[ff[0]]:+.3f} and {two[ff[1]]:+.3f} "
+           f"against {one[ff[0]]:+.3f} and {one[ff[1]]:+.3f})")
+
+
 def _bench(name: str):
     spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
     mod = importlib.util.module_from_spec(spec)
@@ -290,3 +310,22 @@ def test_every_committed_report_is_rebuilt_by_a_test():
     for d in sorted(p for p in REPORTS.iterdir() if p.is_dir()):
         assert (d / "rows" / "eval.csv").is_file() and (d / "rows" / "run.csv").is_file(), d
         assert d.name in rebuilt, f"add reports/{d.name} to the redrawn reports"
+
+
+def test_readme_serving_measurements_are_the_committed_run():
+    """The measured serving figures (a)-(d) are `bench_serve.py --readme` of the committed
+    `--json-out` file, line for line."""
+    bench = _bench("bench_serve")
+    out = json.loads((ROOT / "docs" / "serving" / "bench_serve.json").read_text())
+    lines = (ROOT / "README.md").read_text().splitlines()
+    for line in bench.readme_lines(out):
+        assert line in lines, f"the README should read: {line}"
+
+
+def test_readme_cpu_serving_table_is_the_committed_rows():
+    bench = _bench("serve_cpu")
+    rows = bench.load_rows()
+    assert rows, "run python benchmarks/serve_cpu.py"
+    lines = (ROOT / "README.md").read_text().splitlines()
+    for line in bench.table_lines(rows):
+        assert line in lines, f"the README should read: {line}"
