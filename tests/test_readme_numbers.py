@@ -329,3 +329,37 @@ def test_readme_cpu_serving_table_is_the_committed_rows():
     lines = (ROOT / "README.md").read_text().splitlines()
     for line in bench.table_lines(rows):
         assert line in lines, f"the README should read: {line}"
+
+
+def test_readme_cpu_serving_prose():
+    rows = _bench("serve_cpu").load_rows()
+
+    def above(setting):
+        by = {}
+        for r in rows:
+            if r["setting"] == setting and r["mode"] in ("cdb", "no_refill"):
+                by.setdefault(r["mode"], []).append(r["steady_achievable_fraction"])
+        return sum(a > b for a, b in zip(by["cdb"], by["no_refill"])), len(by["cdb"])
+    d, l = above("defaults"), above("larger-pool")
+    quoted(f"`cdb` does not beat `no_refill` ({d[0]} of {d[1]} runs)",
+           f"is above `no_refill` in {l[0]} of {l[1]} runs")
+    assert max(r[k] for r in rows for k in r if k.endswith("fraction")) < 1
+
+
+def test_readme_huginn_larger_pool_exceedance():
+    """The simulated case where cdb's larger coda batches beat the bound, and why."""
+    import subprocess
+    cmd = ["depthbench", "serve-sim", "--random", "huginn-like", "--max-depth", "16", "--exit",
+           "trace:4.5", "--profile", "h100", "--requests", "512", "--max-new-tokens", "256",
+           "--length-spread", "0.5", "--prompt-len", "16", "--width", "64", "--admit-min", "48",
+           "--pool", "192", "--min-coda-batch", "96", "--coda-wait", "8", "--modes",
+           "static,cdb", "--json"]
+    out = json.loads(subprocess.run(cmd, capture_output=True, text=True, check=True)
+                     .stdout.strip().splitlines()[-1])
+    by = {r["mode"]: r for r in out["results"]}
+    c = by["cdb"]
+    rows = {m: 1 / by[m]["launches_per_token"]["finish"] for m in by}
+    quoted(f"steady state {c['steady_achievable_fraction']:.3f}, whole run "
+           f"{c['achievable_fraction']:.3f})",
+           f"its coda launches hold {rows['static']:.0f} rows whatever `--min-coda-batch` says, "
+           f"while `cdb`'s exits trickle in and fill coda launches of {rows['cdb']:.0f} rows")

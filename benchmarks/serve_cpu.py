@@ -1,0 +1,128 @@
+"""The CPU serving figure at the CLI's default workload, as a new user runs it, with its rows kept.
+
+Each run is the documented command, unchanged but for the scheduler knobs of its setting:
+
+    OMP_NUM_THREADS=T depthbench serve-bench --random small --set d_model=512 --exit trace:8 \\
+        --width 64 --requests 256 --modes static,no_refill,cdb --json
+
+For every setting x threads x repeat (and, with ``--beside``, with a CPU-bound process running
+on another core) it appends one row per mode to ``docs/serving/cpu_runs.jsonl``: the fractions
+of every bound, tokens/s and the run's settings. The table the README quotes is regenerated from
+the committed rows (``--table-only``, and a test checks the README against it):
+
+    python benchmarks/serve_cpu.py --threads 1,2 --repeats 3          # idle machine
+    python benchmarks/serve_cpu.py --threads 1 --repeats 1 --beside    # beside a CPU-bound process
+    python benchmarks/serve_cpu.py --table-only
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+ROWS = ROOT / "docs" / "serving" / "cpu_runs.jsonl"
+COMMAND = ["depthbench", "serve-bench", "--random", "small", "--set", "d_model=512", "--exit",
+           "trace:8", "--width", "64", "--requests", "256", "--modes", "static,no_refill,cdb",
+           "--json"]
+# name -> (what it is, the knobs it adds to the command)
+SETTINGS = {
+    "defaults": ("the CLI's defaults (coda batch width/2, pool width + coda batch, admit "
+                 "width/8, coda wait 4)", []),
+    "larger-pool": ("a larger coda batch and pool, the same knobs for static",
+                    ["--admit-min", "48", "--pool", "192", "--min-coda-batch", "96",
+                     "--coda-wait", "16"]),
+}
+KEYS = ("steady_achievable_fraction", "achievable_fraction", "steady_fraction", "paper_fraction",
+        "tokens_per_s", "speedup", "steady_speedup")
+MODES = ("cdb", "no_refill", "static")
+
+
+def _hog() -> subprocess.Popen:
+    """A CPU-bound process (a Python busy loop) that runs until killed."""
+    return subprocess.Popen([sys.executable, "-c", "while True: pass"])
+
+
+def run_one(setting: str, threads: int, beside: bool) -> list[dict]:
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
+    hog = _hog() if beside else None
+    try:
+        t0 = time.perf_counter()
+        out = subprocess.run(COMMAND + SETTINGS[setting][1], env=env, check=True,
+                             capture_output=True, text=True).stdout
+        wall = time.perf_counter() - t0
+    finally:
+        if hog:
+            hog.kill()
+            hog.wait()
+    res = json.loads(out.strip().splitlines()[-1])
+    return [{"setting": setting, "threads": threads, "beside": "cpu-bound process" if beside
+             else "idle", "mode": r["mode"], **{k: round(r[k], 4) for k in KEYS},
+             "wall_s": round(wall, 1)} for r in res["results"]]
+
+
+def load_rows() -> list[dict]:
+    if not ROWS.is_file():
+        return []
+    return [json.loads(x) for x in ROWS.read_text().splitlines() if x.strip()]
+
+
+def table_lines(rows: list[dict]) -> list[str]:
+    """Per setting, threads and machine state: each mode's steady-state fraction of the
+    achievable bound, one value per repeat in the order measured, and the largest fraction of
+    any bound any mode reported there."""
+    groups: dict[tuple, list[dict]] = {}
+    for r in rows:
+        groups.setdefault((r["setting"], r["threads"], r["beside"]), []).append(r)
+    lines = ["| knobs | threads | machine | runs | cdb: steady fraction of the achievable bound "
+             "| no_refill | cdb above no_refill | largest fraction of any bound, any mode |",
+             "|---|---|---|---|---|---|---|---|"]
+    order = list(SETTINGS)
+    for (setting, threads, beside), rs in sorted(
+            groups.items(), key=lambda kv: (order.index(kv[0][0]), kv[0][2] != "idle", kv[0][1])):
+        by = {m: [r for r in rs if r["mode"] == m] for m in MODES}
+        cdb = [r["steady_achievable_fraction"] for r in by["cdb"]]
+        nr = [r["steady_achievable_fraction"] for r in by["no_refill"]]
+        top = max(r[k] for r in rs for k in KEYS if k.endswith("fraction"))
+        above = sum(a > b for a, b in zip(cdb, nr))
+        lines.append(f"| {setting} | {threads} | {beside} | {len(cdb)} | "
+                     f"{' / '.join(f'{x:.3f}' for x in cdb)} | "
+                     f"{' / '.join(f'{x:.3f}' for x in nr)} | {above} of {len(cdb)} | {top:.3f} |")
+    return lines
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--settings", default=",".join(SETTINGS))
+    ap.add_argument("--threads", default="1,2")
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--beside", action="store_true", help="run a CPU-bound process beside it")
+    ap.add_argument("--table-only", action="store_true")
+    a = ap.parse_args(argv)
+    if not a.table_only:
+        settings = a.settings.split(",")
+        unknown = [s for s in settings if s not in SETTINGS]
+        if unknown:
+            ap.error(f"unknown setting(s) {unknown}; known: {', '.join(SETTINGS)}")
+        ROWS.parent.mkdir(parents=True, exist_ok=True)
+        for rep in range(a.repeats):         # repeats outermost: an interrupted run has every
+            for threads in (int(t) for t in a.threads.split(",")):   # setting's first repeats
+                for setting in settings:
+                    rows = run_one(setting, threads, a.beside)
+                    with open(ROWS, "a") as f:
+                        f.writelines(json.dumps(r) + "\n" for r in rows)
+                    c = next(r for r in rows if r["mode"] == "cdb")
+                    print(f"{setting} {threads} thread(s) {rows[0]['beside']}, repeat {rep + 1}: "
+                          f"cdb {c['steady_achievable_fraction']:.3f}, {c['wall_s']:.0f} s",
+                          flush=True)
+    print("\n".join(table_lines(load_rows())))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
