@@ -90,13 +90,21 @@ def main():
     ap.add_argument("--skip-trained", action="store_true", help="only (b)-(e)")
     ap.add_argument("--grid-only", action="store_true", help="only (e), the simulated grid")
     ap.add_argument("--grid-plot", type=Path, default=None, help="draw (e) into this PNG")
+    ap.add_argument("--json-out", type=Path, default=None,
+                    help="also write every section's results here (docs/serving/bench_serve.json "
+                         "holds the committed run the README quotes; --readme prints its lines)")
+    ap.add_argument("--readme", type=Path, default=None, metavar="JSON",
+                    help="print the README's serving lines from a --json-out file and stop")
     ap.add_argument("--prefill-chunk", type=int, default=0,
                     help="(b): chunked prefill in cdb and static, prompt tokens in flight in "
                          "core launches at once (0: a prefill launch per admission); the grid "
                          "(e) runs both, chunked at 2 x width")
     args = ap.parse_args()
+    if args.readme:
+        print("\n".join(readme_lines(json.loads(args.readme.read_text()))))
+        return
     torch.set_num_threads(args.threads)
-    out = {}
+    out = {"args": {k: str(v) for k, v in vars(args).items()}}
     if args.grid_only:
         out["grid"] = grid_section(args)
         print(json.dumps(out, default=str))
@@ -109,6 +117,86 @@ def main():
         out["gpu_sim"] = gpu_section(args)
         out["grid"] = grid_section(args)
     print(json.dumps(out, default=str))
+    if args.json_out:
+        args.json_out.parent.mkdir(parents=True, exist_ok=True)
+        args.json_out.write_text(json.dumps(_compact(out), indent=1, default=str) + "\n")
+
+
+def _f(x, digits: int = 3) -> str:
+    return "-" if x is None else f"{x:.{digits}f}"
+
+
+def readme_lines(out: dict) -> list[str]:
+    """The README's measured serving figures, (a)-(d), from one run's ``--json-out`` file (the
+    committed one is docs/serving/bench_serve.json; a test checks the README against it)."""
+    lines = []
+    if "trained" in out:
+        by = {r["mode"]: r for r in out["trained"]}
+        c, ahead = by["cdb"], out["lookahead"]
+        ch = next(r for r in out["trained_chunked"] if r["mode"] == "cdb")
+        lines += ["| mode | tokens/s | speedup over static | decode only | mean depth | prefill "
+                  "share of its time | exact match |", "|---|---|---|---|---|---|---|"]
+        lines += [f"| {m} | {r['tokens_per_s']:.0f} | {r['speedup']:.2f}x | "
+                  f"{r['decode_speedup']:.2f}x | {r['mean_depth']:.2f} | "
+                  f"{r['prefill_s'] / r['wall_s']:.2f} | {_f(r['exact_match'])} |"
+                  for m, r in by.items()]
+        lines += ["", f"Ceiling {c['ceiling']:.2f}x; `cdb` realizes {c['achievable_fraction']:.3f} "
+                  f"of the achievable bound over the whole run ({c['achievable_bound']:.2f}x) and "
+                  f"{_f(c['steady_achievable_fraction'])} in its steady state. Lookahead exits "
+                  f"(decided one loop early) cost a loop per token: mean depth "
+                  f"{ahead['mean_depth']:.2f} instead of {c['mean_depth']:.2f}, exact match "
+                  f"{ahead['exact_match']:.3f} instead of {c['exact_match']:.3f}. With chunked "
+                  f"prefill (`--prefill-chunk {2 * int(out['args']['width'])}`"
+                  f") `cdb` gives {ch['tokens_per_s']:.0f} tokens/s against "
+                  f"{c['tokens_per_s']:.0f}, and prefill's share of its time is "
+                  f"{ch['prefill_s'] / ch['wall_s']:.2f} against {c['prefill_s'] / c['wall_s']:.2f}."]
+    rounds = out["random"]["rounds"]
+    lines += ["", "| round | cdb: steady fraction of the achievable bound (whole run) | no_refill "
+              "(whole run) | cdb: steady fraction of the paper-convention bound | no_refill | "
+              "cdb / no_refill, steady tokens/s |", "|---|---|---|---|---|---|"]
+    for i, t in enumerate(rounds):
+        by = {r["mode"]: r for r in t}
+        c, n = by["cdb"], by["no_refill"]
+        lines.append(f"| {i + 1} | {_f(c['steady_achievable_fraction'])} "
+                     f"({c['achievable_fraction']:.3f}) | {_f(n['steady_achievable_fraction'])} "
+                     f"({n['achievable_fraction']:.3f}) | {_f(c['steady_fraction'])} | "
+                     f"{_f(n['steady_fraction'])} | "
+                     f"{c['steady_tokens_per_s'] / n['steady_tokens_per_s']:.2f}x |")
+    if "simulated" in out["random"]:
+        lines += ["", "| mode | tokens/s, measured | simulated | steady-state speedup, measured | "
+                  "simulated | steady fraction of the achievable bound, measured | simulated |",
+                  "|---|---|---|---|---|---|---|"]
+        for r, q in zip(rounds[0], out["random"]["simulated"]):
+            lines.append(f"| {r['mode']} | {r['tokens_per_s']:.1f} | {q['tokens_per_s']:.1f} | "
+                         f"{_f(r['steady_speedup'])} | {_f(q['steady_speedup'])} | "
+                         f"{_f(r['steady_achievable_fraction'])} | "
+                         f"{_f(q['steady_achievable_fraction'])} |")
+        held = out["random"]["held_out"]
+        lines += ["", "Held-out widths, simulated against measured tokens/s: " + "; ".join(
+            f"width {w} " + ", ".join(f"{m} {100 * (b / a - 1):+.1f}%" for m, (a, b) in by.items())
+            for w, by in held.items()) + "."]
+    if "gpu_sim" in out:
+        lines += ["", "| profile | shape | coda | cdb: steady fraction of the achievable bound "
+                  "(whole run) | no_refill | cdb / no_refill, steady tokens/s |",
+                  "|---|---|---|---|---|---|"]
+        for key, by in out["gpu_sim"].items():
+            prof, shape, mcb = key.split("/")
+            c, n = by["cdb"], by["no_refill"]
+            coda = "every iteration" if mcb.endswith("=1") else "width/2 batch"
+            lines.append(f"| {prof} | {shape} | {coda} | {_f(c['steady_achievable_fraction'])} "
+                         f"({c['achievable_fraction']:.3f}) | "
+                         f"{_f(n['steady_achievable_fraction'])} | "
+                         f"{c['steady_tokens_per_s'] / n['steady_tokens_per_s']:.2f}x |")
+    return lines
+
+
+def _compact(x):
+    """The results without the per-depth histograms (what the README does not quote)."""
+    if isinstance(x, dict):
+        return {k: _compact(v) for k, v in x.items() if k != "depth_histogram"}
+    if isinstance(x, list):
+        return [_compact(v) for v in x]
+    return round(x, 5) if isinstance(x, float) else x
 
 
 def trained_section(args, out: dict) -> None:
@@ -128,6 +216,15 @@ def trained_section(args, out: dict) -> None:
           f"{now['exact_match']:.3f}, mean depth {ahead['mean_depth']:.2f} vs {now['mean_depth']:.2f}, "
           f"tokens/s {ahead['tokens_per_s']:.0f} vs {now['tokens_per_s']:.0f}")
     out["lookahead"] = ahead
+    chunked = serve_bench(model, dataset_workload(ds, args.requests, 0, 0),
+                          ServeConfig(exit=args.exit, width=args.width, requests=args.requests,
+                                      modes=("static", "cdb"), prefill_chunk=2 * args.width),
+                          ds.seq_len - 1)["results"]
+    c = next(r for r in chunked if r["mode"] == "cdb")
+    print(f"chunked prefill ({2 * args.width} prompt tokens at once): cdb {c['tokens_per_s']:.0f} "
+          f"tokens/s against {now['tokens_per_s']:.0f}; prefill's share of its time "
+          f"{c['prefill_s'] / c['wall_s']:.2f} against {now['prefill_s'] / now['wall_s']:.2f}")
+    out["trained_chunked"] = chunked
 
 
 # ---- (b) measured and simulated side by side; (c) held-out widths; (d) GPU profiles -------------
