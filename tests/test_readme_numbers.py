@@ -302,16 +302,6 @@ def test_text_quickstart_prose():
     assert np.isclose(acc.round(2), round(acc.mean(), 2), atol=0.005).all()
 
 
-def test_every_committed_report_is_rebuilt_by_a_test():
-    """Each folder of reports/ holds its rows and is among the reports that
-    tests/test_pipeline.py redraws from them."""
-    from test_pipeline import test_each_committed_report_is_rebuilt_from_its_committed_rows as t
-    rebuilt = next(m.args[1] for m in t.pytestmark if m.name == "parametrize")
-    for d in sorted(p for p in REPORTS.iterdir() if p.is_dir()):
-        assert (d / "rows" / "eval.csv").is_file() and (d / "rows" / "run.csv").is_file(), d
-        assert d.name in rebuilt, f"add reports/{d.name} to the redrawn reports"
-
-
 def test_readme_serving_measurements_are_the_committed_run():
     """The measured serving figures (a)-(d) are `bench_serve.py --readme` of the committed
     `--json-out` file, line for line."""
