@@ -15,6 +15,7 @@ workload comes from a dataset. ``compare_modes`` takes an executor factory.
 from __future__ import annotations
 
 from collections import deque
+from typing import NamedTuple
 
 import numpy as np
 
@@ -159,8 +160,10 @@ def mode_result(mode: str, cfg: ServeConfig, done: list[Request], eng, wall: flo
         "launches_per_token": {k: st[f"{k}_launches"] / max(1, n_tokens) for k in STAGES},
         "host_syncs": st["syncs"],
         **steady_state(times),
-        # the tokens the bounds are priced on (add_bounds pops them)
+        # the tokens the bounds are priced on, and the seconds their decoded tokens spent outside
+        # the loop (add_bounds pops them)
         "_tokens": {"depths": depths, "prompts": prompts},
+        "_nonlooped_s": eng.nonlooped_decode_seconds(),
     }
 
 
@@ -188,37 +191,55 @@ def paper_bound(fm: FlopModel, k_max: int, depths: list[int]) -> float:
     return len(depths) * fm.forward(k_max) / sum(fm.forward(d) for d in depths)
 
 
-def achievable_bound(fm: FlopModel, k_max: int, depths: list[int], prompts: list[int],
-                     prefill_price: float = 1.0, decode_price: float = 1.0) -> float:
-    """The speedup over ``static`` that depth alone allows on these tokens, counting the work
-    every mode shares: each request's prompt prefilled at full depth and every decoded token's
-    prelude, coda and head. Per emitted token (``prompts[i]`` > 0: a request's first token,
-    from the prefill of a prompt of that many tokens), what static pays over what the depths
-    pay: a prompt token costs ``prefill_price``, a decoded token ``decode_price`` at full depth
-    and that scaled by parameter FLOPs, ``F(d) / F(k_max)``, at depth d. ``add_all_bounds``
-    prices both from static's own run (its prefill seconds per prompt token, its other seconds
-    per decoded token), so the bound holds whatever a prefill costs beside a decode step; with
-    equal prices (time proportional to FLOPs) it equals ``paper_bound`` when every prompt is one
-    token."""
-    if not depths:
-        return float("nan")
-    full = fm.forward(k_max)
-    shared = prefill_price * sum(p for p in prompts if p)
-    decoded = [d for d, p in zip(depths, prompts) if not p]
-    return ((shared + decode_price * len(decoded))
-            / (shared + decode_price * sum(fm.forward(d) for d in decoded) / full))
+class Prices(NamedTuple):
+    """Seconds per token that price the achievable bound (``achievable_bound``): what ``static``
+    paid, and the cheapest any mode of the comparison paid for the work every mode shares."""
+    prompt: float        # static: per prompt token (its prefill)
+    decoded: float       # static: per decoded token at full depth (all but the prefill)
+    shared: float        # of which outside the loop (prelude, coda, head)
+    best_prompt: float   # the least any mode paid per prompt token
+    best_shared: float   # the least any mode paid per decoded token outside the loop
+
+
+def flop_prices(fm: FlopModel, k_max: int, prompt: float = 1.0, decoded: float = 1.0) -> Prices:
+    """Prices with nothing measured: time proportional to parameter FLOPs, the non-looped share
+    of a decoded token ``F0 / F(k_max)``."""
+    shared = decoded * fm.f0 / fm.forward(k_max)
+    return Prices(prompt, decoded, shared, prompt, shared)
 
 
 def ideal_seconds(fm: FlopModel, k_max: int, depths: list[int], prompts: list[int],
-                  prefill_price: float, decode_price: float) -> float:
-    """The seconds depth alone would take on these tokens at static's measured prices (see
-    ``achievable_bound``): every prompt token at ``prefill_price``, every decoded token at
-    ``decode_price`` scaled by its depth's parameter FLOPs, ``F(d) / F(k_max)``. Over a whole
-    run, ``ideal_seconds / wall`` is ``speedup / achievable_bound`` (static's wall is its
-    tokens at those prices)."""
-    full = fm.forward(k_max)
-    return (prefill_price * sum(p for p in prompts if p)
-            + decode_price * sum(fm.forward(d) for d, p in zip(depths, prompts) if not p) / full)
+                  prices: Prices | None = None) -> float:
+    """The seconds depth alone would take on these tokens (see ``achievable_bound``): every
+    prompt token at ``best_prompt``, every decoded token at ``best_shared`` for its non-looped
+    work plus static's looped seconds per token, ``decoded - shared``, scaled by its depth,
+    ``d / k_max``. Over a whole run, ``ideal_seconds / wall`` is ``speedup /
+    achievable_bound``."""
+    p = prices or flop_prices(fm, k_max)
+    loop = max(p.decoded - p.shared, 0.0) / k_max
+    return (p.best_prompt * sum(q for q in prompts if q)
+            + sum(p.best_shared + loop * d for d, q in zip(depths, prompts) if not q))
+
+
+def achievable_bound(fm: FlopModel, k_max: int, depths: list[int], prompts: list[int],
+                     prices: Prices | None = None) -> float:
+    """The speedup over ``static`` that depth allows on these tokens, counting the work every
+    mode shares: each request's prompt prefilled at full depth and every decoded token's
+    prelude, coda and head. Per emitted token (``prompts[i]`` > 0: a request's first token,
+    from the prefill of a prompt of that many tokens), what static pays (``prices.prompt`` per
+    prompt token, ``prices.decoded`` per decoded token) over ``ideal_seconds``: the shared work
+    at the cheapest price any mode of the comparison paid for it and static's looped seconds
+    scaled by depth. Taking the shared work at the cheapest price keeps the bound a bound when
+    a mode batches its non-looped launches better than static does (a coda launch reads every
+    weight of its layers, however few rows it holds): whatever a mode gains that way is counted
+    in the bound, not in its fraction of it. ``add_all_bounds`` measures the prices; without
+    them (``flop_prices``: time proportional to FLOPs) the bound equals ``paper_bound`` when
+    every prompt is one token."""
+    if not depths:
+        return float("nan")
+    p = prices or flop_prices(fm, k_max)
+    static = p.prompt * sum(q for q in prompts if q) + p.decoded * sum(1 for q in prompts if not q)
+    return static / ideal_seconds(fm, k_max, depths, prompts, p)
 
 
 def result_rows(res: dict, **keys) -> list[dict]:
@@ -259,37 +280,50 @@ def compare_modes(engines, mcfg, requests: list[Request], cfg: ServeConfig,
 
 def add_all_bounds(results: list[dict], fm: FlopModel, fm_params: FlopModel, k_max: int) -> None:
     """Bounds, speedups over ``static`` and fractions of every mode's result of one comparison
-    (results straight from ``mode_result``)."""
+    (results straight from ``mode_result``). The prices (``Prices``) are static's seconds per
+    token over its whole run and the cheapest any mode paid per token for the shared work: per
+    prompt token (prefill) and per decoded token outside the loop."""
     static = next((r for r in results if r["mode"] == "static"), None)
     # a static mode runs max depth: its bounds are priced on the tokens an adaptive mode ran
     requested = next((r["_tokens"] for r in results if r["mode"] in ADAPTIVE), None)
-    prices, steady = (1.0, 1.0), None   # per prompt token, per full-depth decoded token
-    if static is not None:   # static's own seconds
-        n_prompt = sum(static["_tokens"]["prompts"])
-        n_decoded = sum(1 for p in static["_tokens"]["prompts"] if not p)
-        rest = static["wall_s"] - static["prefill_s"]
-        if n_prompt and n_decoded and static["prefill_s"] > 0 and rest > 0:
-            prices = (static["prefill_s"] / n_prompt, rest / n_decoded)
-            steady = _steady_prices(static, prices[0])
+    prices, steady = flop_prices(fm_params, k_max), None
+    per = {}   # mode -> (seconds per prompt token, per decoded token outside the loop, decoded)
+    flop_share = fm_params.f0 / fm_params.forward(k_max)
     for r in results:
+        n_prompt = sum(r["_tokens"]["prompts"])
+        n_decoded = sum(1 for p in r["_tokens"]["prompts"] if not p)
+        if n_prompt and n_decoded:
+            # where the stages were not timed apart, the non-looped share by parameter FLOPs
+            nonlooped = r.get("_nonlooped_s", (r["wall_s"] - r["prefill_s"]) * flop_share)
+            per[r["mode"]] = (r["prefill_s"] / n_prompt, nonlooped / n_decoded, n_decoded)
+    if static is not None and "static" in per:   # static's own seconds
+        rest = static["wall_s"] - static["prefill_s"]
+        prompt, shared, n_decoded = per["static"]
+        if rest > 0:
+            prices = Prices(prompt, rest / n_decoded, min(shared, rest / n_decoded),
+                            min(v[0] for v in per.values()), min(v[1] for v in per.values()))
+            steady = _steady_prices(static, prices)
+    for r in results:
+        r.pop("_nonlooped_s", None)
         add_bounds(r, static, fm, fm_params, k_max, requested, prices, steady)
 
 
-def _steady_prices(static: dict, prefill_price: float) -> tuple[float, float] | None:
-    """Static's prices in its steady state: a prompt token at its whole-run price, a decoded
-    token at what the rest of its steady window's seconds cost per decoded token there (the
-    whole run's decode price also carries the fill and drain, when launches run part empty)."""
+def _steady_prices(static: dict, prices: Prices) -> Prices | None:
+    """Static's prices in its steady state: a prompt token and the shared work at their
+    whole-run prices, a decoded token at what the rest of its steady window's seconds cost per
+    decoded token there (the whole run's decode price also carries the fill and drain, when
+    launches run part empty)."""
     if not static.get("steady_window_s"):
         return None
     inside = [p for p, s in zip(static["_tokens"]["prompts"], static["_steady"]) if s]
     decoded = sum(1 for p in inside if not p)
-    rest = static["steady_window_s"] - prefill_price * sum(inside)
-    return (prefill_price, rest / decoded) if decoded and rest > 0 else None
+    rest = static["steady_window_s"] - prices.prompt * sum(inside)
+    return prices._replace(decoded=max(rest / decoded, prices.shared)) if decoded and rest > 0 else None
 
 
 def add_bounds(r: dict, static: dict | None, fm: FlopModel, fm_params: FlopModel, k_max: int,
-               requested: dict | None, prices: tuple[float, float] = (1.0, 1.0),
-               steady_prices: tuple[float, float] | None = None) -> None:
+               requested: dict | None, prices: Prices | None = None,
+               steady_prices: Prices | None = None) -> None:
     """The bounds of one mode's result and, given the ``static`` result, realized fractions.
 
     Every bound is priced on the tokens of the throughput it divides: the whole run's tokens
@@ -313,9 +347,9 @@ def add_bounds(r: dict, static: dict | None, fm: FlopModel, fm_params: FlopModel
     ceiling = fm.ceiling(k_max, r["mean_depth"])
     r["ceiling"] = ceiling
     r["paper_bound"] = paper_bound(fm_params, k_max, depths)
-    r["achievable_bound"] = achievable_bound(fm_params, k_max, depths, prompts, *prices)
+    r["achievable_bound"] = achievable_bound(fm_params, k_max, depths, prompts, prices)
     r["steady_bound"] = paper_bound(fm_params, k_max, win_d) if win_d else None
-    r["steady_achievable_bound"] = (achievable_bound(fm_params, k_max, win_d, win_p, *prices)
+    r["steady_achievable_bound"] = (achievable_bound(fm_params, k_max, win_d, win_p, prices)
                                     if win_d else None)
     if static is None:
         return
@@ -334,7 +368,7 @@ def add_bounds(r: dict, static: dict | None, fm: FlopModel, fm_params: FlopModel
                             if r["steady_speedup"] and r["steady_bound"] else None)
     if r["mode"] in ADAPTIVE and steady_prices and win_d and r["steady_window_s"]:
         r["steady_achievable_fraction"] = (
-            ideal_seconds(fm_params, k_max, win_d, win_p, *steady_prices) / r["steady_window_s"])
+            ideal_seconds(fm_params, k_max, win_d, win_p, steady_prices) / r["steady_window_s"])
     else:   # a static mode (its window's tokens are all at full depth), or no measured prices
         r["steady_achievable_fraction"] = (r["steady_speedup"] / r["steady_achievable_bound"]
                                            if r["steady_speedup"] and r["steady_achievable_bound"]

@@ -132,21 +132,34 @@ class HostState:
 
     def prompt_seconds(self) -> float:
         """Seconds spent on prompt tokens: the prefill launches, and what the prompt tokens
-        riding in launches beside decode tokens (chunked prefill) added to them, priced per
-        stage at the least-squares seconds per extra token of that stage's launches (the
-        marginal cost: on a device where a launch costs its weight reads, a token that rides
+        riding in launches beside decode tokens (chunked prefill) added to them
+        (``prompt_seconds_by_stage``)."""
+        return float(sum(self.prompt_seconds_by_stage().values()))
+
+    def prompt_seconds_by_stage(self) -> dict[str, float]:
+        """Per stage, the seconds spent on prompt tokens: all of the prefill launches', and for
+        prompt tokens riding in launches beside decode tokens (chunked prefill) what they added,
+        priced per stage at the least-squares seconds per extra token of that stage's launches
+        (the marginal cost: on a device where a launch costs its weight reads, a token that rides
         along costs little; an average share would charge it a whole row of the launch)."""
         st = self.stats
-        total = st["prefill_s"]
+        out = {"prefill": float(st["prefill_s"])}
         for s in STAGES[1:]:
             n_p = st[f"{s}_prompt_tokens"]
+            out[s] = 0.0
             if not n_p:
                 continue
             n, sx, sy, sxx, sxy = self._fit[s]
             var = n * sxx - sx * sx
             slope = (n * sxy - sx * sy) / var if var > 1e-9 * max(sx * sx, 1.0) else sy / sx
-            total += n_p * min(max(slope, 0.0), sy / sx)   # within [0, the average per token]
-        return float(total)
+            out[s] = float(n_p * min(max(slope, 0.0), sy / sx))   # in [0, the average per token]
+        return out
+
+    def nonlooped_decode_seconds(self) -> float:
+        """Seconds the decode tokens spent outside the loop: their share of the start (prelude)
+        and finish (coda and head) launches, the prompt tokens' share taken out."""
+        by = self.prompt_seconds_by_stage()
+        return float(sum(self.stats[f"{s}_s"] - by[s] for s in ("start", "finish")))
 
     def n_prompt(self, items) -> int:
         """How many of ``items`` are prompt tokens."""
