@@ -15,6 +15,7 @@ import tempfile
 import time
 
 import torch
+from bench_rows import add_args, from_kept, keep
 
 from data_gen import generate, resolve_config
 from depthbench.config import tiny_model
@@ -23,12 +24,23 @@ from depthbench.evaluate import sweep, sweep_per_depth
 from depthbench.model import LoopedTransformer
 
 
+def readme_cell(r: dict) -> str:
+    """The README's figures of a run (``bench_rows``)."""
+    same = ("identical metrics" if r["max_nll_difference"] == 0
+            else f"metrics within {r['max_nll_difference']:.0e} NLL")
+    return (f"{r['speedup']:.1f}x faster, {same}; {r['one_pass_tokens_per_s'] / 1e3:.0f}k eval "
+            f"tokens/s ({r['one_pass_depth_tokens_per_s'] / 1e3:.0f}k token-depths/s)")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--people", type=int, default=512)
     ap.add_argument("--d-model", type=int, default=64)
     ap.add_argument("--threads", type=int, default=1)
+    add_args(ap)
     args = ap.parse_args()
+    if from_kept(args, readme_cell):
+        return
     torch.set_num_threads(args.threads)
     with tempfile.TemporaryDirectory() as tmp:
         generate(resolve_config("tiny", overrides={"n_people": args.people}), f"{tmp}/d")
@@ -54,6 +66,7 @@ def main():
           f"{r['one_pass_tokens_per_s']:.0f} eval tokens/s ({r['one_pass_depth_tokens_per_s']:.0f} "
           f"token-depths/s); max |NLL difference| {worst:.1e}")
     print(json.dumps(r))
+    keep(args, r, readme_cell)
 
 
 if __name__ == "__main__":

@@ -20,6 +20,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench_rows import add_args, from_kept, keep, people
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -104,11 +106,24 @@ def measure(kind: str, n_people: int) -> dict:
     return r
 
 
+def readme_cell(res: dict) -> str:
+    """The README's figures of a run (``bench_rows``)."""
+    small, big, naive = res["results"]
+    return (f"{big['seconds']:.1f} s for {people(big['people'])} people "
+            f"({big['tokens_per_s'] / 1e6:.1f} M tokens/s), "
+            f"{big['tokens_per_s'] / naive['tokens_per_s']:.1f}x the loop's tokens/s; peak RSS "
+            f"{small['peak_rss_mb']:.0f} MB at {people(small['people'])} and "
+            f"{big['peak_rss_mb']:.0f} MB at {people(big['people'])} people")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--people", type=int, default=1_000_000)
     ap.add_argument("--naive-people", type=int, default=20_000)
+    add_args(ap)
     args = ap.parse_args()
+    if from_kept(args, readme_cell):
+        return
     results = [measure("vectorized", args.people // 4), measure("vectorized", args.people),
                measure("naive", args.naive_people)]
     for r in results:
@@ -119,6 +134,7 @@ def main():
     print(f"peak RSS growth from {results[0]['people']} to {big['people']} people: "
           f"{big['peak_rss_mb'] / results[0]['peak_rss_mb']:.2f}x")
     print(json.dumps({"results": results}))
+    keep(args, {"results": results}, readme_cell)
 
 
 if __name__ == "__main__":

@@ -39,6 +39,7 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from bench_rows import add_args, from_kept, keep
 
 from depthbench.config import tiny_model
 from depthbench.model import LoopedTransformer
@@ -219,6 +220,30 @@ def shared_work(names: list[str]) -> dict:
     return out
 
 
+SHARED_SPECS = ["quickstart", "table3", "matched", "budgets"]
+
+
+def readme_cell(res: dict) -> str:
+    """The README's figures of a ``--grid`` run (``bench_rows``): the grid at each worker count,
+    and the shared-prefix shares of the packaged specs' training work."""
+    parts = []
+    for w, r in res["grid"].items():
+        w = int(w)
+        off, on = r["off"], r["on"]
+        head = (f"{w} worker{'s' if w > 1 else ''} of {2 // w} thread{'s' if 2 // w > 1 else ''}: "
+                f"{off['seconds']:.1f} s against {on['seconds']:.1f} s, {r['speedup']:.2f}x")
+        if not parts:   # the first worker count in full
+            head += (f" ({off['runs_per_minute']:.1f} and {on['runs_per_minute']:.1f} runs/min; "
+                     f"modeled training FLOPs {100 * off['train_flops_per_s_of_peak']:.1f}% and "
+                     f"{100 * on['train_flops_per_s_of_peak']:.1f}% of the 2 cores' matmul peak; "
+                     f"peak RSS {max(off['peak_rss_mb'], on['peak_rss_mb']) / 1024:.1f} GB)")
+        parts.append(head)
+    equal = all(r["rows_equal"] for r in res["grid"].values())
+    parts.append("result rows equal" if equal else "result rows DIFFER")
+    shares = ", ".join(f"{k} {100 * v['shared']:.1f}%" for k, v in res["shared_work"].items())
+    return "; ".join(parts) + f"; {shares} of loop-steps in shared prefixes"
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
@@ -230,7 +255,10 @@ def main():
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--shared-work", nargs="*", metavar="SPEC", help="the share of each spec's "
                     "training work in shared prefixes (default: the packaged CPU specs)")
+    add_args(ap)
     args = ap.parse_args()
+    if from_kept(args, readme_cell):
+        return
     if args.shared_work is not None:
         shared_work(args.shared_work or ["quickstart", "table3", "matched", "budgets",
                                          "fixed-depths"])
@@ -239,6 +267,9 @@ def main():
         torch.set_num_threads(1)
         res = section_c(args.grid_steps, args.grid_seeds, args.workers, args.rounds)
         print(json.dumps({w: {k: v for k, v in r.items()} for w, r in res.items()}))
+        keep(args, {"args": {k: str(v) for k, v in vars(args).items()},
+                    "grid": {str(w): r for w, r in res.items()},
+                    "shared_work": shared_work(SHARED_SPECS)}, readme_cell)
         return
     res = {}
     for th in args.threads:

@@ -16,6 +16,7 @@ import json
 import time
 
 import torch
+from bench_rows import add_args, from_kept, keep
 
 from depthbench.config import ModelConfig, tiny_model
 from depthbench.flops import FlopModel
@@ -54,10 +55,25 @@ def step_time(cfg: ModelConfig, K: int, B: int, T: int, steps: int) -> float:
     return (time.perf_counter() - t0) / steps
 
 
+def readme_cell(res: dict) -> str:
+    """The README's figures of a run (``bench_rows``)."""
+    by = {(r["shape"], r["threads"]): r for r in res["results"]}
+    big1, big2 = by[("d=256", 1)], by[("d=256", 2)]
+    tiny1, tiny2 = by[("tiny (d=64)", 1)], by[("tiny (d=64)", 2)]
+    ratios = [r["looped_over_unrolled_speed"] for r in res["results"]]
+    return (f"d_model=256: {100 * big1['mfu']:.1f}% MFU (1 thread), {100 * big2['mfu']:.1f}% "
+            f"(2 threads); tiny: {100 * tiny1['mfu']:.0f}% (1 thread, "
+            f"{1e3 * tiny1['step_s']:.0f} ms/step) and {1e3 * tiny2['step_s']:.0f} ms/step on 2 "
+            f"threads; looped/unrolled speed {min(ratios):.2f}-{max(ratios):.2f}x")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true")
+    add_args(ap)
     args = ap.parse_args()
+    if from_kept(args, readme_cell):
+        return
     steps = 5 if args.quick else 20
     shapes = {
         "tiny (d=64)": (tiny_model().replace(vocab_size=200, max_seq_len=64), 4, 128, 19),
@@ -87,6 +103,7 @@ def main():
                   f"{unrolled * 1e3:7.1f} ms/step -> looped/unrolled speed "
                   f"{r['looped_over_unrolled_speed']:.2f}x")
     print(json.dumps(out))
+    keep(args, {"results": out}, readme_cell)
 
 
 if __name__ == "__main__":

@@ -189,6 +189,8 @@ def test_budget_thread_prose():
 
 
 def _bench(name: str):
+    if str(ROOT / "benchmarks") not in sys.path:   # the scripts import their shared helper
+        sys.path.insert(0, str(ROOT / "benchmarks"))
     spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
     mod = importlib.util.module_from_spec(spec)
     sys.modules[name] = mod
@@ -199,7 +201,10 @@ def _bench(name: str):
 def test_shared_prefix_shares():
     """Planned, nothing trained: the share of each packaged spec's loop-steps that the
     pipeline trains once."""
-    w = _bench("bench_grid").shared_work(["quickstart", "table3", "matched", "budgets"])
+    grid = _bench("bench_grid")
+    w = grid.shared_work(grid.SHARED_SPECS)
+    kept = json.loads((ROOT / "docs" / "benchmarks" / "grid.json").read_text())["shared_work"]
+    assert kept == w, "docs/benchmarks/grid.json's shares are not the packaged specs' (rerun it)"
     pct = {k: f"{100 * v['shared']:.1f}%" for k, v in w.items()}
     quoted(f"this trains once {pct['quickstart']} of `quickstart`'s, {pct['table3']} of "
            f"`table3`'s, {pct['matched']} of `matched`'s and {pct['budgets']} of `budgets`'",
@@ -353,3 +358,24 @@ def test_readme_huginn_larger_pool_exceedance():
            f"{c['achievable_fraction']:.3f})",
            f"its coda launches hold {rows['static']:.0f} rows whatever `--min-coda-batch` says, "
            f"while `cdb`'s exits trickle in and fill coda launches of {rows['cdb']:.0f} rows")
+
+
+BENCHMARKS = {   # the README's Benchmarks row -> (script, its committed rows)
+    "`python benchmarks/bench_generate.py`": ("bench_generate", "generate.json"),
+    "`python benchmarks/bench_train.py`": ("bench_train", "train.json"),
+    "`python benchmarks/bench_eval.py`": ("bench_eval", "eval.json"),
+    "`python benchmarks/bench_grid.py --grid`": ("bench_grid", "grid.json"),
+}
+
+
+def test_benchmarks_table_is_its_rows():
+    """Each figure in the README's Benchmarks table is its script's ``--readme`` of the rows
+    committed in docs/benchmarks/ (``--json-out``)."""
+    lines = (ROOT / "README.md").read_text().splitlines()
+    for row, (script, kept) in BENCHMARKS.items():
+        got = [line for line in lines if line.startswith(f"| {row} |")]
+        assert len(got) == 1, f"the README's Benchmarks table should have one row {row}"
+        cell = got[0].rstrip().rstrip("|").rsplit(" | ", 1)[1].strip()
+        res = json.loads((ROOT / "docs" / "benchmarks" / kept).read_text())
+        assert cell == _bench(script).readme_cell(res), (
+            f"README {row}: rerun `python benchmarks/{script}.py --readme docs/benchmarks/{kept}`")

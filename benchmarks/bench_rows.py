@@ -1,0 +1,46 @@
+"""What every benchmark script shares: its result rows kept as JSON (``--json-out``) and the
+README's figures printed from kept rows (``--readme``), so that the README's Benchmarks table is
+regenerated from committed rows (``docs/benchmarks/``) and a test checks it against them."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+KEPT = ROOT / "docs" / "benchmarks"
+
+
+def add_args(ap: argparse.ArgumentParser) -> None:
+    ap.add_argument("--json-out", type=Path, default=None,
+                    help="keep the result rows in this JSON file (the committed ones: "
+                         "docs/benchmarks/)")
+    ap.add_argument("--readme", type=Path, default=None, metavar="JSON",
+                    help="print the README's figures from kept rows and exit (nothing is run)")
+
+
+def from_kept(args, cell: Callable[[dict], str]) -> bool:
+    """With ``--readme``: print the README cell of the kept rows; whether it did."""
+    if args.readme is None:
+        return False
+    print(cell(json.loads(args.readme.read_text())))
+    return True
+
+
+def keep(args, res: dict, cell: Callable[[dict], str]) -> None:
+    """Print the README cell of this run and, with ``--json-out``, keep its rows."""
+    print(f"README: {cell(res)}")
+    if args.json_out:
+        args.json_out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = args.json_out.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(res, indent=1) + "\n")
+        tmp.replace(args.json_out)
+
+
+def people(n: int) -> str:
+    """1000000 -> 1M, 250000 -> 250k."""
+    if n % 1_000_000 == 0:
+        return f"{n // 1_000_000}M"
+    return f"{n // 1000}k" if n % 1000 == 0 else str(n)
