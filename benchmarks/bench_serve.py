@@ -187,6 +187,23 @@ def readme_lines(out: dict) -> list[str]:
                          f"({c['achievable_fraction']:.3f}) | "
                          f"{_f(n['steady_achievable_fraction'])} | "
                          f"{c['steady_tokens_per_s'] / n['steady_tokens_per_s']:.2f}x |")
+    if "grid" in out:
+        lines += ["", *grid_lines(out["grid"])]
+    return lines
+
+
+def grid_lines(grid: dict) -> list[str]:
+    """(e), the README's workload grid table, from ``grid_section``'s entries."""
+    head = ["workload"]
+    for shape in GRID_SHAPES:
+        head += [f"{shape} H100: cdb (whole run)", "cdb, chunked prefill", "no_refill", "bound"]
+    head += [f"{shape} H200: cdb, chunked" for shape in GRID_SHAPES]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for name in GRID:
+        cells = [grid_cells(grid[f"h100/{shape}/{name}"]) for shape in GRID_SHAPES]
+        cells += [f"{e['cdb_steady']:.3f}, {e['cdb_chunked_steady']:.3f}"
+                  for e in (grid[f"h200/{shape}/{name}"] for shape in GRID_SHAPES)]
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
     return lines
 
 
