@@ -102,7 +102,8 @@ def run_side_by_side(entries: dict, requests: list[Request],
 
     def result(sched, cfg, reqs):   # the engine (and its KV store) is dropped after this
         done = sorted(reqs, key=lambda q: q.id)
-        return mode_result(sched.mode, cfg, done, sched.engine, sched.now(), sched.width), done
+        return mode_result(sched.mode, cfg, done, sched.engine, sched.now(), sched.width,
+                           sched.t0), done
 
     out = {}
     if not interleave:   # one engine at a time: no more memory than the largest mode needs
@@ -127,7 +128,9 @@ def run_side_by_side(entries: dict, requests: list[Request],
 
 
 def mode_result(mode: str, cfg: ServeConfig, done: list[Request], eng, wall: float,
-                width: int) -> dict:
+                width: int, t0: float = 0.0) -> dict:
+    """One mode's row (``t0``: the engine clock's reading when the scheduler started, what
+    the requests' token times count from)."""
     n_tokens = sum(len(q.output) for q in done)
     decode_depths = [d for q in done for d in q.depths[1:]]  # the first token comes from prefill
     itl = [b - a for q in done for a, b in zip(q.token_times, q.token_times[1:])]
@@ -142,6 +145,8 @@ def mode_result(mode: str, cfg: ServeConfig, done: list[Request], eng, wall: flo
     # carry them beside decode tokens (chunked prefill)
     prefill_s = eng.prompt_seconds()
     decode_s = max(wall - prefill_s, 1e-9)
+    steady = steady_state(times)
+    lo, hi = steady.pop("_window")
     return {
         "mode": mode, "wall_s": wall, "output_tokens": n_tokens, "tokens_per_s": n_tokens / wall,
         # decode alone: the first token of each request comes from the (full-depth) prefill
@@ -159,27 +164,30 @@ def mode_result(mode: str, cfg: ServeConfig, done: list[Request], eng, wall: flo
         "time_split": {k: st[f"{k}_s"] / wall for k in STAGES},
         "launches_per_token": {k: st[f"{k}_launches"] / max(1, n_tokens) for k in STAGES},
         "host_syncs": st["syncs"],
-        **steady_state(times),
-        # the tokens the bounds are priced on, and the seconds their decoded tokens spent outside
-        # the loop (add_bounds pops them)
+        **steady,
+        # the tokens the bounds are priced on, and the seconds per decoded token outside the
+        # loop over the whole run and the steady window (add_all_bounds pops them)
         "_tokens": {"depths": depths, "prompts": prompts},
-        "_nonlooped_s": eng.nonlooped_decode_seconds(),
+        "_nonlooped": {"whole": eng.nonlooped_per_token(),
+                       "steady": (eng.nonlooped_per_token(t0 + lo, t0 + hi)
+                                  if lo is not None else None)},
     }
 
 
 def steady_state(times: list[float], trim: float = 0.1) -> dict:
     """Throughput over the steady-state window: the tokens emitted between the ``trim`` and
     ``1 - trim`` quantiles of emission time (fill and drain removed), and which tokens those
-    are (the window's bounds are priced on them)."""
+    are (the window's bounds are priced on them), and the window's ends (``_window``)."""
     if len(times) < 10:
         return {"steady_tokens_per_s": None, "steady_window_s": None,
-                "_steady": [False] * len(times)}
+                "_steady": [False] * len(times), "_window": (None, None)}
     t = np.asarray(times)
     lo, hi = np.quantile(t, [trim, 1 - trim])
     inside = (t > lo) & (t <= hi)
     n = int(inside.sum())
     return {"steady_tokens_per_s": n / (hi - lo) if hi > lo else None,
-            "steady_window_s": float(hi - lo), "_steady": inside.tolist()}
+            "steady_window_s": float(hi - lo), "_steady": inside.tolist(),
+            "_window": (float(lo), float(hi))}
 
 
 def paper_bound(fm: FlopModel, k_max: int, depths: list[int]) -> float:
@@ -281,44 +289,54 @@ def compare_modes(engines, mcfg, requests: list[Request], cfg: ServeConfig,
 def add_all_bounds(results: list[dict], fm: FlopModel, fm_params: FlopModel, k_max: int) -> None:
     """Bounds, speedups over ``static`` and fractions of every mode's result of one comparison
     (results straight from ``mode_result``). The prices (``Prices``) are static's seconds per
-    token over its whole run and the cheapest any mode paid per token for the shared work: per
-    prompt token (prefill) and per decoded token outside the loop."""
+    token and the cheapest any mode paid per token for the shared work (per prompt token, and
+    per decoded token outside the loop), over the whole run and over the steady windows."""
     static = next((r for r in results if r["mode"] == "static"), None)
     # a static mode runs max depth: its bounds are priced on the tokens an adaptive mode ran
     requested = next((r["_tokens"] for r in results if r["mode"] in ADAPTIVE), None)
     prices, steady = flop_prices(fm_params, k_max), None
-    per = {}   # mode -> (seconds per prompt token, per decoded token outside the loop, decoded)
     flop_share = fm_params.f0 / fm_params.forward(k_max)
+    per = {}   # mode -> seconds per prompt token, per decoded token outside the loop (whole, steady)
     for r in results:
+        nl = r.pop("_nonlooped", None)
         n_prompt = sum(r["_tokens"]["prompts"])
         n_decoded = sum(1 for p in r["_tokens"]["prompts"] if not p)
-        if n_prompt and n_decoded:
-            # where the stages were not timed apart, the non-looped share by parameter FLOPs
-            nonlooped = r.get("_nonlooped_s", (r["wall_s"] - r["prefill_s"]) * flop_share)
-            per[r["mode"]] = (r["prefill_s"] / n_prompt, nonlooped / n_decoded, n_decoded)
-    if static is not None and "static" in per:   # static's own seconds
-        rest = static["wall_s"] - static["prefill_s"]
-        prompt, shared, n_decoded = per["static"]
-        if rest > 0:
-            prices = Prices(prompt, rest / n_decoded, min(shared, rest / n_decoded),
-                            min(v[0] for v in per.values()), min(v[1] for v in per.values()))
-            steady = _steady_prices(static, prices)
+        if not (n_prompt and n_decoded):
+            continue
+        if nl is None or nl["whole"] is None:   # stages not timed apart: the FLOP share
+            nl = {"whole": (r["wall_s"] - r["prefill_s"]) / n_decoded * flop_share, "steady": None}
+        per[r["mode"]] = (r["prefill_s"] / n_prompt, nl["whole"], nl["steady"])
+    rest = static["wall_s"] - static["prefill_s"] if static is not None else 0.0
+    if "static" in per and rest > 0:   # static's own seconds
+        prompt, shared, shared_steady = per["static"]
+        n_decoded = sum(1 for p in static["_tokens"]["prompts"] if not p)
+        decoded = rest / n_decoded
+        prices = Prices(prompt, decoded, min(shared, decoded), min(v[0] for v in per.values()),
+                        min(v[1] for v in per.values()))
+        in_window = [v[2] for v in per.values() if v[2] is not None]
+        steady = _steady_prices(static, prices, shared_steady, min(in_window, default=None))
     for r in results:
-        r.pop("_nonlooped_s", None)
         add_bounds(r, static, fm, fm_params, k_max, requested, prices, steady)
 
 
-def _steady_prices(static: dict, prices: Prices) -> Prices | None:
-    """Static's prices in its steady state: a prompt token and the shared work at their
-    whole-run prices, a decoded token at what the rest of its steady window's seconds cost per
-    decoded token there (the whole run's decode price also carries the fill and drain, when
-    launches run part empty)."""
+def _steady_prices(static: dict, prices: Prices, shared: float | None,
+                   best_shared: float | None) -> Prices | None:
+    """Static's prices in its steady state: a prompt token at its whole-run price, a decoded
+    token at what the rest of its steady window's seconds cost per decoded token there (the
+    whole run's decode price also carries the fill and drain, when launches run part empty), the
+    shared work at the steady windows' prices (``shared``: static's, ``best_shared``: the least
+    any mode paid in its own window; the whole run's where a window has none)."""
     if not static.get("steady_window_s"):
         return None
     inside = [p for p, s in zip(static["_tokens"]["prompts"], static["_steady"]) if s]
     decoded = sum(1 for p in inside if not p)
     rest = static["steady_window_s"] - prices.prompt * sum(inside)
-    return prices._replace(decoded=max(rest / decoded, prices.shared)) if decoded and rest > 0 else None
+    if not (decoded and rest > 0):
+        return None
+    shared = prices.shared if shared is None else shared
+    best = prices.best_shared if best_shared is None else best_shared
+    decoded = max(rest / decoded, shared)
+    return prices._replace(decoded=decoded, shared=shared, best_shared=min(best, shared))
 
 
 def add_bounds(r: dict, static: dict | None, fm: FlopModel, fm_params: FlopModel, k_max: int,

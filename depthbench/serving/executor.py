@@ -9,6 +9,7 @@ priced engine (``serving.sim.SimEngine``) both implement ``Executor`` on top of 
 
 from __future__ import annotations
 
+import math
 import time
 from typing import Protocol
 
@@ -115,6 +116,9 @@ class HostState:
         # per stage, sums over launches of (1, tokens, seconds, tokens^2, tokens x seconds): the
         # least-squares seconds per extra token of a launch (``prompt_seconds``)
         self._fit = {s: np.zeros(5) for s in STAGES}
+        # per start and finish launch (the shared work every mode does per decoded token): (clock
+        # time at its end, stage, seconds, tokens, prompt tokens) (``nonlooped_per_token``)
+        self.shared_log: list[tuple[float, str, float, int, int]] = []
         self.record = record
         # (stage, rows, tokens, context length, KV entries copied on exit, seconds)
         self.records: list[tuple[str, int, int, int, int, float]] = []
@@ -127,6 +131,8 @@ class HostState:
         st[f"{stage}_tokens"] += tokens
         st[f"{stage}_prompt_tokens"] += prompt_tokens
         self._fit[stage] += (1.0, tokens, dt, tokens * tokens, tokens * dt)
+        if stage in ("start", "finish"):
+            self.shared_log.append((self.clock.now(), stage, dt, tokens, prompt_tokens))
         if self.record:
             self.records.append((stage, rows, tokens, L, copies, dt))
 
@@ -136,30 +142,47 @@ class HostState:
         (``prompt_seconds_by_stage``)."""
         return float(sum(self.prompt_seconds_by_stage().values()))
 
+    def _prompt_price(self, stage: str) -> float:
+        """Seconds per prompt token riding in a ``stage`` launch beside decode tokens (chunked
+        prefill): the least-squares seconds per extra token of that stage's launches, within
+        [0, the average per token] (the marginal cost: on a device where a launch costs its
+        weight reads, a token that rides along costs little; an average share would charge it a
+        whole row of the launch)."""
+        n, sx, sy, sxx, sxy = self._fit[stage]
+        if not sx:
+            return 0.0
+        var = n * sxx - sx * sx
+        slope = (n * sxy - sx * sy) / var if var > 1e-9 * max(sx * sx, 1.0) else sy / sx
+        return float(min(max(slope, 0.0), sy / sx))
+
     def prompt_seconds_by_stage(self) -> dict[str, float]:
         """Per stage, the seconds spent on prompt tokens: all of the prefill launches', and for
-        prompt tokens riding in launches beside decode tokens (chunked prefill) what they added,
-        priced per stage at the least-squares seconds per extra token of that stage's launches
-        (the marginal cost: on a device where a launch costs its weight reads, a token that rides
-        along costs little; an average share would charge it a whole row of the launch)."""
+        prompt tokens riding in launches beside decode tokens what they added
+        (``_prompt_price``)."""
         st = self.stats
         out = {"prefill": float(st["prefill_s"])}
         for s in STAGES[1:]:
             n_p = st[f"{s}_prompt_tokens"]
-            out[s] = 0.0
-            if not n_p:
-                continue
-            n, sx, sy, sxx, sxy = self._fit[s]
-            var = n * sxx - sx * sx
-            slope = (n * sxy - sx * sy) / var if var > 1e-9 * max(sx * sx, 1.0) else sy / sx
-            out[s] = float(n_p * min(max(slope, 0.0), sy / sx))   # in [0, the average per token]
+            out[s] = n_p * self._prompt_price(s) if n_p else 0.0
         return out
 
-    def nonlooped_decode_seconds(self) -> float:
-        """Seconds the decode tokens spent outside the loop: their share of the start (prelude)
-        and finish (coda and head) launches, the prompt tokens' share taken out."""
-        by = self.prompt_seconds_by_stage()
-        return float(sum(self.stats[f"{s}_s"] - by[s] for s in ("start", "finish")))
+    def nonlooped_per_token(self, t_lo: float = -math.inf, t_hi: float = math.inf) -> float | None:
+        """Seconds per decoded token outside the loop, over the start (prelude) and finish (coda
+        and head) launches that ended in (t_lo, t_hi] on the clock: per stage, the launches'
+        seconds less the prompt tokens' share, over the decode tokens they held. None where
+        those launches held no decode token."""
+        total = 0.0
+        for stage in ("start", "finish"):
+            price = self._prompt_price(stage)
+            sec = rows = 0.0
+            for t, s, dt, tokens, prompt in self.shared_log:
+                if s == stage and t_lo < t <= t_hi:
+                    sec += dt - prompt * price
+                    rows += tokens - prompt
+            if not rows:
+                return None
+            total += max(sec, 0.0) / rows
+        return total
 
     def n_prompt(self, items) -> int:
         """How many of ``items`` are prompt tokens."""
