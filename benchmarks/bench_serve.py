@@ -162,6 +162,11 @@ def readme_lines(out: dict) -> list[str]:
                      f"({n['achievable_fraction']:.3f}) | {_f(c['steady_fraction'])} | "
                      f"{_f(n['steady_fraction'])} | "
                      f"{c['steady_tokens_per_s'] / n['steady_tokens_per_s']:.2f}x |")
+    fr = [{r["mode"]: r for r in t} for t in rounds]
+    above = sum(t["cdb"]["steady_tokens_per_s"] > t["no_refill"]["steady_tokens_per_s"] for t in fr)
+    ss = [t["cdb"]["steady_achievable_fraction"] for t in fr]
+    lines += ["", f"`cdb` is above `no_refill` in {above} of {len(fr)} rounds; its steady "
+              f"fractions of the achievable bound span {min(ss):.3f}-{max(ss):.3f}."]
     if "simulated" in out["random"]:
         lines += ["", "| mode | tokens/s, measured | simulated | steady-state speedup, measured | "
                   "simulated | steady fraction of the achievable bound, measured | simulated |",
@@ -204,7 +209,28 @@ def grid_lines(grid: dict) -> list[str]:
         cells += [f"{e['cdb_steady']:.3f}, {e['cdb_chunked_steady']:.3f}"
                   for e in (grid[f"h200/{shape}/{name}"] for shape in GRID_SHAPES)]
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
-    return lines
+    return lines + ["", grid_prose(grid)]
+
+
+def grid_prose(grid: dict) -> str:
+    """The README's sentence on (e): the largest fraction of any bound, and the span of cdb's
+    steady fractions per shape, with and without chunked prefill, on both profiles."""
+    def span(key: str, shape: str, names=GRID) -> str:
+        v = [grid[f"{p}/{shape}/{n}"][key] for p in ("h100", "h200") for n in names]
+        return f"{min(v):.3f}-{max(v):.3f}"
+    top = max(e["largest_fraction"] for e in grid.values())
+    lock = max(e["lockstep_speedup"] for e in grid.values())
+    long = [n for n in GRID if GRID[n][1] >= 256]
+    short = [n for n in GRID if GRID[n][1] <= 32 and GRID[n][4] == 64]
+    return (f"The largest fraction of any bound in the grid is {top:.3f}; `static_lockstep` runs "
+            f"up to {lock:.3f}x `static`. `cdb`'s steady fractions on both GPUs with separate "
+            f"prefill launches: at 256 tokens per request ouro-like "
+            f"{span('cdb_steady', 'ouro-like', long)} and huginn-like "
+            f"{span('cdb_steady', 'huginn-like', long)}; at 32 tokens per request (width 64) "
+            f"{span('cdb_steady', 'ouro-like', short)} and "
+            f"{span('cdb_steady', 'huginn-like', short)}; with chunked prefill at every workload "
+            f"ouro-like {span('cdb_chunked_steady', 'ouro-like')} and huginn-like "
+            f"{span('cdb_chunked_steady', 'huginn-like')}.")
 
 
 def _compact(x):
