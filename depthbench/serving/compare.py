@@ -8,7 +8,10 @@ histogram, core launches and rows per launch, padding waste (empty places in cor
 (``realized / ceiling`` and ``(realized - 1) / (ceiling - 1)``); the continuous-depth-batching
 paper's bound (parameter FLOPs, the requested depths, each request's first token at full
 depth) and the fraction of it realized, over the whole run and over the steady-state window
-(the middle 80% of emitted tokens); and the exact-match recall of what was generated when the
+(the middle 80% of emitted tokens); the achievable bound (``achievable_bound``: the work every
+mode shares at the cheapest any mode of the comparison paid for it, the looped work at
+``static``'s price scaled by depth) and the fraction of it realized, over the same two spans;
+and the exact-match recall of what was generated when the
 workload comes from a dataset. ``compare_modes`` takes an executor factory.
 """
 
