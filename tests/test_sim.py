@@ -205,8 +205,9 @@ def test_static_differs_from_cdb_only_in_depth():
 
 def test_readme_serving_grid_is_the_simulation():
     """The README's workload grid (ouro-like on H100: cdb, cdb with chunked prefill, no_refill,
-    bound) is what ``benchmarks/bench_serve.py --grid-only`` simulates, and no fraction of any
-    bound there exceeds 1."""
+    bound) is what ``benchmarks/bench_serve.py --grid-only`` simulates; no whole-run fraction of
+    the achievable bound there exceeds 1, and no fraction of any bound exceeds 1.02 (a steady
+    window's edges are not priced exactly)."""
     import importlib.util
     root = Path(__file__).resolve().parents[1]
     spec = importlib.util.spec_from_file_location("bench_serve", root / "benchmarks" / "bench_serve.py")
@@ -216,7 +217,9 @@ def test_readme_serving_grid_is_the_simulation():
     for name in bench.GRID:
         e = bench.grid_entry("h100", "ouro-like", name)
         assert f"| {name} | {bench.grid_cells(e)} | " in readme, f"README grid row {name}: {e}"
-        assert e["largest_fraction"] <= 1.0 + 1e-9, name
+        assert e["largest_fraction"] <= 1.02, name
+        for k in ("cdb_whole", "cdb_chunked_whole", "no_refill_whole"):
+            assert e[k] <= 1.0 + 1e-9, (name, k)
 
 
 def test_the_steady_fraction_prices_the_window_on_its_own_tokens():
