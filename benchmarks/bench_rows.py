@@ -15,8 +15,8 @@ KEPT = ROOT / "docs" / "benchmarks"
 
 def add_args(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--json-out", type=Path, default=None,
-                    help="keep the result rows in this JSON file (the committed ones: "
-                         "docs/benchmarks/)")
+                    help="keep the result rows in this JSON file (the committed ones live in "
+                         "docs/benchmarks/ and docs/serving/)")
     ap.add_argument("--readme", type=Path, default=None, metavar="JSON",
                     help="print the README's figures from kept rows and exit (nothing is run)")
 
@@ -35,7 +35,7 @@ def keep(args, res: dict, cell: Callable[[dict], str]) -> None:
     if args.json_out:
         args.json_out.parent.mkdir(parents=True, exist_ok=True)
         tmp = args.json_out.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(res, indent=1) + "\n")
+        tmp.write_text(json.dumps(res, indent=1, default=str) + "\n")
         tmp.replace(args.json_out)
 
 

@@ -28,6 +28,7 @@ import tempfile
 from pathlib import Path
 
 import torch
+from bench_rows import add_args, from_kept, keep
 
 from depthbench.checkpoint import load_model, read_run
 from depthbench.config import ServeConfig, SimConfig
@@ -90,24 +91,23 @@ def main():
     ap.add_argument("--skip-trained", action="store_true", help="only (b)-(e)")
     ap.add_argument("--grid-only", action="store_true", help="only (e), the simulated grid")
     ap.add_argument("--grid-plot", type=Path, default=None, help="draw (e) into this PNG")
-    ap.add_argument("--json-out", type=Path, default=None,
-                    help="also write every section's results here (docs/serving/bench_serve.json "
-                         "holds the committed run the README quotes; --readme prints its lines)")
-    ap.add_argument("--readme", type=Path, default=None, metavar="JSON",
-                    help="print the README's serving lines from a --json-out file and stop")
     ap.add_argument("--prefill-chunk", type=int, default=0,
                     help="(b): chunked prefill in cdb and static, prompt tokens in flight in "
                          "core launches at once (0: a prefill launch per admission); the grid "
                          "(e) runs both, chunked at 2 x width")
+    add_args(ap)   # --json-out (docs/serving/bench_serve.json is the committed run), --readme
     args = ap.parse_args()
-    if args.readme:
-        print("\n".join(readme_lines(json.loads(args.readme.read_text()))))
+    if from_kept(args, lambda kept: "\n".join(readme_lines(kept))):
         return
     torch.set_num_threads(args.threads)
     out = {"args": {k: str(v) for k, v in vars(args).items()}}
-    if args.grid_only:
+    if args.grid_only:   # with --json-out, (e) replaces the grid of the run kept there
         out["grid"] = grid_section(args)
         print(json.dumps(out, default=str))
+        if args.json_out:
+            kept = json.loads(args.json_out.read_text()) if args.json_out.exists() else {}
+            keep(args, _compact({**kept, "grid": out["grid"]}),
+                 lambda res: "\n".join(grid_lines(res["grid"])))
         return
 
     if not args.skip_trained:
@@ -117,9 +117,7 @@ def main():
         out["gpu_sim"] = gpu_section(args)
         out["grid"] = grid_section(args)
     print(json.dumps(out, default=str))
-    if args.json_out:
-        args.json_out.parent.mkdir(parents=True, exist_ok=True)
-        args.json_out.write_text(json.dumps(_compact(out), indent=1, default=str) + "\n")
+    keep(args, _compact(out), lambda res: "\n".join(readme_lines(res)))
 
 
 def _f(x, digits: int = 3) -> str:

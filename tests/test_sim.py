@@ -209,7 +209,10 @@ def test_readme_serving_grid_is_the_simulation():
     the achievable bound there exceeds 1, and no fraction of any bound exceeds 1.02 (a steady
     window's edges are not priced exactly)."""
     import importlib.util
+    import sys
     root = Path(__file__).resolve().parents[1]
+    if str(root / "benchmarks") not in sys.path:   # the script imports its shared helper
+        sys.path.insert(0, str(root / "benchmarks"))
     spec = importlib.util.spec_from_file_location("bench_serve", root / "benchmarks" / "bench_serve.py")
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
