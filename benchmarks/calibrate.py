@@ -79,6 +79,18 @@ RECIPES.update({
     "add-s678": ("15% of a budget three times the adopted one (678 steps)",
                  {"model": ADD, "train": {"steps": 678}}),
 })
+# Sizing the budget figure's task instead of its budget: fewer people (each value used once, so
+# no value is more likely than another and the floor stays at 0 bits) or more orders per person.
+N128 = {"n_people": 128, "attributes": ",".join(f"{n}:128" for n in (
+    "birth_city", "employer", "university", "major", "birth_date", "work_city"))}
+RECIPES.update({
+    "add-s226-n128": ("add-s226 on 128 people x 6 attributes x 128 values (42 bits)",
+                      {"data": N128, "model": ADD, "train": S226}),
+    "add-s226-orders8": ("add-s226 with 8 training orders per person (each order seen half as often)",
+                         {"data": {"orders_per_person": 8}, "model": ADD, "train": S226}),
+    "add-s1500-n128": ("the adopted recipe on add-s226-n128's 128 people",
+                       {"data": N128, "model": ADD, "train": {"steps": 1500}}),
+})
 
 
 def _parse_ints(text: str) -> list[int]:
