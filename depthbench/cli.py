@@ -244,10 +244,10 @@ def probe_update_cmd(config_file, as_json, **given):
 def run_cmd(spec, out, plan, rerun, executor, as_json):
     """Run an experiment grid: generate, train, eval, probe, serve-bench, report.
 
-    SPEC is a TOML file or the name of a packaged experiment (quickstart, budgets, fixed-depths,
-    matched, smoke, paper-200m, paper-1b); without SPEC, the quickstart. Finished stages are skipped on
-    a rerun; an interrupted one continues; a finished one whose settings changed is reported
-    and rerun only with --rerun.
+    SPEC is a TOML file or the name of a packaged experiment (quickstart, table3, budgets,
+    fixed-depths, matched, text-quickstart, smoke, paper-200m, paper-1b, paper-1b-text); without
+    SPEC, the quickstart. Finished stages are skipped on a rerun; an interrupted one continues;
+    a finished one whose settings changed is reported and rerun only with --rerun.
 
     \b
     Examples:

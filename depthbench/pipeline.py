@@ -38,6 +38,7 @@ from depthbench.config import (
 )
 from depthbench.errors import UserError
 from depthbench.fsio import DirLock, atomic_write_text
+from depthbench.rows import write_rows
 from depthbench.spec import ExperimentSpec, budget_tag, load_spec  # noqa: F401  (load_spec re-exported)
 
 CONFIGS = {"train": TrainJob, "eval": EvalConfig, "probe-update": ProbeConfig,
@@ -183,6 +184,7 @@ class Pipeline:
                                or Path("reports") / (spec.report.name or spec.name))
         self.stages_dir, self.plan_dir = self.out / "stages", self.out / "plan"
         self.keys: dict[str, str] = {}  # stage id -> hash of its config and inputs
+        self.started: dict[str, float] = {}  # stage id -> when this process started it
 
     # ---- the grid -------------------------------------------------------------------------------
     def stages(self) -> list[list[Stage]]:
@@ -209,7 +211,7 @@ class Pipeline:
         # earlier dataset's, or a step the runs no longer have) are never mixed in
         files = [str(o) for st in evals + probes + serve for o in st.outputs] + [
             str(self.results / kind / f"{Path(t.config['out']).name}.jsonl")
-            for t in runs for kind in ("curves", "runs")]
+            for t in runs for kind in ("curves", "runs")] + [str(self.results / "stages.jsonl")]
         report = Stage("report", "report", ReportConfig(
             results=tuple(files), out=str(self.report_dir), title=s.name).to_dict(),
             [self.report_dir / "index.html"], [st.id for st in evals + probes + serve + runs])
@@ -361,11 +363,38 @@ class Pipeline:
         old, new = read_run(st.config["out"]), job_record(TrainJob.from_dict(st.config))
         return differences({k: old[k] for k in keys}, json.loads(json.dumps({k: new[k] for k in keys})))
 
+    def _start(self, st: Stage) -> None:
+        self.started[st.id] = time.time()
+        self.log(f"run  {st.id}")
+
     def _mark(self, st: Stage) -> None:
         self.stages_dir.mkdir(parents=True, exist_ok=True)
+        now, started = time.time(), self.started.get(st.id)
         atomic_write_text(self.stages_dir / f"{st.id}.json", json.dumps(
             {"key": self.keys[st.id], "config": st.config, "command": st.command,
-             "outputs": [str(o) for o in st.outputs], "finished": time.time()}, indent=1) + "\n")
+             "outputs": [str(o) for o in st.outputs], "started": started, "finished": now,
+             "seconds": None if started is None else now - started,
+             "workers": self.workers}, indent=1) + "\n")
+
+    def _write_stage_rows(self, stages: list[Stage]) -> None:
+        """``results/stages``: when each finished stage of the grid started and ended (wall
+        clock, seconds since the epoch; a submitted job's start is its submission), so that a
+        report can say how long its grid took from its own rows."""
+        rows = []
+        for st in stages:
+            try:
+                rec = json.loads((self.stages_dir / f"{st.id}.json").read_text())
+            except (OSError, ValueError):
+                continue
+            rows.append({"stage": st.id, "command": st.command, "started": rec.get("started"),
+                         "finished": rec.get("finished"), "stage_s": rec.get("seconds"),
+                         "workers": rec.get("workers")})
+        write_rows(rows, self.results / "stages", "stage")   # none: an empty file
+
+    @property
+    def workers(self) -> int | None:
+        """The local pool's size (None: stages run as submitted jobs)."""
+        return self.spec.run.workers or (os.cpu_count() or 1) if self.executor == "local" else None
 
     # ---- running -------------------------------------------------------------------------------
     def preflight(self) -> None:
@@ -404,6 +433,8 @@ class Pipeline:
         with DirLock(self.out, "experiment directory"):
             t0, groups = time.perf_counter(), self.stages()
             for group in groups:
+                if group[0].command == "report":
+                    self._write_stage_rows([st for g in groups[:-1] for st in g])
                 todo = [st for st in group if self._todo(st)]
                 for st in group:
                     if st not in todo:
@@ -415,8 +446,10 @@ class Pipeline:
                     "seconds": time.perf_counter() - t0}
 
     def _plan(self) -> dict:
-        lines = []
-        for group in self.stages():
+        lines, groups = [], self.stages()
+        # the report command reads the stage rows: those of stages finished here, if any
+        self._write_stage_rows([st for g in groups[:-1] for st in g])
+        for group in groups:
             for st in group:
                 f = self.plan_dir / f"{st.id}.json"
                 f.parent.mkdir(parents=True, exist_ok=True)
@@ -434,7 +467,7 @@ class Pipeline:
         workers = max(1, min(self.spec.run.workers or (os.cpu_count() or 1), len(todo)))
         if workers == 1:
             for st in todo:
-                self.log(f"run  {st.id}")
+                self._start(st)
                 run_stage(st.command, st.config)
                 self._mark(st)
             return
@@ -445,8 +478,8 @@ class Pipeline:
                 busy = {s.id for s in waiting} | {s.id for s in running.values()}
                 for st in [s for s in waiting if not busy & set(s.waits)][:workers - len(running)]:
                     waiting.remove(st)
+                    self._start(st)
                     running[pool.submit(run_stage, st.command, st.config, None, 1)] = st
-                    self.log(f"run  {st.id}")
                 done, _ = wait(running, return_when=FIRST_COMPLETED)
                 for fut in [f for f in running if f in done]:
                     st = running.pop(fut)
@@ -484,6 +517,7 @@ class Pipeline:
                 ex = submitit.LocalExecutor(folder=folder)
                 ex.update_parameters(timeout_min=60 * 24)
             try:
+                self.started[st.id] = time.time()
                 jobs.append((ex.submit(run_stage, st.command, st.config, os.getcwd(), 1), st))
             except Exception as e:  # sbatch refused the job (a partition, a time limit...)
                 first = (str(e).strip().splitlines() or [type(e).__name__])[0]

@@ -82,7 +82,7 @@ def load_rows(paths: list[Path]) -> dict[str, pd.DataFrame]:
 ROW_KEYS = {"eval": ["run", "step", "split", "depth"], "probe": ["run", "step", "depth",
                                                                 "depth_a", "depth_b"],
             "curve": ["run", "step"], "run": ["run"], "serve": None,
-            "task": ["run", "step", "task", "depth"]}
+            "task": ["run", "step", "task", "depth"], "stage": ["stage"]}
 
 
 def _refuse_duplicates(df: pd.DataFrame, kind: str) -> None:
@@ -133,6 +133,7 @@ SCHEMA = {
                                                      "modeled_train_flops"], ["seed", "final_loss"]),
     "task": ({"task", "depth", "harness"}, ["run", "schedule", "seed", "step", "depth", "task"],
              ["seed", "step", "depth"]),
+    "stage": ({"stage", "finished"}, ["stage", "command", "finished"], ["finished"]),
 }
 
 
@@ -874,7 +875,38 @@ def _build(rows: dict, out: Path, title: str, reference: str | None, paths) -> l
         tables.append(_task_section(figs, rows["task"], color))
     if rows.get("serve") is not None:
         tables.append(_serve_section(figs, rows["serve"]))
+    if rows.get("stage") is not None:
+        tables.append(_stage_table(rows["stage"]))
     return _write(out, title, figs.items, tables, paths, notes, files)
+
+
+def grid_clock(st: pd.DataFrame) -> dict:
+    """How long a ``depthbench run`` grid took, from its stage rows: wall seconds from the
+    first stage's start to the last one's end (the report stage aside), the pool's workers,
+    and the seconds its stages ran, summed per command."""
+    started = pd.to_numeric(st["started"], errors="coerce") if "started" in st else None
+    finished = pd.to_numeric(st["finished"], errors="coerce")
+    first = started.min() if started is not None and started.notna().any() else float("nan")
+    workers = st["workers"].dropna().unique() if "workers" in st else []
+    secs = pd.to_numeric(st.get("stage_s", pd.Series(dtype=float)), errors="coerce")
+    return {"wall_s": float(finished.max() - first),
+            "workers": int(workers[0]) if len(workers) == 1 else None,
+            "stage_s": {c: float(v) for c, v in secs.groupby(st["command"]).sum().items()},
+            "stages": {c: int(v) for c, v in st["command"].value_counts().items()}}
+
+
+def _stage_table(st: pd.DataFrame) -> tuple[str, pd.DataFrame]:
+    clock = grid_clock(st)
+    rows = [{"stages": k, "count": n, "stage seconds (sum)": round(clock["stage_s"].get(k, 0), 1)}
+            for k, n in sorted(clock["stages"].items())]
+    wall = clock["wall_s"]
+    rows.append({"stages": "whole grid (wall clock, first start to last end)",
+                 "count": sum(clock["stages"].values()),
+                 "stage seconds (sum)": "-" if wall != wall else
+                 f"{round(wall, 1)} ({int(round(wall)) // 60} min {int(round(wall)) % 60} s)"})
+    who = f"{clock['workers']} local workers" if clock["workers"] else "submitted jobs"
+    return (f"Time by stage ({who}; a stage's seconds run from its start, or submission, to its "
+            "end; the report stage is not counted)", pd.DataFrame(rows))
 
 
 def _fig_curves(figs, cur: pd.DataFrame, color: dict) -> None:

@@ -9,6 +9,8 @@ dispatches on it:
     serve   one batching mode of a serving benchmark (serving.bench.run_bench)
     curve   one logged training step (train.run_train)
     run     one training run's summary (train.run_train)
+    task    one lm-eval task at one serving depth (lm_eval_adapter)
+    stage   one finished stage of a ``depthbench run`` grid: its start, end and seconds
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from pathlib import Path
 
 from depthbench.fsio import atomic_write_many
 
-KINDS = ("eval", "probe", "serve", "curve", "run", "task")
+KINDS = ("eval", "probe", "serve", "curve", "run", "task", "stage")
 
 # Every column a stage writes itself (key and measured columns of every kind). A tag (a
 # config's ``tags``: extra columns of every row) may not take one of these names, nor contain
@@ -41,6 +43,7 @@ RESERVED_COLUMNS = frozenset("""
     tokens_per_s ttft_p50_ms ttft_p90_ms ttft_p99_ms wall_s trace_mean
     achievable_bound achievable_fraction steady_achievable_bound steady_achievable_fraction
     bits_per_byte cloze_accuracy cloze_accuracy_mi cloze_items task acc acc_norm acc_mutual_info harness
+    stage command started finished stage_s workers
 """.split())
 _TAG_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,63}")
 

@@ -2,6 +2,7 @@
 
 import json
 import shutil
+import time
 from pathlib import Path
 
 import numpy as np
@@ -10,7 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from depthbench.cli import main
-from depthbench.report import build_report
+from depthbench.report import build_report, grid_clock
 
 SMALL = """
 name = "mini"
@@ -53,10 +54,23 @@ def run_spec(tmp_path, text, *extra):
 
 def test_pipeline_runs_every_stage_then_skips_them_and_resumes(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
+    t0 = time.time()
     r = run_spec(tmp_path, SMALL, "--json")
+    elapsed = time.time() - t0
     assert r.exit_code == 0, r.output
     summary = json.loads(r.stdout.strip().splitlines()[-1])
     assert summary["runs"] == 4  # three schedules and the compute-matched uniform run
+    # one stage row per stage before the report, its seconds its own end minus start; with one
+    # worker the stages run one after another inside the run's own time
+    st = pd.read_json(tmp_path / "exp" / "results" / "stages.jsonl", lines=True)
+    ran = [line.split()[1] for line in r.stdout.splitlines() if line.startswith("run ")]
+    assert sorted(st["stage"]) == sorted(s for s in ran if s != "report")
+    assert (st["stage_s"] - (st["finished"] - st["started"])).abs().max() < 1e-6
+    order = st.sort_values("started")
+    assert (order["started"].to_numpy()[1:] >= order["finished"].to_numpy()[:-1]).all()
+    clock = grid_clock(st)
+    assert clock["workers"] == 1 and clock["stages"]["train"] == 4
+    assert sum(clock["stage_s"].values()) <= clock["wall_s"] <= elapsed
     report = tmp_path / "exp" / "report"  # run --out DIR: the report goes to DIR/report
     for f in ("index.html", "README.md", "bits_vs_depth.png", "training_loss.png",
               "update_probe.png", "serving_speedup.png", "nll_vs_flops.png"):
@@ -512,3 +526,13 @@ def test_readme_probe_and_fixed_depth_numbers_are_the_committed_rows():
     for k, g in peak.items():   # every seed peaks at its training depth
         best = g.groupby("seed").apply(lambda s: s.loc[s["bits_per_person"].idxmax(), "depth"])
         assert set(best) == {k}, k
+
+
+def test_run_help_names_every_packaged_experiment():
+    from depthbench.spec import EXPERIMENTS
+    r = CliRunner().invoke(main, ["run", "--help"])
+    assert r.exit_code == 0
+    text = " ".join(r.output.split())
+    listed = text[text.index("packaged experiment ("):text.index("); without SPEC")]
+    names = sorted(p.stem for p in EXPERIMENTS.glob("*.toml"))
+    assert sorted(n.strip() for n in listed.split("(", 1)[1].split(",")) == names
