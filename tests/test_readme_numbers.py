@@ -423,4 +423,6 @@ def grid_time(name: str) -> str:
 def test_grid_times_are_the_committed_stage_rows():
     quoted(f"8 paired seeds; {grid_time('budgets')} on 2 CPU cores from the first stage's start "
            "to the last one's end",
-           f"run on both cores, one at a time; {grid_time('budgets-2threads')} by its stage rows")
+           f"run on both cores, one at a time; {grid_time('budgets-2threads')} by its stage rows",
+           f"report; {grid_time('quickstart')} on 2 CPU cores from the first stage's start to the "
+           "last one's end, by the report's stage rows")
