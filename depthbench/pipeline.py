@@ -22,6 +22,7 @@ import json
 import os
 import shlex
 import shutil
+import sys
 import time
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import dataclass, field
@@ -89,8 +90,10 @@ ACTIONS = {"generate": _generate, "prepare-text": _prepare_text, "train": _train
            "serve-bench": _serve, "report": _report}
 
 
-def run_stage(command: str, config: dict, cwd: str | None = None, threads: int = 0) -> None:
-    """Run one stage from its plain config (in this process, a pool worker or a submitit job)."""
+def run_stage(command: str, config: dict, cwd: str | None = None, threads: int = 0) -> float:
+    """Run one stage from its plain config (in this process, a pool worker or a submitit job);
+    returns the process's peak resident memory so far in MB (a pool worker's whole life, not
+    this stage alone)."""
     if cwd:
         os.chdir(cwd)
     if threads:
@@ -101,6 +104,13 @@ def run_stage(command: str, config: dict, cwd: str | None = None, threads: int =
         submitit.helpers.TorchDistributedEnvironment().export(set_cuda_visible_devices=False)
     cls = CONFIGS.get(command)
     ACTIONS[command](cls.from_dict(config) if cls else config)
+    return peak_rss_mb()
+
+
+def peak_rss_mb() -> float:
+    import resource
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss   # KB on Linux, bytes on macOS
+    return peak / (2**20 if sys.platform == "darwin" else 2**10)
 
 
 def _hash(obj) -> str:
@@ -367,14 +377,14 @@ class Pipeline:
         self.started[st.id] = time.time()
         self.log(f"run  {st.id}")
 
-    def _mark(self, st: Stage) -> None:
+    def _mark(self, st: Stage, rss_mb: float | None = None) -> None:
         self.stages_dir.mkdir(parents=True, exist_ok=True)
         now, started = time.time(), self.started.get(st.id)
         atomic_write_text(self.stages_dir / f"{st.id}.json", json.dumps(
             {"key": self.keys[st.id], "config": st.config, "command": st.command,
              "outputs": [str(o) for o in st.outputs], "started": started, "finished": now,
              "seconds": None if started is None else now - started,
-             "workers": self.workers}, indent=1) + "\n")
+             "workers": self.workers, "peak_rss_mb": rss_mb}, indent=1) + "\n")
 
     def _write_stage_rows(self, stages: list[Stage]) -> None:
         """``results/stages``: when each finished stage of the grid started and ended (wall
@@ -388,7 +398,7 @@ class Pipeline:
                 continue
             rows.append({"stage": st.id, "command": st.command, "started": rec.get("started"),
                          "finished": rec.get("finished"), "stage_s": rec.get("seconds"),
-                         "workers": rec.get("workers")})
+                         "workers": rec.get("workers"), "peak_rss_mb": rec.get("peak_rss_mb")})
         write_rows(rows, self.results / "stages", "stage")   # none: an empty file
 
     @property
@@ -468,8 +478,7 @@ class Pipeline:
         if workers == 1:
             for st in todo:
                 self._start(st)
-                run_stage(st.command, st.config)
-                self._mark(st)
+                self._mark(st, run_stage(st.command, st.config))
             return
         waiting, running = list(todo), {}
         with ProcessPoolExecutor(max_workers=workers) as pool:
@@ -483,8 +492,7 @@ class Pipeline:
                 done, _ = wait(running, return_when=FIRST_COMPLETED)
                 for fut in [f for f in running if f in done]:
                     st = running.pop(fut)
-                    fut.result()
-                    self._mark(st)
+                    self._mark(st, fut.result())
                     self.log(f"done {st.id}")
 
     def _submit(self, todo: list[Stage]) -> None:
@@ -526,11 +534,11 @@ class Pipeline:
             self.log(f"submitted {st.id} (job {jobs[-1][0].job_id})")
         for job, st in jobs:
             try:
-                job.result()
+                rss = job.result()
             except Exception as e:  # a failed job: its own log holds the traceback
                 last = str(e).strip().splitlines()[-1] if str(e).strip() else type(e).__name__
                 raise UserError(f"stage {st.id} failed ({last[:200]}); see {job.paths.stderr}") from None
-            self._mark(st)
+            self._mark(st, rss)
             self.log(f"done {st.id}")
 
 

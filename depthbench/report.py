@@ -883,14 +883,17 @@ def _build(rows: dict, out: Path, title: str, reference: str | None, paths) -> l
 def grid_clock(st: pd.DataFrame) -> dict:
     """How long a ``depthbench run`` grid took, from its stage rows: wall seconds from the
     first stage's start to the last one's end (the report stage aside), the pool's workers,
-    and the seconds its stages ran, summed per command."""
+    the seconds its stages ran, summed per command, and the largest peak resident memory of
+    a process that ran them (MB; None where the rows do not say)."""
     started = pd.to_numeric(st["started"], errors="coerce") if "started" in st else None
     finished = pd.to_numeric(st["finished"], errors="coerce")
     first = started.min() if started is not None and started.notna().any() else float("nan")
     workers = st["workers"].dropna().unique() if "workers" in st else []
     secs = pd.to_numeric(st.get("stage_s", pd.Series(dtype=float)), errors="coerce")
+    rss = pd.to_numeric(st["peak_rss_mb"], errors="coerce") if "peak_rss_mb" in st else None
     return {"wall_s": float(finished.max() - first),
             "workers": int(workers[0]) if len(workers) == 1 else None,
+            "peak_rss_mb": float(rss.max()) if rss is not None and rss.notna().any() else None,
             "stage_s": {c: float(v) for c, v in secs.groupby(st["command"]).sum().items()},
             "stages": {c: int(v) for c, v in st["command"].value_counts().items()}}
 
@@ -904,6 +907,9 @@ def _stage_table(st: pd.DataFrame) -> tuple[str, pd.DataFrame]:
                  "count": sum(clock["stages"].values()),
                  "stage seconds (sum)": "-" if wall != wall else
                  f"{round(wall, 1)} ({int(round(wall)) // 60} min {int(round(wall)) % 60} s)"})
+    if clock["peak_rss_mb"]:
+        rows.append({"stages": "peak resident memory of one stage process (MB)", "count": "-",
+                     "stage seconds (sum)": f"{clock['peak_rss_mb']:.0f}"})
     who = f"{clock['workers']} local workers" if clock["workers"] else "submitted jobs"
     return (f"Time by stage ({who}; a stage's seconds run from its start, or submission, to its "
             "end; the report stage is not counted)", pd.DataFrame(rows))

@@ -43,7 +43,7 @@ RESERVED_COLUMNS = frozenset("""
     tokens_per_s ttft_p50_ms ttft_p90_ms ttft_p99_ms wall_s trace_mean
     achievable_bound achievable_fraction steady_achievable_bound steady_achievable_fraction
     bits_per_byte cloze_accuracy cloze_accuracy_mi cloze_items task acc acc_norm acc_mutual_info harness
-    stage command started finished stage_s workers
+    stage command started finished stage_s workers peak_rss_mb
 """.split())
 _TAG_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,63}")
 

@@ -71,6 +71,9 @@ def test_pipeline_runs_every_stage_then_skips_them_and_resumes(tmp_path, monkeyp
     clock = grid_clock(st)
     assert clock["workers"] == 1 and clock["stages"]["train"] == 4
     assert sum(clock["stage_s"].values()) <= clock["wall_s"] <= elapsed
+    # one worker: the stages ran in this process, whose peak memory bounds theirs
+    import resource
+    assert 50 < clock["peak_rss_mb"] <= resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     report = tmp_path / "exp" / "report"  # run --out DIR: the report goes to DIR/report
     for f in ("index.html", "README.md", "bits_vs_depth.png", "training_loss.png",
               "update_probe.png", "serving_speedup.png", "nll_vs_flops.png"):
