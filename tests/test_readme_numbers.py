@@ -425,4 +425,5 @@ def test_grid_times_are_the_committed_stage_rows():
            "to the last one's end",
            f"run on both cores, one at a time; {grid_time('budgets-2threads')} by its stage rows",
            f"report; {grid_time('quickstart')} on 2 CPU cores from the first stage's start to the "
-           "last one's end, by the report's stage rows")
+           "last one's end, by the report's stage rows",
+           f"8 paired seeds; {grid_time('table3')} on 2 CPU cores by its stage rows")
