@@ -426,4 +426,6 @@ def test_grid_times_are_the_committed_stage_rows():
            f"run on both cores, one at a time; {grid_time('budgets-2threads')} by its stage rows",
            f"report; {grid_time('quickstart')} on 2 CPU cores from the first stage's start to the "
            "last one's end, by the report's stage rows",
-           f"8 paired seeds; {grid_time('table3')} on 2 CPU cores by its stage rows")
+           f"8 paired seeds; {grid_time('table3')} on 2 CPU cores by its stage rows",
+           f"[`reports/fixed-depths/`](reports/fixed-depths/README.md); {grid_time('fixed-depths')} "
+           "on 2 CPU cores by its stage rows")
