@@ -428,4 +428,12 @@ def test_grid_times_are_the_committed_stage_rows():
            "last one's end, by the report's stage rows",
            f"8 paired seeds; {grid_time('table3')} on 2 CPU cores by its stage rows",
            f"[`reports/fixed-depths/`](reports/fixed-depths/README.md); {grid_time('fixed-depths')} "
-           "on 2 CPU cores by its stage rows")
+           "on 2 CPU cores by its stage rows",
+           f"[`reports/text-quickstart/`](reports/text-quickstart/README.md); "
+           f"{grid_time('text-quickstart')} on 2 CPU cores by its stage rows, peak resident memory "
+           f"of one stage process {peak_gb('text-quickstart')}")
+
+
+def peak_gb(name: str) -> str:
+    from depthbench.report import grid_clock
+    return f"{grid_clock(pd.read_csv(REPORTS / name / 'rows' / 'stage.csv'))['peak_rss_mb'] / 1024:.1f} GB"
