@@ -431,7 +431,9 @@ def test_grid_times_are_the_committed_stage_rows():
            "on 2 CPU cores by its stage rows",
            f"[`reports/text-quickstart/`](reports/text-quickstart/README.md); "
            f"{grid_time('text-quickstart')} on 2 CPU cores by its stage rows, peak resident memory "
-           f"of one stage process {peak_gb('text-quickstart')}")
+           f"of one stage process {peak_gb('text-quickstart')}",
+           f"beside both full runs, 4 paired seeds; {grid_time('matched')} on 2 CPU cores by its "
+           "stage rows")
 
 
 def peak_gb(name: str) -> str:
