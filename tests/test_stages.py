@@ -40,6 +40,8 @@ def rows_of(results: Path) -> dict[str, pd.DataFrame]:
     df = pd.concat([pd.read_json(f, lines=True) for f in files], ignore_index=True)
     out = {}
     for kind, g in df.groupby("kind"):
+        if kind == "stage":   # when the grid's stages ran (bookkeeping; a plan run by hand has none)
+            continue
         g = g.dropna(axis=1, how="all")
         g = g[[c for c in g.columns if c not in VARYING and not c.startswith(("ttft", "itl", "time_"))]]
         out[kind] = g.sort_values(list(g.columns)).reset_index(drop=True)
