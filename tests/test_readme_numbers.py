@@ -439,3 +439,18 @@ def test_grid_times_are_the_committed_stage_rows():
 def peak_gb(name: str) -> str:
     from depthbench.report import grid_clock
     return f"{grid_clock(pd.read_csv(REPORTS / name / 'rows' / 'stage.csv'))['peak_rss_mb'] / 1024:.1f} GB"
+
+
+def test_quickstart_task_numbers():
+    """The quickstart's task and model sizes, from its eval rows."""
+    ev = final_eval("quickstart")
+    people, ceiling = int(ev["people"].max()), float(ev["ceiling_bits"].iloc[0])
+    params = int(ev["params"].iloc[0])
+    attrs = int(ev["facts"].max()) // people
+    floor = ev["floor_bits_per_person"].max()
+    steps = runs("quickstart")["steps"]
+    assert steps.nunique() == 1 and ev["people_trained"].max() == people
+    quoted(f"tiny dataset: {people} people, {attrs} attributes of {round(2 ** (ceiling / attrs))} "
+           f"balanced values, a {ceiling:.0f}-bit ceiling and a floor of {floor:.1f} bits",
+           f"about {round(params / 1000)}k parameters, {people * ceiling / params:.2f} task bits per "
+           f"parameter; {steps.iloc[0]} steps of batch 64")
