@@ -404,7 +404,7 @@ class Pipeline:
     @property
     def workers(self) -> int | None:
         """The local pool's size (None: stages run as submitted jobs)."""
-        return self.spec.run.workers or (os.cpu_count() or 1) if self.executor == "local" else None
+        return (self.spec.run.workers or os.cpu_count() or 1) if self.executor == "local" else None
 
     # ---- running -------------------------------------------------------------------------------
     def preflight(self) -> None:
@@ -474,7 +474,7 @@ class Pipeline:
             return
         if self.executor != "local":
             return self._submit(todo)
-        workers = max(1, min(self.spec.run.workers or (os.cpu_count() or 1), len(todo)))
+        workers = min(self.workers, len(todo))
         if workers == 1:
             for st in todo:
                 self._start(st)

@@ -885,16 +885,14 @@ def grid_clock(st: pd.DataFrame) -> dict:
     first stage's start to the last one's end (the report stage aside), the pool's workers,
     the seconds its stages ran, summed per command, and the largest peak resident memory of
     a process that ran them (MB; None where the rows do not say)."""
-    started = pd.to_numeric(st["started"], errors="coerce") if "started" in st else None
-    finished = pd.to_numeric(st["finished"], errors="coerce")
-    first = started.min() if started is not None and started.notna().any() else float("nan")
-    workers = st["workers"].dropna().unique() if "workers" in st else []
-    secs = pd.to_numeric(st.get("stage_s", pd.Series(dtype=float)), errors="coerce")
-    rss = pd.to_numeric(st["peak_rss_mb"], errors="coerce") if "peak_rss_mb" in st else None
-    return {"wall_s": float(finished.max() - first),
+    def col(name):
+        return (pd.to_numeric(st[name], errors="coerce") if name in st
+                else pd.Series(float("nan"), index=st.index))
+    workers, rss = col("workers").dropna().unique(), col("peak_rss_mb").max()
+    return {"wall_s": float(col("finished").max() - col("started").min()),
             "workers": int(workers[0]) if len(workers) == 1 else None,
-            "peak_rss_mb": float(rss.max()) if rss is not None and rss.notna().any() else None,
-            "stage_s": {c: float(v) for c, v in secs.groupby(st["command"]).sum().items()},
+            "peak_rss_mb": None if pd.isna(rss) else float(rss),
+            "stage_s": {c: float(v) for c, v in col("stage_s").groupby(st["command"]).sum().items()},
             "stages": {c: int(v) for c, v in st["command"].value_counts().items()}}
 
 

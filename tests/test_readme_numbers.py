@@ -413,10 +413,14 @@ def test_benchmarks_table_is_its_rows():
             f"README {row}: rerun `python benchmarks/{script}.py --readme docs/benchmarks/{kept}`")
 
 
+def clock(name: str) -> dict:
+    from depthbench.report import grid_clock
+    return grid_clock(pd.read_csv(REPORTS / name / "rows" / "stage.csv"))
+
+
 def grid_time(name: str) -> str:
     """How long a committed report's grid took, from its stage rows: 'M minutes S seconds'."""
-    from depthbench.report import grid_clock
-    w = round(grid_clock(pd.read_csv(REPORTS / name / "rows" / "stage.csv"))["wall_s"])
+    w = round(clock(name)["wall_s"])
     return f"{w // 60} minutes {w % 60} seconds"
 
 
@@ -437,8 +441,7 @@ def test_grid_times_are_the_committed_stage_rows():
 
 
 def peak_gb(name: str) -> str:
-    from depthbench.report import grid_clock
-    return f"{grid_clock(pd.read_csv(REPORTS / name / 'rows' / 'stage.csv'))['peak_rss_mb'] / 1024:.1f} GB"
+    return f"{clock(name)['peak_rss_mb'] / 1024:.1f} GB"
 
 
 def test_quickstart_task_numbers():
