@@ -32,9 +32,13 @@ COMMAND = ["depthbench", "serve-bench", "--random", "small", "--set", "d_model=5
            "--json"]
 # name -> (what it is, the knobs it adds to the command)
 SETTINGS = {
-    "defaults": ("the CLI's defaults (coda batch width/2, pool width + coda batch, admit "
-                 "width/8, coda wait 4)", []),
-    "larger-pool": ("a larger coda batch and pool, the same knobs for static",
+    "defaults": ("the CLI's defaults on a CPU (scheduler.knob_defaults: coda batch 3 width/2, "
+                 "pool 3 width, admit at 3 width/4 free rows, coda wait 16)", []),
+    "gpu-defaults": ("the GPU's defaults run on the CPU (coda batch width/2, pool width + coda "
+                     "batch, admit width/8, coda wait 4): the CLI's defaults before they were "
+                     "chosen per device", ["--admit-min", "8", "--pool", "96", "--min-coda-batch",
+                                           "32", "--coda-wait", "4"]),
+    "larger-pool": ("the CPU's defaults given as flags: the runs that chose them",
                     ["--admit-min", "48", "--pool", "192", "--min-coda-batch", "96",
                      "--coda-wait", "16"]),
 }

@@ -51,14 +51,16 @@ def _workload(cls) -> list:
         click.option("--lookahead/--no-lookahead", default=None, help="Take exit decisions one loop ahead."),
         click.option("--admit-min", type=click.IntRange(0, 1 << 16), show_default=_d("admit_min"),
                      help="Free rows needed before new requests are admitted while busy "
-                          "(0: width/8; 1: refill every freed row at once)."),
+                          "(0: width/8 on a GPU, 3 width/4 on a CPU; 1: refill every freed row at once)."),
         click.option("--min-coda-batch", type=click.IntRange(0, 1 << 16), show_default=_d("min_coda_batch"),
-                     help="cdb: exited tokens that wait before the coda runs (0: width/2)."),
+                     help="cdb: exited tokens that wait before the coda runs "
+                          "(0: width/2 on a GPU, 3 width/2 on a CPU)."),
         click.option("--pool", type=click.IntRange(0, 1 << 16), show_default=_d("pool"),
                      help="cdb: requests resident at once, each with its KV rows; core launches take "
-                          "at most --width of them (0: width + the coda batch)."),
+                          "at most --width of them (0: width + the coda batch; on a CPU at least 3 width)."),
         click.option("--coda-wait", type=click.IntRange(0, 1 << 16), show_default=_d("coda_wait"),
-                     help="cdb: core launches an exited token waits for the coda at most (0: 4)."),
+                     help="cdb: core launches an exited token waits for the coda at most "
+                          "(0: 4 on a GPU, 16 on a CPU)."),
         click.option("--prefill-chunk", type=click.IntRange(0, 1 << 16),
                      show_default=_d("prefill_chunk"),
                      help="cdb, static: chunked prefill, prompt tokens riding in core launches "

@@ -478,7 +478,8 @@ class ServeConfig(_Plain):
     exit: str = "latent:0.05"
     kv_policy: str = "depth_indexed"
     width: int = 64                # rows per core launch at most
-    pool: int = 0                  # cdb: requests resident at once (0: width + min_coda_batch)
+    pool: int = 0                  # cdb: requests resident at once (0: the device's default,
+                                   # scheduler.knob_defaults; GPU width + min_coda_batch)
     requests: int = 256
     rate: float = 0.0              # requests/s (Poisson arrivals); 0: all at t = 0 (offline)
     max_new_tokens: int = 0        # 0: the rest of the dataset sequence (or 32 for random prompts)
@@ -487,9 +488,11 @@ class ServeConfig(_Plain):
     min_depth: int = 1
     max_depth: int = 16
     lookahead: bool = False        # exit decisions one loop ahead
-    admit_min: int = 0             # cdb: free rows needed to admit while busy (0: width // 8)
-    min_coda_batch: int = 0        # cdb: exited tokens that wait before the coda runs (0: width // 2)
-    coda_wait: int = 0             # cdb: core launches the oldest exited token waits at most (0: 4)
+    admit_min: int = 0             # free rows needed to admit while busy (0: GPU width/8, CPU 3w/4)
+    min_coda_batch: int = 0        # cdb: exited tokens that wait before the coda runs (0: GPU w/2,
+                                   # CPU 3w/2)
+    coda_wait: int = 0             # cdb: core launches the oldest exited token waits at most (0:
+                                   # GPU 4, CPU 16)
     prefill_chunk: int = 0         # cdb, static: prompt tokens in core launches at once (chunked
                                    # prefill); 0: each admission's prompts in a prefill launch
     seed: int = 0

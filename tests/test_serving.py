@@ -132,6 +132,7 @@ class FakeEngine:
         self.plan, self.max_depth = plan, max_depth
         self.crit = SimpleNamespace(known_in_advance=False)  # the plan decides the exits
         self.clock, self.n_rows = WallClock(), 64
+        self.device_type = "cuda"           # the scheduler's GPU defaults
         self.loop, self.token, self.req_of_row = {}, {}, {}
         self.launches = []
 
@@ -315,6 +316,30 @@ def test_default_pool_holds_the_coda_batch_beside_a_full_launch():
     assert cdb_sizes(64, pool=70) == (32, 70)
     assert cdb_sizes(64, pool=10) == (32, 64)   # never fewer rows than a launch takes
     assert cdb_sizes(1) == (1, 2)
+    # on a CPU: larger, rarer coda launches, and a pool of at least 3 widths
+    assert cdb_sizes(64, device_type="cpu") == (96, 192)
+    assert cdb_sizes(64, min_coda_batch=200, device_type="cpu") == (200, 264)
+    assert cdb_sizes(64, pool=70, device_type="cpu") == (96, 70)
+
+
+def test_the_scheduler_takes_its_defaults_from_the_executors_device_kind():
+    from depthbench.config import ServeConfig
+    from depthbench.serving.compare import engine_rows, resolve_knobs
+    from depthbench.serving.scheduler import knob_defaults
+    for dev, want in (("cuda", (8, 32, 4, 96)), ("cpu", (48, 96, 16, 192))):
+        eng = FakeEngine({})
+        eng.device_type, eng.n_rows = dev, 1000
+        s = Scheduler(eng, "cdb", 64)
+        assert (s.admit_min, s.min_coda_batch, s.coda_wait, s.pool) == want
+        assert tuple(knob_defaults(64, dev).values()) == want
+        # resolved into the config, so the result records what ran; a given knob is kept
+        c = resolve_knobs(ServeConfig(width=64, coda_wait=3, requests=1000), dev)
+        assert (c.admit_min, c.min_coda_batch, c.coda_wait, c.pool) == (*want[:2], 3, want[3])
+        assert engine_rows("cdb", c) == want[3] and engine_rows("no_refill", c) == 64
+        s = Scheduler(eng, "no_refill", 64)   # admission waits for no more rows than it has
+        assert (s.pool, s.min_coda_batch, s.coda_wait) == (64, 1, 1) and s.admit_min <= 64
+    eng.device_type = "cpu"
+    assert Scheduler(eng, "batch1", 64).admit_min == 1
 
 
 def test_a_turn_clock_runs_only_during_turns_and_skips_idle_time():

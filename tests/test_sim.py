@@ -4,6 +4,7 @@ simulated engine makes the same launches and exit depths as the real one; a cali
 reproduces the timings it was fitted to."""
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -53,7 +54,10 @@ def test_simulated_engine_makes_the_real_engines_launches_and_depths():
     reqs = random_workload(40, 9, 3, 6, 0, spread=0.5)
     for mode in ("static", "no_refill", "cdb"):
         real = Engine(model, crit, "depth_indexed", 3, 20, record=True)
-        sim = SimEngine(mcfg, crit, "depth_indexed", 3, 20, IDEAL, record=True)
+        # priced as the CPU the real engine runs on: the scheduler picks the same defaults
+        sim = SimEngine(mcfg, crit, "depth_indexed", 3, 20, replace(IDEAL, device="cpu"),
+                        record=True)
+        assert real.device_type == sim.device_type == "cpu"
         a = Scheduler(real, mode, 3, min_coda_batch=2).run([q.fresh() for q in reqs])
         b = Scheduler(sim, mode, 3, min_coda_batch=2).run([q.fresh() for q in reqs])
         assert [q.depths for q in a] == [q.depths for q in b]
@@ -97,6 +101,7 @@ def test_calibration_writes_a_profile_that_predicts_its_own_runs(tmp_path):
     path.write_text(prof.to_toml())
     again = load_profile(str(path))
     assert again == prof and again.kind == "fitted" and not again.paged
+    assert again.device_type == "cpu"   # its runs used the CPU's scheduler defaults, as will its sims
     # the profile predicts the runs it was fitted to: simulated against measured throughput
     for width in cfg.calibrate_widths:
         res = simulate(cfg.replace(width=width), again)
@@ -109,6 +114,7 @@ def test_gpu_profiles_load_and_name_their_sources():
     for name in ("h100", "h200"):
         p = load_profile(name)
         assert p.kind == "roofline" and "datasheet" in p.source and p.peak_flops == 989e12
+        assert p.device_type == "cuda"
     assert load_profile("h200").mem_bw > load_profile("h100").mem_bw
 
 
@@ -116,7 +122,8 @@ def test_bad_profiles_and_exits_are_refused(tmp_path):
     from depthbench.errors import UserError
     bad = tmp_path / "bad.toml"
     for text in ("kind = 'roofline'\npeak_flops = 0\nmem_bw = 1e12\n", "peak_flops = 1e12\nmem_bw = -1\n",
-                 "nonsense = 3\n", "kind = 'fitted'\n", "peak_flops = [\n"):
+                 "nonsense = 3\n", "kind = 'fitted'\n", "peak_flops = [\n",
+                 "peak_flops = 1e12\nmem_bw = 1e12\ndevice = 'tpu'\n"):
         bad.write_text(text)
         with pytest.raises(UserError):
             load_profile(str(bad))

@@ -23,6 +23,7 @@ from depthbench.serving.compare import (
     engine_rows,
     prompt_slots,
     random_workload,
+    resolve_knobs,
     result_rows,
     with_arrivals,
 )
@@ -52,6 +53,7 @@ def dataset_workload(ds, n: int, max_new_tokens: int, seed: int) -> list[Request
 def serve_bench(model: LoopedTransformer, requests: list[Request], cfg: ServeConfig,
                 seq_len_for_flops: int, progress=None) -> dict:
     model.eval()
+    cfg = resolve_knobs(cfg, next(model.parameters()).device.type)
     crit = parse_exit(cfg.exit, cfg.min_depth, cfg.max_depth, cfg.lookahead, cfg.seed)
     if crit.needs_gate and not model.cfg.exit_gate:
         raise UserError("exit gate:Q needs a model trained with exit_gate=true; choose another --exit")

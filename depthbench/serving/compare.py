@@ -25,7 +25,7 @@ import numpy as np
 from depthbench.config import ServeConfig, kv_layout
 from depthbench.flops import FlopModel
 from depthbench.serving.executor import STAGES, TurnClock
-from depthbench.serving.scheduler import POOLED, Request, Scheduler, cdb_sizes
+from depthbench.serving.scheduler import POOLED, Request, Scheduler, cdb_sizes, knob_defaults
 
 ADAPTIVE = ("cdb", "no_refill", "batch1")   # the modes whose tokens exit at their own depth
 
@@ -54,6 +54,13 @@ def _percentiles(x: list[float]) -> dict:
         return {"p50": None, "p90": None, "p99": None}
     a = np.asarray(x) * 1000.0
     return {f"p{q}": float(np.percentile(a, q)) for q in (50, 90, 99)}
+
+
+def resolve_knobs(cfg, device_type: str):
+    """``cfg`` (a ServeConfig or SimConfig) with each batching knob left at 0 set to the default
+    for ``device_type`` (``scheduler.knob_defaults``), so the result records what ran."""
+    d = knob_defaults(cfg.width, device_type, cfg.min_coda_batch)
+    return cfg.replace(**{k: getattr(cfg, k) or v for k, v in d.items()})
 
 
 def engine_rows(mode: str, cfg: ServeConfig) -> int:

@@ -73,6 +73,7 @@ class Engine(HostState):
         self.model = model.eval()
         self.cfg = model.cfg
         self.device = device or next(model.parameters()).device
+        self.device_type = self.device.type
         dtype = next(model.parameters()).dtype
         self.kv = KVStore(self.cfg, kv_policy, self.max_depth, n_rows, max_len, self.device, dtype)
         d, V = self.cfg.d_model, self.cfg.vocab_size

@@ -69,6 +69,7 @@ class Executor(Protocol):
     stats: dict
 
     n_prompt_slots: int          # work items beyond the rows: prompt tokens in core launches
+    device_type: str             # "cpu" or "cuda": the device kind the scheduler's defaults suit
 
     def prefill(self, rows: list[int], prompts: list[list[int]]) -> list[int]: ...
 
@@ -93,6 +94,8 @@ class HostState:
 
     Item ``r < n_rows`` is row r's decode token; items ``n_rows..`` are prompt tokens (chunked
     prefill), each ``place``d at a row and position before it starts."""
+
+    device_type = "cuda"          # what the executor runs on (or prices): "cpu" or "cuda"
 
     def __init__(self, criterion: ExitCriterion, n_rows: int, record: bool = False,
                  clock: Clock | None = None, n_prompt_slots: int = 0):

@@ -37,13 +37,33 @@ MODES = SERVE_MODES
 POOLED = ("cdb", "static")          # the modes run by the continuous-depth-batching policy
 
 
-def cdb_sizes(width: int, min_coda_batch: int = 0, pool: int = 0) -> tuple[int, int]:
-    """cdb's coda batch and pool (0: the defaults). By default the coda runs once width/2
-    exited tokens wait (on a CPU as on a GPU a launch of a few rows costs nearly what a full one
-    does: it reads every weight of its layers), and the pool holds that many requests more than a
-    core launch takes, so the tokens waiting for the coda leave no place in a launch empty."""
-    mcb = min_coda_batch or max(1, width // 2)
-    return mcb, max(width, pool or width + mcb)
+def knob_defaults(width: int, device_type: str = "cuda", min_coda_batch: int = 0) -> dict:
+    """The batching knobs a ``0`` (or None) stands for, per device kind; the pool's default
+    holds ``min_coda_batch`` (given or default) more requests than a core launch takes, so the
+    tokens waiting for the coda leave no place in a launch empty.
+
+    On a GPU a launch of a few rows costs nearly what a full one does (it reads every weight of
+    its layers), so the coda runs once width/2 exited tokens wait (or the oldest has waited 4
+    core launches), newcomers are admitted once width/8 rows are free, and the pool is width +
+    coda batch. On a CPU each launch carries a fixed host cost that a larger, rarer coda or
+    prefill launch spreads over more tokens: coda batch 3 width/2, admission at 3 width/4 free
+    rows, a coda wait of 16 launches, a pool of at least 3 width (``benchmarks/serve_cpu.py``
+    measures both sets on the CPU)."""
+    w = max(1, width)
+    if device_type == "cpu":
+        mcb = min_coda_batch or max(1, 3 * w // 2)
+        return {"admit_min": max(1, 3 * w // 4), "min_coda_batch": mcb, "coda_wait": 16,
+                "pool": max(3 * w, w + mcb)}
+    mcb = min_coda_batch or max(1, w // 2)
+    return {"admit_min": max(1, w // 8), "min_coda_batch": mcb, "coda_wait": 4, "pool": w + mcb}
+
+
+def cdb_sizes(width: int, min_coda_batch: int = 0, pool: int = 0,
+              device_type: str = "cuda") -> tuple[int, int]:
+    """cdb's coda batch and pool (0: ``knob_defaults``); the pool never holds fewer rows than a
+    core launch takes."""
+    d = knob_defaults(width, device_type, min_coda_batch)
+    return d["min_coda_batch"], max(width, pool or d["pool"])
 
 
 class Status(IntEnum):
@@ -87,13 +107,17 @@ class Scheduler:
         # the decode it enables (a prefill reads every weight max_depth times), so while work is
         # in flight new requests are admitted once ``admit_min`` rows are free (or all arrived
         # requests fit). Every mode admits this way, so the baseline pays what cdb pays.
-        self.admit_min = admit_min or max(1, self.width // 8)
-        self.min_coda_batch, pool = cdb_sizes(self.width, min_coda_batch, pool) if cdb else (1, 0)
-        self.coda_wait = coda_wait or (4 if cdb else 1)
+        # The defaults (``knob_defaults``) are the executor's device kind's.
+        dev = engine.device_type
+        self.admit_min = admit_min or knob_defaults(self.width, dev)["admit_min"]
+        self.min_coda_batch, pool = (cdb_sizes(self.width, min_coda_batch or 0, pool or 0, dev)
+                                     if cdb else (1, 0))
+        self.coda_wait = coda_wait or (knob_defaults(self.width, dev)["coda_wait"] if cdb else 1)
         # cdb keeps more requests resident than a core launch takes: tokens waiting for the
         # coda or for admission then leave no place in a launch empty
         self.pool = pool if cdb else self.width
         self.pool = min(self.pool, engine.n_rows)   # the executor's KV rows
+        self.admit_min = min(self.admit_min, self.pool)   # never more free rows than there are
         self.rows_free = list(range(self.pool))[::-1]
         self.active: dict[int, Request] = {}
         self.waiting: deque[Request] = deque()

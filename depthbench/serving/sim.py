@@ -73,6 +73,12 @@ class Profile:
     overlap: bool = True           # host work runs while the device works (asynchronous launches);
                                    # only syncs add to the device time
     fit: dict = field(default_factory=dict)   # fitted: stage -> [a, alpha, beta]
+    device: str = ""               # the device kind priced, whose scheduler defaults apply ("cpu",
+                                   # "cuda"; "": cuda for a roofline, cpu for a fitted profile)
+
+    @property
+    def device_type(self) -> str:
+        return self.device or ("cuda" if self.kind == "roofline" else "cpu")
 
     def __post_init__(self):
         for f in ("attention", "paged", "overlap"):
@@ -84,6 +90,8 @@ class Profile:
             raise UserError(f"profile {self.name}: bytes_per_value must be an integer in 1..8")
         if not (isinstance(self.fit, dict) and all(isinstance(c, list) for c in self.fit.values())):
             raise UserError(f"profile {self.name}: [fit] maps stages to [a, alpha, beta]")
+        if self.device not in ("", "cpu", "cuda"):
+            raise UserError(f"profile {self.name}: device must be cpu or cuda (got {self.device!r})")
         if self.kind not in ("roofline", "fitted"):
             raise UserError(f"profile {self.name}: kind must be roofline or fitted (got {self.kind!r})")
         if self.kind == "roofline" and not (self.peak_flops > 0 and self.mem_bw > 0):
@@ -209,6 +217,7 @@ class SimEngine(HostState):
             raise UserError(f"serve-sim needs exit depths known in advance, not {criterion.kind}")
         super().__init__(criterion, n_rows, record, clock or VirtualClock(), n_prompt_slots)
         self.cfg, self.kv_policy, self.profile = cfg, kv_policy, profile
+        self.device_type = profile.device_type
         self.kv_nbytes = kv_bytes(cfg, kv_policy, self.max_depth, n_rows, max_len,
                                   profile.bytes_per_value)
 
@@ -275,9 +284,11 @@ def simulate(cfg: SimConfig, profile: Profile, mcfg: ModelConfig | None = None) 
         engine_rows,
         prompt_slots,
         random_workload,
+        resolve_knobs,
         with_arrivals,
     )
     mcfg = mcfg or sim_model(cfg)
+    cfg = resolve_knobs(cfg, profile.device_type)
     crit = parse_exit(cfg.exit, cfg.min_depth, cfg.max_depth, cfg.lookahead, cfg.seed)
     reqs = with_arrivals(random_workload(mcfg.vocab_size, cfg.requests, cfg.prompt_len,
                                          cfg.max_new_tokens, cfg.seed, cfg.length_spread),
@@ -339,7 +350,8 @@ def calibrate(cfg: SimConfig, log=None) -> tuple[Profile, dict]:
         measured[width, mode] = run[0]["tokens_per_s"]
         if log:
             log(f"  width {width} {mode}: {run[0]['tokens_per_s']:.1f} tokens/s")
-    prof, info = fit_profile(mcfg, runs, cfg, next(model.parameters()).element_size())
+    p = next(model.parameters())
+    prof, info = fit_profile(mcfg, runs, cfg, p.element_size(), p.device.type)
     return prof, {**info, "measured_tokens_per_s": measured}
 
 
@@ -349,10 +361,17 @@ def measure(model, cfg: SimConfig, modes=(), widths=()) -> dict[tuple[int, str],
     (width, mode) its (result, records, engine stats). batch1 runs on its own over a sixteenth
     of the requests (at least 8): its rate does not depend on how many there are."""
     from depthbench.runtime import hold_freed_memory
-    from depthbench.serving.compare import engine_rows, prompt_slots, random_workload, run_side_by_side
+    from depthbench.serving.compare import (
+        engine_rows,
+        prompt_slots,
+        random_workload,
+        resolve_knobs,
+        run_side_by_side,
+    )
     from depthbench.serving.engine import Engine
 
     hold_freed_memory()
+    dev = next(model.parameters()).device.type
     crit = parse_exit(cfg.exit, cfg.min_depth, cfg.max_depth, cfg.lookahead, cfg.seed)
     reqs = random_workload(model.cfg.vocab_size, cfg.requests, cfg.prompt_len, cfg.max_new_tokens,
                            cfg.seed, cfg.length_spread)
@@ -360,7 +379,7 @@ def measure(model, cfg: SimConfig, modes=(), widths=()) -> dict[tuple[int, str],
     engs: dict[tuple[int, str], Engine] = {}
 
     def entry(width, mode):
-        c = cfg.replace(width=width)
+        c = resolve_knobs(cfg.replace(width=width), dev)
 
         def make(clock=None):
             engs[width, mode] = Engine(model, crit, c.kv_policy, engine_rows(mode, c), max_len,
@@ -381,7 +400,8 @@ def measure(model, cfg: SimConfig, modes=(), widths=()) -> dict[tuple[int, str],
     return out
 
 
-def fit_profile(mcfg: ModelConfig, runs, cfg: SimConfig, bytes_per_value: int) -> tuple[Profile, dict]:
+def fit_profile(mcfg: ModelConfig, runs, cfg: SimConfig, bytes_per_value: int,
+                device: str = "cpu") -> tuple[Profile, dict]:
     """A fitted profile from measured runs ``(result, records, stats)``: launch costs per stage,
     then the scheduler's time between launches per core launch and per emitted token."""
     from scipy.optimize import nnls
@@ -394,7 +414,7 @@ def fit_profile(mcfg: ModelConfig, runs, cfg: SimConfig, bytes_per_value: int) -
                       if k in ("d_model", "n_heads", "n_prelude", "n_core", "n_coda", "vocab_size"))
     widths = list(cfg.calibrate_widths)
     prof = Profile(name="calibrated", kind="fitted", bytes_per_value=bytes_per_value, paged=False,
-                   overlap=False,
+                   overlap=False, device=device,
                    source=f"serve-sim --calibrate on {machine()}: {cfg.random} ({shape}), "
                           f"exit {cfg.exit}, widths {widths}, {cfg.requests} requests; fit R^2 "
                           + ", ".join(f"{k} {v:.3f}" for k, v in fitted["r2"].items()),
