@@ -52,7 +52,7 @@ def _hog() -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-c", "while True: pass"])
 
 
-def run_one(setting: str, threads: int, beside: bool) -> list[dict]:
+def run_one(setting: str, threads: int, beside: bool, batch: str = "") -> list[dict]:
     env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
     hog = _hog() if beside else None
     try:
@@ -67,7 +67,7 @@ def run_one(setting: str, threads: int, beside: bool) -> list[dict]:
     res = json.loads(out.strip().splitlines()[-1])
     return [{"setting": setting, "threads": threads, "beside": "cpu-bound process" if beside
              else "idle", "mode": r["mode"], **{k: round(r[k], 4) for k in KEYS},
-             "wall_s": round(wall, 1)} for r in res["results"]]
+             "wall_s": round(wall, 1), "batch": batch} for r in res["results"]]
 
 
 def load_rows() -> list[dict]:
@@ -114,10 +114,11 @@ def main(argv=None) -> int:
         if unknown:
             ap.error(f"unknown setting(s) {unknown}; known: {', '.join(SETTINGS)}")
         ROWS.parent.mkdir(parents=True, exist_ok=True)
+        batch = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())   # this invocation's rows
         for rep in range(a.repeats):         # repeats outermost: an interrupted run has every
             for threads in (int(t) for t in a.threads.split(",")):   # setting's first repeats
                 for setting in settings:
-                    rows = run_one(setting, threads, a.beside)
+                    rows = run_one(setting, threads, a.beside, batch)
                     with open(ROWS, "a") as f:
                         f.writelines(json.dumps(r) + "\n" for r in rows)
                     c = next(r for r in rows if r["mode"] == "cdb")
