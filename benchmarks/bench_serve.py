@@ -12,10 +12,15 @@
 (d) the documented H100 and H200 profiles on ouro-like and huginn-like shapes;
 (e) the workload grid, simulated on H100 and H200: output length, prompt length, width and mean
     exit depth, each mode's steady-state fraction of the achievable bound (``--grid-plot`` draws
-    it against the workload).
+    it against the workload);
+(f) the workload grid measured on this CPU: the CLI's default model and workload (``--random
+    small --set d_model=512 --exit trace:8 --width 64 --requests 256``) and one change of it
+    per row (output length, prompt length, width, mean exit depth), the three modes side by
+    side at the CPU's scheduler defaults (``--grid-plot`` draws it beside (e)).
 
     python benchmarks/bench_serve.py [--skip-trained] [--rounds 3] [--requests 256] [--width 64]
     python benchmarks/bench_serve.py --grid-only [--grid-plot serve_grid.png]
+    python benchmarks/bench_serve.py --cpu-grid-only [--grid-plot serve_grid.png]
 
 (a) uses RUN (default: the quickstart's uniform run; trained here if missing).
 """
@@ -78,7 +83,10 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--run", type=Path, default=DEFAULT_RUN)
     ap.add_argument("--exit", default="argmax:2")
-    ap.add_argument("--requests", type=int, default=256)
+    ap.add_argument("--requests", type=int, default=256, help="(b) and (c)")
+    ap.add_argument("--trained-requests", type=int, default=1024,
+                    help="(a): dataset requests (more than the pool holds several times over, "
+                         "so fill and drain are a small part of the run)")
     ap.add_argument("--width", type=int, default=64)
     ap.add_argument("--new-tokens", type=int, default=32)
     ap.add_argument("--d-model", type=int, default=512)
@@ -90,6 +98,8 @@ def main():
     ap.add_argument("--rounds", type=int, default=3, help="interleaved repetitions of (b)")
     ap.add_argument("--skip-trained", action="store_true", help="only (b)-(e)")
     ap.add_argument("--grid-only", action="store_true", help="only (e), the simulated grid")
+    ap.add_argument("--cpu-grid-only", action="store_true",
+                    help="only (f), the grid measured on this CPU")
     ap.add_argument("--grid-plot", type=Path, default=None, help="draw (e) into this PNG")
     ap.add_argument("--prefill-chunk", type=int, default=0,
                     help="(b): chunked prefill in cdb and static, prompt tokens in flight in "
@@ -101,13 +111,21 @@ def main():
         return
     torch.set_num_threads(args.threads)
     out = {"args": {k: str(v) for k, v in vars(args).items()}}
-    if args.grid_only:   # with --json-out, (e) replaces the grid of the run kept there
-        out["grid"] = grid_section(args)
+    if args.grid_only or args.cpu_grid_only:   # with --json-out, (e) or (f) replaces its
+        key = "grid" if args.grid_only else cpu_grid_key(args.threads)   # part of the run kept there
+        kept = (json.loads(args.json_out.read_text())
+                if args.json_out and args.json_out.exists() else {})
+        if args.grid_only:
+            out["grid"] = grid_section(args, cpu_grids(kept))
+        else:
+            out[key] = cpu_grid_section(args)
+            if args.grid_plot and "grid" in kept:
+                _grid_png(kept["grid"], cpu_grids({**kept, key: out[key]}), args.grid_plot)
         print(json.dumps(out, default=str))
         if args.json_out:
-            kept = json.loads(args.json_out.read_text()) if args.json_out.exists() else {}
-            keep(args, _compact({**kept, "grid": out["grid"]}),
-                 lambda res: "\n".join(grid_lines(res["grid"])))
+            keep(args, _compact({**kept, key: out[key]}),
+                 lambda res: "\n".join(grid_lines(res["grid"]) if key == "grid"
+                                       else cpu_grid_lines(cpu_grids(res))))
         return
 
     if not args.skip_trained:
@@ -115,7 +133,9 @@ def main():
     out["random"] = random_model_section(args)
     if not args.skip_gpu:
         out["gpu_sim"] = gpu_section(args)
-        out["grid"] = grid_section(args)
+    out[cpu_grid_key(args.threads)] = cpu_grid_section(args)
+    if not args.skip_gpu:
+        out["grid"] = grid_section(args, cpu_grids(out))
     print(json.dumps(out, default=str))
     keep(args, _compact(out), lambda res: "\n".join(readme_lines(res)))
 
@@ -148,6 +168,19 @@ def readme_lines(out: dict) -> list[str]:
                   f") `cdb` gives {ch['tokens_per_s']:.0f} tokens/s against "
                   f"{c['tokens_per_s']:.0f}, and prefill's share of its time is "
                   f"{ch['prefill_s'] / ch['wall_s']:.2f} against {c['prefill_s'] / c['wall_s']:.2f}."]
+        if "prompt_us_per_loop" in out:
+            us = out["prompt_us_per_loop"]
+            lines[-1] += (f" A prompt token costs {us['prefill_launch']:.2f} microseconds per loop "
+                          f"in its own prefill launch and {us['chunked']:.2f} riding in core "
+                          "launches beside decode tokens.")
+        if "trained_sim" in out:
+            t = out["trained_sim"]
+            lines += ["", f"Simulated on H100 with this model's shape (prompts of "
+                          f"{t['prompt_len']} tokens, {t['new_tokens']} generated, a trace of "
+                          f"mean {t['trace_mean']:.2f}), prefill's share of `cdb`'s time is "
+                          f"{t['separate_share']:.3f} with separate prefill launches and "
+                          f"{t['chunked_share']:.3f} with chunked prefill, at "
+                          f"{t['chunked_tokens_per_s']:.2f}x the tokens/s."]
     rounds = out["random"]["rounds"]
     lines += ["", "| round | cdb: steady fraction of the achievable bound (whole run) | no_refill "
               "(whole run) | cdb: steady fraction of the paper-convention bound | no_refill | "
@@ -192,6 +225,8 @@ def readme_lines(out: dict) -> list[str]:
                          f"{c['steady_tokens_per_s'] / n['steady_tokens_per_s']:.2f}x |")
     if "grid" in out:
         lines += ["", *grid_lines(out["grid"])]
+    if cpu_grids(out):
+        lines += ["", *cpu_grid_lines(cpu_grids(out))]
     return lines
 
 
@@ -244,28 +279,61 @@ def trained_section(args, out: dict) -> None:
     run = trained_run(args.run)
     model, _ = load_model(run)
     ds = Dataset(read_run(run)["data"])
-    cfg = ServeConfig(exit=args.exit, width=args.width, requests=args.requests)
-    res = serve_bench(model, dataset_workload(ds, args.requests, 0, 0), cfg, ds.seq_len - 1)
-    show(f"(a) trained tiny model {run}, exit {args.exit}, width {args.width}, "
-         f"{args.requests} requests", res)
+    n = args.trained_requests
+
+    def bench(**kw):
+        cfg = ServeConfig(exit=args.exit, width=args.width, requests=n, **kw)
+        return serve_bench(model, dataset_workload(ds, n, 0, 0), cfg, ds.seq_len - 1)
+
+    res = bench()
+    show(f"(a) trained tiny model {run}, exit {args.exit}, width {args.width}, {n} requests", res)
     out["trained"] = res["results"]
-    ahead = serve_bench(model, dataset_workload(ds, args.requests, 0, 0),
-                        ServeConfig(exit=args.exit, width=args.width, requests=args.requests,
-                                    modes=("cdb",), lookahead=True), ds.seq_len - 1)["results"][0]
+    ahead = bench(modes=("cdb",), lookahead=True)["results"][0]
     now = next(r for r in res["results"] if r["mode"] == "cdb")
     print(f"lookahead (exit decided one loop early): recall {ahead['exact_match']:.3f} vs "
           f"{now['exact_match']:.3f}, mean depth {ahead['mean_depth']:.2f} vs {now['mean_depth']:.2f}, "
           f"tokens/s {ahead['tokens_per_s']:.0f} vs {now['tokens_per_s']:.0f}")
     out["lookahead"] = ahead
-    chunked = serve_bench(model, dataset_workload(ds, args.requests, 0, 0),
-                          ServeConfig(exit=args.exit, width=args.width, requests=args.requests,
-                                      modes=("static", "cdb"), prefill_chunk=2 * args.width),
-                          ds.seq_len - 1)["results"]
+    chunked = bench(modes=("static", "cdb"), prefill_chunk=2 * args.width)["results"]
     c = next(r for r in chunked if r["mode"] == "cdb")
+    # what one prompt token costs per loop: in its own prefill launch, or riding in core
+    # launches beside decode tokens (what it added to them, ``HostState.prompt_seconds``)
+    loops = sum(len(q.prompt) for q in dataset_workload(ds, n, 0, 0)) * res["config"]["max_depth"]
+    out["prompt_us_per_loop"] = {"prefill_launch": 1e6 * now["prefill_s"] / loops,
+                                 "chunked": 1e6 * c["prefill_s"] / loops}
     print(f"chunked prefill ({2 * args.width} prompt tokens at once): cdb {c['tokens_per_s']:.0f} "
           f"tokens/s against {now['tokens_per_s']:.0f}; prefill's share of its time "
-          f"{c['prefill_s'] / c['wall_s']:.2f} against {now['prefill_s'] / now['wall_s']:.2f}")
+          f"{c['prefill_s'] / c['wall_s']:.2f} against {now['prefill_s'] / now['wall_s']:.2f}; "
+          "a prompt token's microseconds per loop: " + ", ".join(
+              f"{k} {v:.2f}" for k, v in out["prompt_us_per_loop"].items()))
     out["trained_chunked"] = chunked
+    reqs = dataset_workload(ds, n, 0, 0)
+    out["trained_sim"] = trained_sim(model.cfg, now, n, args.width,
+                                     sum(len(q.prompt) for q in reqs) / n)
+
+
+def trained_sim(mcfg, cdb: dict, n: int, width: int, prompt_len: float) -> dict:
+    """(a) on a GPU, simulated (H100): the trained model's shape, a trace of cdb's measured mean
+    depth, prompts and generations of the workload's mean lengths; prefill's share of cdb's time
+    with separate prefill launches and with chunked prefill (2 x width prompt tokens at once)."""
+    from depthbench.serving.sim import load_profile, simulate
+    cfg = SimConfig(random="tiny", model_set=mcfg.to_dict(), max_depth=16, width=width,
+                    exit=f"trace:{cdb['mean_depth']:.2f}", requests=n,
+                    prompt_len=round(prompt_len), max_new_tokens=round(cdb["output_tokens"] / n),
+                    modes=MODES)
+    h100 = load_profile("h100")
+    sep, ch = (next(r for r in simulate(c, h100)["results"] if r["mode"] == "cdb")
+               for c in (cfg, cfg.replace(prefill_chunk=2 * width)))
+    res = {"model": mcfg.to_dict(), "requests": n, "width": width, "mean_prompt_len": prompt_len,
+           "trace_mean": round(cdb["mean_depth"], 2), "prompt_len": cfg.prompt_len,
+           "new_tokens": cfg.max_new_tokens, "separate_share": sep["prefill_s"] / sep["wall_s"],
+           "chunked_share": ch["prefill_s"] / ch["wall_s"],
+           "chunked_tokens_per_s": ch["tokens_per_s"] / sep["tokens_per_s"]}
+    print(f"simulated on H100 (prompts of {res['prompt_len']}, {res['new_tokens']} tokens, trace "
+          f"mean {res['trace_mean']}): prefill's share of cdb's time {res['separate_share']:.3f} "
+          f"with separate prefill launches, {res['chunked_share']:.3f} chunked, at "
+          f"{res['chunked_tokens_per_s']:.2f}x the tokens/s")
+    return res
 
 
 # ---- (b) measured and simulated side by side; (c) held-out widths; (d) GPU profiles -------------
@@ -431,7 +499,7 @@ def grid_cells(e: dict) -> str:
             f"({e['cdb_chunked_whole']:.3f}) | {e['no_refill_steady']:.3f} | {e['bound']:.2f}x")
 
 
-def grid_section(args) -> dict:
+def grid_section(args, cpu: dict[int, dict] | None = None) -> dict:
     """(e) every workload of ``GRID`` simulated on the H100 and H200 profiles for ouro-like
     and huginn-like (``GRID_SHAPES``), ``grid_entry`` each."""
     out = {}
@@ -447,26 +515,126 @@ def grid_section(args) -> dict:
                       f"{e['lockstep_speedup']:.3f}x static; largest fraction "
                       f"{e['largest_fraction']:.3f}")
     if args.grid_plot:
-        _grid_png(out, args.grid_plot)
+        _grid_png(out, cpu, args.grid_plot)
         print(f"  plot: {args.grid_plot}")
     return out
 
 
-def _grid_png(grid: dict, path: Path) -> None:
+# (f): name -> (requests, new tokens, spread, prompt length, width, trace mean of 16 loops): the
+# CLI's default workload, then one change of it per row
+CPU_GRID = {
+    "256 x 32, prompt 8 (the CLI's)": (256, 32, 0.0, 8, 64, 8.0),
+    "256 x 96 +-50%, prompt 8": (256, 96, 0.5, 8, 64, 8.0),
+    "256 x 32, prompt 64": (256, 32, 0.0, 64, 64, 8.0),
+    "512 x 32, width 128": (512, 32, 0.0, 8, 128, 8.0),
+    "256 x 32, prompt 8, shallow exits": (256, 32, 0.0, 8, 64, 4.5),
+    "256 x 32, prompt 8, deep exits": (256, 32, 0.0, 8, 64, 11.5),
+}
+
+
+def cpu_grid_section(args) -> dict:
+    """(f) every workload of ``CPU_GRID`` measured on the CLI's default model (``--random small
+    --set d_model=512``), static, no_refill and cdb side by side at the CPU's scheduler
+    defaults: per mode the steady-state and whole-run fractions of the achievable bound, and
+    the largest fraction of any bound."""
+    from depthbench.serving.sim import measure
+    out = {}
+    print(f"\n(f) workload grid measured on this CPU ({args.threads} thread(s); steady-state "
+          "fraction of the achievable bound)")
+    base = SimConfig(random="small", model_set={"d_model": args.d_model}, max_depth=16,
+                     modes=MODES, seed=args.seed)
+    torch.manual_seed(0)
+    model = LoopedTransformer(sim_model(base)).eval()
+    for name, (n, new, spread, prompt, width, mean) in CPU_GRID.items():
+        cfg = base.replace(exit=f"trace:{mean:g}", requests=n, max_new_tokens=new,
+                           length_spread=spread, prompt_len=prompt, width=width)
+        ran = measure(model, cfg)
+        by = {r["mode"]: r for r in _with_bounds([dict(ran[width, m][0]) for m in MODES], cfg)}
+        e = out[name] = {
+            "mean_depth": by["cdb"]["mean_depth"], "bound": by["cdb"]["steady_achievable_bound"],
+            **{f"{m}_steady": by[m]["steady_achievable_fraction"] for m in MODES[1:]},
+            **{f"{m}_whole": by[m]["achievable_fraction"] for m in MODES[1:]},
+            "cdb_over_no_refill": (by["cdb"]["steady_tokens_per_s"]
+                                   / by["no_refill"]["steady_tokens_per_s"]),
+            "prefill_share_cdb": by["cdb"]["prefill_s"] / by["cdb"]["wall_s"],
+            "largest_fraction": max(v for r in by.values() for k, v in r.items()
+                                    if isinstance(v, float) and k.endswith("fraction")),
+            "wall_s": max(r["wall_s"] for r in by.values())}
+        print(f"  {name:>34}: cdb {e['cdb_steady']:.3f} (whole {e['cdb_whole']:.3f}), no_refill "
+              f"{e['no_refill_steady']:.3f} (whole {e['no_refill_whole']:.3f}), bound "
+              f"{e['bound']:.2f}x, cdb/no_refill {e['cdb_over_no_refill']:.2f}x, largest "
+              f"fraction {e['largest_fraction']:.3f}", flush=True)
+    return out
+
+
+def cpu_grid_key(threads: int) -> str:
+    """Where (f) at ``threads`` threads is kept in the run's JSON."""
+    return "cpu_grid" if threads == 1 else f"cpu_grid_{threads}threads"
+
+
+def cpu_grids(out: dict) -> dict[int, dict]:
+    """(f) of a kept run per thread count."""
+    return {t: out[cpu_grid_key(t)] for t in range(1, 65) if cpu_grid_key(t) in out}
+
+
+def cpu_grid_lines(grids: dict[int, dict]) -> list[str]:
+    """(f), the README's measured CPU grid table (a column group per thread count) and its
+    sentence."""
+    head = ["workload (trace exits, 16 loops)", "mean depth", "bound"]
+    for t in grids:
+        head += [f"{t} thread{'s' * (t > 1)}: cdb, steady fraction of the achievable bound "
+                 "(whole run)", "no_refill (whole run)", "cdb / no_refill, steady tokens/s",
+                 "prefill share of cdb's time"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    first = next(iter(grids.values()))
+    for name, e in first.items():
+        cells = [name, f"{e['mean_depth']:.2f}", f"{e['bound']:.2f}x"]
+        for g in grids.values():
+            x = g[name]
+            cells += [f"{x['cdb_steady']:.3f} ({x['cdb_whole']:.3f})",
+                      f"{x['no_refill_steady']:.3f} ({x['no_refill_whole']:.3f})",
+                      f"{x['cdb_over_no_refill']:.2f}x", f"{x['prefill_share_cdb']:.2f}"]
+        lines.append("| " + " | ".join(cells) + " |")
+    parts = []
+    for t, g in grids.items():
+        c = [e["cdb_steady"] for e in g.values()]
+        above = sum(e["cdb_steady"] > e["no_refill_steady"] for e in g.values())
+        parts.append(f"at {t} thread{'s' * (t > 1)} {min(c):.3f}-{max(c):.3f}, above `no_refill` "
+                     f"at {above} of {len(g)} workloads")
+    top = max(e["largest_fraction"] for g in grids.values() for e in g.values())
+    return lines + ["", "Measured on this CPU, `cdb`'s steady fractions span " + "; ".join(parts)
+                    + f". The largest fraction of any bound any mode reports is {top:.3f}."]
+
+
+def _grid_png(grid: dict, cpu: dict[int, dict] | None, path: Path) -> None:
+    """(e) per shape, simulated on both GPU profiles, and (f), measured on this CPU at each
+    thread count kept, beside it."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     names = list(GRID)
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2), sharey=True)
+    panels = 3 if cpu else 2
+    fig, axes = plt.subplots(1, panels, figsize=(5.5 * panels, 4.2), sharey=True)
     for ax, shape in zip(axes, ("ouro-like", "huginn-like")):
         for prof, ls in (("h100", "-"), ("h200", "--")):
             for mode, color in (("cdb", "#1f77b4"), ("cdb_chunked", "#2ca02c"),
                                 ("no_refill", "#ff7f0e")):
                 ys = [grid[f"{prof}/{shape}/{n}"][f"{mode}_steady"] for n in names]
                 ax.plot(range(len(names)), ys, ls, marker="o", color=color, label=f"{mode} {prof}")
-        ax.axhline(1.0, color="k", lw=1)
         ax.set_xticks(range(len(names)), [n.replace(", ", "\n") for n in names], fontsize=6)
-        ax.set_title(shape)
+        ax.set_title(f"{shape}, simulated")
+    if cpu:
+        ax = axes[2]
+        for (t, g), ls in zip(cpu.items(), (":", "-.", "--")):
+            for mode, color in (("cdb", "#1f77b4"), ("no_refill", "#ff7f0e")):
+                ax.plot(range(len(g)), [e[f"{mode}_steady"] for e in g.values()], ls,
+                        marker="s", color=color, label=f"{mode}, {t} thread{'s' * (t > 1)}")
+        g = next(iter(cpu.values()))
+        ax.set_xticks(range(len(g)), [n.replace(", ", "\n") for n in g], fontsize=6)
+        ax.set_title("the CLI's default model and workload, measured on this CPU")
+        ax.legend(fontsize=7)
+    for ax in axes:
+        ax.axhline(1.0, color="k", lw=1)
         ax.grid(alpha=0.3)
     axes[0].set_ylabel("steady-state fraction of the achievable bound")
     axes[0].legend(fontsize=7)

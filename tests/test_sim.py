@@ -210,11 +210,7 @@ def test_static_differs_from_cdb_only_in_depth():
     assert runs["static_lockstep"][0] != runs["cdb"][0]
 
 
-def test_readme_serving_grid_is_the_simulation():
-    """The README's workload grid (ouro-like on H100: cdb, cdb with chunked prefill, no_refill,
-    bound) is what ``benchmarks/bench_serve.py --grid-only`` simulates; no whole-run fraction of
-    the achievable bound there exceeds 1, and no fraction of any bound exceeds 1.02 (a steady
-    window's edges are not priced exactly)."""
+def _bench_serve():
     import importlib.util
     import sys
     root = Path(__file__).resolve().parents[1]
@@ -223,6 +219,15 @@ def test_readme_serving_grid_is_the_simulation():
     spec = importlib.util.spec_from_file_location("bench_serve", root / "benchmarks" / "bench_serve.py")
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
+    return bench, root
+
+
+def test_readme_serving_grid_is_the_simulation():
+    """The README's workload grid (ouro-like on H100: cdb, cdb with chunked prefill, no_refill,
+    bound) is what ``benchmarks/bench_serve.py --grid-only`` simulates; no whole-run fraction of
+    the achievable bound there exceeds 1, and no fraction of any bound exceeds 1.02 (a steady
+    window's edges are not priced exactly)."""
+    bench, root = _bench_serve()
     readme = (root / "README.md").read_text()
     for name in bench.GRID:
         e = bench.grid_entry("h100", "ouro-like", name)
@@ -230,6 +235,24 @@ def test_readme_serving_grid_is_the_simulation():
         assert e["largest_fraction"] <= 1.02, name
         for k in ("cdb_whole", "cdb_chunked_whole", "no_refill_whole"):
             assert e[k] <= 1.0 + 1e-9, (name, k)
+
+
+def test_the_trained_models_h100_line_is_the_simulation():
+    """(a)'s H100 line in the committed serving run is what ``trained_sim`` simulates from the
+    kept (a) rows: chunked prefill at least halves prefill's share of cdb's time there."""
+    import json
+
+    from depthbench.config import ModelConfig
+    bench, root = _bench_serve()
+    kept = json.loads((root / "docs" / "serving" / "bench_serve.json").read_text())
+    t = dict(kept["trained_sim"])
+    model = t.pop("model")
+    cdb = next(r for r in kept["trained"] if r["mode"] == "cdb")
+    again = bench.trained_sim(ModelConfig(**model), cdb, t["requests"], t["width"],
+                              t["mean_prompt_len"])
+    assert again.pop("model") == model
+    assert again == pytest.approx(t, rel=1e-4)   # the kept run rounds its floats
+    assert t["chunked_share"] <= t["separate_share"] / 2
 
 
 def test_the_steady_fraction_prices_the_window_on_its_own_tokens():
