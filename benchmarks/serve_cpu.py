@@ -100,6 +100,34 @@ def table_lines(rows: list[dict]) -> list[str]:
     return lines
 
 
+def summary_lines(rows: list[dict], setting: str = "defaults") -> list[str]:
+    """The README's sentences on ``setting``: every run's span and count, then the runs of the
+    latest day (from ``batch``) per threads and machine, and how far their repeats spread."""
+    rs = [r for r in rows if r["setting"] == setting]
+    cdb = [r for r in rs if r["mode"] == "cdb"]
+    nr = [r for r in rs if r["mode"] == "no_refill"]
+    v = [r["steady_achievable_fraction"] for r in cdb]
+    above = sum(a["steady_achievable_fraction"] > b["steady_achievable_fraction"]
+                for a, b in zip(cdb, nr))
+    top = max(r[k] for r in rs for k in KEYS if k.endswith("fraction"))
+    lines = [f"- At `{setting}`, over all {len(v)} runs, `cdb` reads {min(v):.3f}-{max(v):.3f} "
+             f"and is above `no_refill` in {above} of {len(v)}; the largest fraction of any bound "
+             f"any mode reports is {top:.3f}."]
+    last = max(r.get("batch", "")[:10] for r in cdb)   # the day, YYYY-MM-DD
+    if not last:
+        return lines
+    groups: dict[tuple, list[float]] = {}
+    for r in cdb:
+        if r.get("batch", "").startswith(last):
+            groups.setdefault((r["beside"], r["threads"]), []).append(r["steady_achievable_fraction"])
+    parts = []
+    for (beside, threads), xs in sorted(groups.items(), key=lambda kv: (kv[0][0] != "idle", kv[0][1])):
+        spread = f" (within {max(xs) - min(xs):.3f})" if len(xs) > 1 else ""
+        parts.append(f"{beside}, {threads} thread{'s' * (threads > 1)}: "
+                     f"{' / '.join(f'{x:.3f}' for x in xs)}{spread}")
+    return lines + [f"- The runs of {last}: " + "; ".join(parts) + "."]
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--settings", default=",".join(SETTINGS))
@@ -125,7 +153,8 @@ def main(argv=None) -> int:
                     print(f"{setting} {threads} thread(s) {rows[0]['beside']}, repeat {rep + 1}: "
                           f"cdb {c['steady_achievable_fraction']:.3f}, {c['wall_s']:.0f} s",
                           flush=True)
-    print("\n".join(table_lines(load_rows())))
+    rows = load_rows()
+    print("\n".join(table_lines(rows) + [""] + summary_lines(rows)))
     return 0
 
 
