@@ -298,7 +298,8 @@ def trained_section(args, out: dict) -> None:
     c = next(r for r in chunked if r["mode"] == "cdb")
     # what one prompt token costs per loop: in its own prefill launch, or riding in core
     # launches beside decode tokens (what it added to them, ``HostState.prompt_seconds``)
-    loops = sum(len(q.prompt) for q in dataset_workload(ds, n, 0, 0)) * res["config"]["max_depth"]
+    prompt_tokens = sum(len(q.prompt) for q in dataset_workload(ds, n, 0, 0))
+    loops = prompt_tokens * res["config"]["max_depth"]
     out["prompt_us_per_loop"] = {"prefill_launch": 1e6 * now["prefill_s"] / loops,
                                  "chunked": 1e6 * c["prefill_s"] / loops}
     print(f"chunked prefill ({2 * args.width} prompt tokens at once): cdb {c['tokens_per_s']:.0f} "
@@ -307,9 +308,7 @@ def trained_section(args, out: dict) -> None:
           "a prompt token's microseconds per loop: " + ", ".join(
               f"{k} {v:.2f}" for k, v in out["prompt_us_per_loop"].items()))
     out["trained_chunked"] = chunked
-    reqs = dataset_workload(ds, n, 0, 0)
-    out["trained_sim"] = trained_sim(model.cfg, now, n, args.width,
-                                     sum(len(q.prompt) for q in reqs) / n)
+    out["trained_sim"] = trained_sim(model.cfg, now, n, args.width, prompt_tokens / n)
 
 
 def trained_sim(mcfg, cdb: dict, n: int, width: int, prompt_len: float) -> dict:
