@@ -58,10 +58,10 @@ def _attribute_from_dict(d) -> Attribute:
     return Attribute(**d)
 
 
-def _n_orders(n_attributes: int) -> int:
-    """Orders available for training once the held-out first attribute is excluded:
-    (A-1) choices of first attribute, then any order of the remaining A-1."""
-    return (n_attributes - 1) * math.factorial(n_attributes - 1)
+def _n_orders(n_attributes: int, held_out: int) -> int:
+    """Orders available for training once the held-out attributes may not come first:
+    (A - h) choices of first attribute, then any order of the remaining A - 1."""
+    return (n_attributes - held_out) * math.factorial(n_attributes - 1)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -73,6 +73,9 @@ class GenConfig:
     name_pool: int = 64            # distinct name tokens N0..N{pool-1}
     value_pool: int = 128          # distinct value tokens V0..V{pool-1}, shared by all attributes
     orders_per_person: int = 4     # distinct training orders per person (multiplicity)
+    # attributes per person never first in training, each asked from the name alone (the
+    # name-only reading's facts); 0 = half the attributes, rounded down
+    held_out_attributes: int = 0
     n_unseen_people: int = 128     # control people, never trained on
     text_eval_people: int = 0      # people per split written to eval_*.jsonl (0 = all)
     # every block of M_a consecutive trained people holds each of attribute a's M_a values once
@@ -96,7 +99,7 @@ class GenConfig:
                 raise ValueError(f"{name} must be a positive integer (got {getattr(self, name)!r})")
         if not isinstance(self.balanced_values, bool):
             raise ValueError(f"balanced_values must be true or false (got {self.balanced_values!r})")
-        for name in ("n_unseen_people", "text_eval_people", "seed"):
+        for name in ("n_unseen_people", "text_eval_people", "seed", "held_out_attributes"):
             if type(getattr(self, name)) is not int or getattr(self, name) < 0:
                 raise ValueError(f"{name} must be an integer >= 0 (got {getattr(self, name)!r})")
         # far beyond paper scale; person ids are stored as uint32
@@ -114,11 +117,17 @@ class GenConfig:
             raise ValueError(f"attributes: names must be distinct (got {names})")
         if len(attrs) > 255:
             raise ValueError("attributes: at most 255 attributes")
-        if self.orders_per_person > _n_orders(len(attrs)):
+        if self.held_out_attributes > len(attrs) - 1:
+            raise ValueError(
+                f"held_out_attributes={self.held_out_attributes} is too large: with {len(attrs)} "
+                f"attributes at most {len(attrs) - 1} can be held out (one must start the "
+                "training orders); lower it or add attributes")
+        if self.orders_per_person > _n_orders(len(attrs), self.n_held_out):
             raise ValueError(
                 f"orders_per_person={self.orders_per_person} is too large: with {len(attrs)} "
-                f"attributes only {_n_orders(len(attrs))} training orders leave a held-out first "
-                "attribute; lower orders_per_person or add attributes")
+                f"attributes, {self.n_held_out} of them held out, only "
+                f"{_n_orders(len(attrs), self.n_held_out)} training orders start with another "
+                "attribute; lower orders_per_person or held_out_attributes, or add attributes")
         names_needed = self.n_people + self.n_unseen_people
         if self.name_pool ** self.name_tokens < names_needed:
             raise ValueError(
@@ -147,7 +156,21 @@ class GenConfig:
         return 2 + self.name_tokens + sum(1 + a.value_tokens for a in self.attributes)
 
     @property
+    def n_held_out(self) -> int:
+        """Facts per person the name-only reading asks (``held_out_attributes``, resolved)."""
+        return self.held_out_attributes or max(1, len(self.attributes) // 2)
+
+    @property
     def ceiling_bits(self) -> float:
+        """The name-only reading's ceiling: bits per person of a model that knows every asked
+        fact. Each person's held-out attributes are a uniform draw, so this is the expectation,
+        h times the mean bits of an attribute (exact when all attributes have the same value-set
+        size; an eval row carries the exact ceiling of the facts it scored)."""
+        return self.n_held_out * sum(a.bits for a in self.attributes) / len(self.attributes)
+
+    @property
+    def record_bits(self) -> float:
+        """Bits of one whole record (every attribute of a person)."""
         return sum(a.bits for a in self.attributes)
 
     def to_dict(self) -> dict:

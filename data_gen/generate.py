@@ -11,9 +11,14 @@ Design choices:
   attribute a's M_a values, so every value is used (near) equally often in training and the
   training distribution of values carries no bits about anyone. Independent draws would not: with
   fewer people than values, the few values used form a table a model learns without names.
-- Each person gets a held-out first attribute ``e``. Training orders never start with ``e``;
-  the evaluation order always does, so it is never a training order and its first fact is never
-  first in training.
+- Each person gets h held-out attributes (``held_out_attributes``), which never start a
+  training order; training orders start with the other attributes in turn. Every evaluation row
+  asks one fact from the name alone: ``<bos> NAME [key]``, then the value, and only that value
+  is scored (the rest of the row is the record in a random order, for whole-sequence NLL). The
+  reordered split asks each held-out attribute (a position never seen for that person); the
+  seen-order control asks the first attribute of h of the person's training orders. A fact
+  scored after other true values of its person could be completed from them without reading
+  the name (a few people share a value), so none is.
 - Token arrays are written as ``.npy`` files whose header is written up front and whose rows
   are appended shard by shard, hashing as they go.
 """
@@ -30,7 +35,8 @@ import numpy as np
 
 from data_gen.config import GenConfig
 
-FORMAT_VERSION = 3  # 2: dataset_hash covers the whole manifest; 3: balanced value assignment
+FORMAT_VERSION = 4  # 2: dataset_hash covers the whole manifest; 3: balanced value assignment;
+#                    4: name-only evaluation rows (h per person, only the first fact scored)
 SPECIAL_TOKENS = ("<pad>", "<bos>", "<eos>")
 SPLITS = ("train", "eval_reordered", "eval_seen_order", "eval_unseen_people")
 
@@ -179,21 +185,27 @@ def _perm_hash(orders: np.ndarray) -> np.ndarray:
     return h
 
 
-def _training_orders(rng: np.random.Generator, held_out: np.ndarray, r: int, A: int) -> np.ndarray:
-    """(n, r, A): r distinct orders per person, none starting with its held-out attribute."""
-    n = held_out.shape[0]
-    first = (held_out[:, None] + rng.integers(1, A, size=(n, r))) % A     # uniform over != e
+def _held_out_split(rng: np.random.Generator, n: int, A: int) -> np.ndarray:
+    """(n, A): a uniform random permutation of the attributes per person; the first h are its
+    held-out attributes, the rest start its training orders in turn."""
+    return np.argsort(rng.random((n, A)), axis=1, kind="stable")
+
+
+def _training_orders(rng: np.random.Generator, perm: np.ndarray, h: int, r: int) -> np.ndarray:
+    """(n, r, A): r distinct orders per person; order i starts with ``perm[:, h + i mod (A-h)]``,
+    never with a held-out attribute."""
+    n, A = perm.shape
+    first = perm[:, h + np.arange(r) % (A - h)]                            # (n, r)
     orders = _order_with_first(rng, first, A)
     lower = np.tril(np.ones((r, r), dtype=bool), k=-1)
     while True:
-        h = _perm_hash(orders)                                             # (n, r)
+        hh = _perm_hash(orders)                                            # (n, r)
         # a hash collision of two different orders only causes a harmless redraw
-        dup = ((h[:, :, None] == h[:, None, :]) & lower).any(axis=2)       # (n, r)
+        dup = ((hh[:, :, None] == hh[:, None, :]) & lower).any(axis=2)     # (n, r)
         if not dup.any():
             return orders
         rows, slots = np.nonzero(dup)
-        f = (held_out[rows] + rng.integers(1, A, size=rows.shape[0])) % A
-        orders[rows, slots] = _order_with_first(rng, f, A)
+        orders[rows, slots] = _order_with_first(rng, first[rows, slots], A)
 
 
 class _NpyWriter:
@@ -249,8 +261,10 @@ def dataset_hash(manifest: dict) -> str:
 
 
 def split_rows(cfg: GenConfig) -> dict[str, int]:
-    return {"train": cfg.n_people * cfg.orders_per_person, "eval_reordered": cfg.n_people,
-            "eval_seen_order": cfg.n_people, "eval_unseen_people": cfg.n_unseen_people}
+    """Rows per split: r training orders per person; h name-only questions per person."""
+    h = cfg.n_held_out
+    return {"train": cfg.n_people * cfg.orders_per_person, "eval_reordered": cfg.n_people * h,
+            "eval_seen_order": cfg.n_people * h, "eval_unseen_people": cfg.n_unseen_people * h}
 
 
 def array_specs(cfg: GenConfig) -> dict[str, tuple[np.dtype, tuple[int, ...]]]:
@@ -271,8 +285,8 @@ def expected_files(cfg: GenConfig) -> set[str]:
 def manifest_fields(cfg: GenConfig) -> dict:
     """Every manifest field that follows from the generator config (all but the file hashes)."""
     A, vocab = cfg.n_attributes, build_vocab(cfg)
-    rows = split_rows(cfg)
-    n_text = {s: rows[s] if not cfg.text_eval_people else min(rows[s], cfg.text_eval_people)
+    rows, h = split_rows(cfg), cfg.n_held_out
+    n_text = {s: rows[s] if not cfg.text_eval_people else min(rows[s], cfg.text_eval_people * h)
               for s in SPLITS[1:]}
     return {
         "format_version": FORMAT_VERSION,
@@ -286,10 +300,11 @@ def manifest_fields(cfg: GenConfig) -> dict:
             "people": cfg.n_people,
             "unseen_people": cfg.n_unseen_people,
             "attributes": A,
+            "held_out_attributes": h,
             "train_sequences": rows["train"],
             "train_tokens": rows["train"] * cfg.seq_len,
-            "facts": {s: rows[s] * A for s in SPLITS[1:]},
-            "text_facts": {s: n * A for s, n in n_text.items()},
+            "facts": {s: rows[s] for s in SPLITS[1:]},
+            "text_facts": n_text,
         },
         "ceiling_bits_per_attribute": {a.name: a.bits for a in cfg.attributes},
         "ceiling_bits": cfg.ceiling_bits,
@@ -323,22 +338,18 @@ class _Split:
         take = min(take, tokens.shape[0])
         if take == 0:
             return
-        seg = 1 + layout.value_len[orders[:take]]
-        starts = 1 + cfg.name_tokens + np.cumsum(seg, axis=1) - seg        # key positions
+        k = 1 + cfg.name_tokens                                            # the asked key
         words = vocab_arr[tokens[:take]]
         lines = []
         for i in range(take):
-            row = words[i]
-            for p in range(cfg.n_attributes):
-                a = int(orders[i, p])
-                k = int(starts[i, p])
-                lines.append(json.dumps({
-                    "prompt": " ".join(row[1:k + 1]),
-                    "target": " ".join(row[k + 1:k + 1 + int(layout.value_len[a])]),
-                    "person": int(person[i]),
-                    "attribute": cfg.attributes[a].name,
-                    "split": self.name,
-                }) + "\n")
+            a = int(orders[i, 0])
+            lines.append(json.dumps({
+                "prompt": " ".join(words[i, 1:k + 1]),
+                "target": " ".join(words[i, k + 1:k + 1 + int(layout.value_len[a])]),
+                "person": int(person[i]),
+                "attribute": cfg.attributes[a].name,
+                "split": self.name,
+            }) + "\n")
         self.jsonl.write("".join(lines))
         self.text_done += take
 
@@ -357,14 +368,11 @@ def _generate_into(cfg: GenConfig, out: Path, progress: Callable[[int], None] | 
     vocab_arr = np.array(vocab, dtype=object)
     layout = _Layout(cfg)
     perm = NamePermutation(cfg.name_pool ** cfg.name_tokens, cfg.seed)
-    text = cfg.text_eval_people
-    splits = {
-        "train": _Split(out, "train", cfg.n_people * r, cfg, dtype, 0),
-        "eval_reordered": _Split(out, "eval_reordered", cfg.n_people, cfg, dtype, text),
-        "eval_seen_order": _Split(out, "eval_seen_order", cfg.n_people, cfg, dtype, text),
-        "eval_unseen_people": _Split(out, "eval_unseen_people", cfg.n_unseen_people, cfg, dtype,
-                                     text),
-    }
+    h = cfg.n_held_out
+    rows = split_rows(cfg)
+    splits = {name: _Split(out, name, rows[name], cfg, dtype,
+                           0 if name == "train" else cfg.text_eval_people * h)
+              for name in SPLITS}
 
     def people(stream: int, start: int, stop: int):
         for shard, lo in enumerate(range(start, stop, cfg.shard_people)):
@@ -379,29 +387,33 @@ def _generate_into(cfg: GenConfig, out: Path, progress: Callable[[int], None] | 
                                    for a in cfg.attributes], axis=1)       # (n, A)
             yield rng, person, names, values
 
+    def ask(split: str, person, names, values, orders):
+        """Write h name-only questions per person: orders (n, h, A), each asking orders[:, j, 0]."""
+        n = person.shape[0]
+        rep = np.repeat(np.arange(n), h)
+        flat = orders.reshape(n * h, A)
+        splits[split].write(layout.render(cfg, names[rep], values[rep], flat), person[rep], flat,
+                            vocab_arr, cfg, layout)
+
     for rng, person, names, values in people(_STREAM_PEOPLE, 0, cfg.n_people):
         n = person.shape[0]
-        held_out = rng.integers(0, A, size=n)
-        train_orders = _training_orders(rng, held_out, r, A)               # (n, r, A)
-        eval_orders = _order_with_first(rng, held_out, A)                  # (n, A)
+        split_of = _held_out_split(rng, n, A)                              # (n, A)
+        train_orders = _training_orders(rng, split_of, h, r)               # (n, r, A)
+        asked = _order_with_first(rng, split_of[:, :h], A)                 # (n, h, A)
         flat = train_orders.reshape(n * r, A)                              # person-major rows
         rep = np.repeat(np.arange(n), r)
         splits["train"].write(layout.render(cfg, names[rep], values[rep], flat), person[rep],
                               flat, vocab_arr, cfg, layout)
-        splits["eval_reordered"].write(layout.render(cfg, names, values, eval_orders), person,
-                                       eval_orders, vocab_arr, cfg, layout)
-        seen = train_orders[:, 0]
-        splits["eval_seen_order"].write(layout.render(cfg, names, values, seen), person, seen,
-                                        vocab_arr, cfg, layout)
+        ask("eval_reordered", person, names, values, asked)
+        ask("eval_seen_order", person, names, values, train_orders[:, np.arange(h) % r])
         if progress:
             progress(n)
 
     total = cfg.n_people + cfg.n_unseen_people
     for rng, person, names, values in people(_STREAM_UNSEEN, cfg.n_people, total):
         n = person.shape[0]
-        orders = _order_with_first(rng, rng.integers(0, A, size=n), A)
-        splits["eval_unseen_people"].write(layout.render(cfg, names, values, orders), person,
-                                           orders, vocab_arr, cfg, layout)
+        asked = _order_with_first(rng, _held_out_split(rng, n, A)[:, :h], A)
+        ask("eval_unseen_people", person, names, values, asked)
         if progress:
             progress(n)
 

@@ -129,6 +129,17 @@ class Dataset:
         seg = 1 + self.value_tokens[order]
         return 1 + self.name_tokens + np.cumsum(seg, axis=1) - seg
 
+    def asked(self, order: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The scored fact of evaluation rows with orders (N, A): (key positions (N, 1), orders
+        (N, 1)). Only the first fact, right after the name, counts: every later one follows
+        other true values of its person and could be completed without reading the name."""
+        return np.full((order.shape[0], 1), 1 + self.name_tokens), order[:, :1]
+
+    @property
+    def rows_per_person(self) -> int:
+        """Evaluation rows (name-only questions) per person."""
+        return self.config.n_held_out
+
 
 class TrainBatches:
     """Seeded, resumable batches of training rows.

@@ -19,7 +19,7 @@ from depthbench.data import Dataset
 from depthbench.errors import UserError
 from depthbench.fsio import refuse_over_inputs
 from depthbench.metrics import EvalSums, FactIndex
-from depthbench.reference import PersonAgnostic
+from depthbench.reference import NameBlind, PersonAgnostic
 from depthbench.rows import row_paths, tag_rows, write_rows
 from depthbench.runtime import Runtime, shard_range
 
@@ -33,7 +33,7 @@ def _batches(ds: Dataset, split: str, batch_size: int, rt: Runtime | None, max_r
         b = min(a + batch_size, hi)
         tokens = torch.as_tensor(np.asarray(s.tokens[a:b], dtype=np.int64), device=device)
         order = np.asarray(s.order[a:b], dtype=np.int64)
-        facts = FactIndex(ds.key_positions(order), order, ds.value_tokens, device=device)
+        facts = FactIndex(*ds.asked(order), ds.value_tokens, device=device)
         yield tokens[:, :-1], tokens[:, 1:], facts
 
 
@@ -50,7 +50,7 @@ def sweep(model, ds: Dataset, split: str, depths: list[int], rt: Runtime | None 
           batch_size: int = 256, max_rows: int | None = None) -> dict[int, EvalSums]:
     """Metrics at every depth in ``depths`` from one forward of max(depths) loops per batch."""
     model.eval()
-    sums = {k: EvalSums(ds.n_values) for k in depths}
+    sums = {k: EvalSums(ds.n_values, ds.rows_per_person) for k in depths}
     ac = rt.autocast() if rt else torch.autocast("cpu", enabled=False)
     for x, y, facts in _batches(ds, split, batch_size, rt, max_rows):
         with ac:
@@ -64,7 +64,7 @@ def sweep_per_depth(model, ds: Dataset, split: str, depths: list[int], rt: Runti
                     batch_size: int = 256, max_rows: int | None = None) -> dict[int, EvalSums]:
     """The naive oracle: a separate full forward for every depth."""
     model.eval()
-    sums = {k: EvalSums(ds.n_values) for k in depths}
+    sums = {k: EvalSums(ds.n_values, ds.rows_per_person) for k in depths}
     ac = rt.autocast() if rt else torch.autocast("cpu", enabled=False)
     for x, y, facts in _batches(ds, split, batch_size, rt, max_rows):
         for k in depths:
@@ -74,19 +74,23 @@ def sweep_per_depth(model, ds: Dataset, split: str, depths: list[int], rt: Runti
 
 
 def result_rows(ck: dict, run_meta: dict, run_name: str, ds: Dataset, split: str,
-                sums: dict[int, EvalSums], floor: dict, params: int) -> list[dict]:
+                sums: dict[int, EvalSums], floor: dict, params: int,
+                blind: dict | None = None) -> list[dict]:
     """Tidy rows, one per depth, with the grouping keys of DESIGN.md section 2, each with the
-    split's ``floor`` (its ``reference.PersonAgnostic`` reading) and the model's parameter
-    count, so that a reader of the rows alone can bracket and size every reading."""
+    split's ``floor`` (its ``reference.PersonAgnostic`` reading), its name-blind record
+    completer's reading (``reference.NameBlind``; the floor's when not given) and the model's
+    parameter count, so that a reader of the rows alone can bracket and size every reading."""
+    blind = blind or floor
     rows = []
     for depth, s in sorted(sums.items()):
         rows.append({
             "run": run_name, "schedule": ck.get("schedule"), "seed": run_meta.get("seed"),
             "step": ck["step"], "depth": depth, "split": split,
             **s.result(ds.attributes),
-            "ceiling_bits": ds.ceiling_bits,
             "floor_bits_per_person": floor["bits_per_person"],
             "floor_exact_match": floor["exact_match"],
+            "name_blind_bits_per_person": blind["bits_per_person"],
+            "name_blind_exact_match": blind["exact_match"],
             "params": params, "people_trained": ds.config.n_people,
             "n_grad_loops": int(ck.get("model_config", {}).get("n_grad_loops", 0)),
             "modeled_train_flops": ck.get("flops"), "wall_clock_s": ck.get("wall_clock"),
@@ -155,13 +159,13 @@ def run_eval(cfg: EvalConfig) -> dict:
             rows = _adapter().harness_sweep(cfg.run, str(ds.path), depths, splits, cfg.checkpoint, limit,
                                  cfg.batch_size)
         else:
-            rows, floors = [], PersonAgnostic(ds)
+            rows, floors, blind = [], PersonAgnostic(ds), NameBlind(ds)
             params = sum(p.numel() for p in model.parameters())
             for split in splits:
                 sums = sweep(model.to(rt.device), ds, split, depths, rt, cfg.batch_size,
                              cfg.max_people)
                 rows += result_rows(ck, meta, name, ds, split, sums, floors.reading(split),
-                                    params)
+                                    params, blind.reading(split))
     finally:
         teardown(rt)
     rows = tag_rows(rows, cfg.tags)

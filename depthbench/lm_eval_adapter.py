@@ -249,13 +249,13 @@ def harness_sweep(run: str, data: str, depths: list[int], splits: list[str],
         for s in splits:
             rec = res[f"depthbench_recall_{SPLIT_TASKS[s]}"]
             lik = res[f"depthbench_likelihood_{SPLIT_TASKS[s]}"]
-            n_attr = len(ds.attributes)
             rows.append({
                 "run": Path(run).name, "schedule": ck.get("schedule"), "seed": meta.get("seed"),
                 "step": ck["step"], "depth": k, "split": s, "nll": None,
                 "value_nll": lik["value_nll,none"],
                 "exact_match": rec["exact_match,none"],
-                "bits_per_person": lik["recalled_bits,none"] * n_attr,
+                # one asked fact per eval row, rows_per_person rows per person
+                "bits_per_person": lik["recalled_bits,none"] * ds.rows_per_person,
                 "ceiling_bits": ds.ceiling_bits, "modeled_train_flops": ck.get("flops"),
                 "wall_clock_s": ck.get("wall_clock"), "dataset_hash": ds.hash,
                 "checkpoint": ck["path"], "harness": "lm-eval",

@@ -6,8 +6,10 @@ For a fact (person, attribute a) with value tokens t_1..t_L and value-set size M
     exact match    greedy decoding of all L tokens is right. Greedy token i+1 is conditioned on
                    greedy token i; if token i was right that context is the teacher-forced one,
                    so "all teacher-forced argmaxes right" is exactly greedy exact match.
-bits per person = mean over people of the sum over their facts of r; an eval row is one person
-with all attributes, so it is bits_sum / rows.
+bits per person = mean over people of the sum over their asked facts of r. An evaluation row asks
+one fact from the name alone and a person has ``rows_per_person`` of them, so it is
+bits_sum / (rows / rows_per_person); the row's ceiling is the same sum for a model that knows
+every asked fact (sum of log2 M_a over the facts scored, per person).
 
 Sums are reduced across ranks (``Runtime.all_sum``) and only then divided (STYLE habit 10).
 """
@@ -46,8 +48,9 @@ class FactIndex:
 class EvalSums:
     """Running sums of one (depth, split): whole-sequence NLL and per-fact knowledge."""
 
-    def __init__(self, n_values: np.ndarray):
+    def __init__(self, n_values: np.ndarray, rows_per_person: int = 1):
         self.log2m = torch.tensor(np.log2(n_values), dtype=torch.float64)
+        self.rows_per_person = rows_per_person
         A = len(n_values)
         self.scalars = dict(nll_sum=0.0, n_tokens=0.0, rows=0.0)
         self.per_attr = {k: torch.zeros(A, dtype=torch.float64)
@@ -89,14 +92,16 @@ class EvalSums:
         """The metric columns of a result row (and per-attribute ones)."""
         s, p = self.scalars, self.per_attr
         facts = p["n_facts"].sum().item()
-        rows = max(s["rows"], 1.0)
+        people = s["rows"] / self.rows_per_person
+        rows = people or 1.0
         out = {
             "nll": s["nll_sum"] / max(s["n_tokens"], 1.0),
             "value_nll": p["value_nll_sum"].sum().item() / max(facts, 1.0),
             "exact_match": p["exact_sum"].sum().item() / max(facts, 1.0),
             "bits_per_person": p["bits_sum"].sum().item() / rows,
             "unfloored_bits_per_person": p["unfloored_bits_sum"].sum().item() / rows,
-            "people": int(s["rows"]),
+            "ceiling_bits": float((p["n_facts"] * self.log2m).sum().item()) / rows,
+            "people": int(round(people)),
             "facts": int(facts),
         }
         for a, name in enumerate(attributes):

@@ -1,5 +1,5 @@
-"""The two oracles that bracket every knowledge reading (STYLE #19), computed from the dataset's
-files alone, with no model.
+"""The oracles that bracket every knowledge reading (STYLE #19), computed from the dataset's
+files alone, with no model, and scored by one function (the definitions of DESIGN.md section 2).
 
 - ``person_agnostic`` (the **floor**): what a model reads that knows every attribute's training
   distribution of values but no person. It predicts value ``v`` of attribute ``a`` with
@@ -10,12 +10,20 @@ files alone, with no model.
   balanced values every ``c(v)`` is equal, the prediction is uniform and the floor reads 0 bits;
   with fewer people than values the few values used form a table that reads
   ``log2(M_a c(v) / N)`` bits per fact without knowing anyone.
+- ``NameBlind`` (the **strongest shortcut**): a record completer that memorized every training
+  record (which values go together) but never reads a name. Asked attribute ``a`` after the
+  values shown before it in the row, it predicts the values of ``a`` among the records that
+  agree with every shown value, mixed with uniform as above (all records when nothing is
+  shown). On the name-only reading nothing is shown, so it can only read the floor; on record
+  completion (every later fact of a row, teacher-forced after the earlier ones) one shown value
+  narrows the person to a handful and it reads most of the ceiling.
 - ``know_everything`` (the **ceiling** side): a model that memorized every training fact. It puts
   probability 1 on a trained person's value and ``1 / M_a`` on anything else, so it reads the
   ceiling on trained people and 0 on unseen ones.
 
-Both go through one scoring function, the definitions of DESIGN.md section 2, so a test of the
-two brackets is a test of the metric itself.
+Every split but ``train`` is read as the model is: one asked fact per row (``Dataset.asked``),
+bits per person over ``rows_per_person`` rows; ``slots="record"`` reads every fact after the
+first instead (record completion, never bits per person of the name-only reading).
 """
 
 from __future__ import annotations
@@ -29,25 +37,35 @@ from depthbench.data import Dataset
 _CHUNK = 1 << 20  # rows read at a time: bounded memory at paper scale
 
 
-def _facts(ds: Dataset, split: str) -> list[tuple[np.ndarray, np.ndarray]]:
-    """Per attribute: (person ids (N,), value tokens (N, L_a)) of every row of ``split``."""
+def _facts(ds: Dataset, split: str, slots: str = "all") -> list[tuple[np.ndarray, np.ndarray]]:
+    """Per attribute: (row ids (N,), value tokens (N, L_a)) of the facts of ``split`` in the
+    given slots: ``all`` (every fact of every row), ``asked`` (the first, the name-only
+    question) or ``record`` (every fact after the first)."""
     s = ds.split(split)
     A = len(ds.attributes)
-    people: list[list[np.ndarray]] = [[] for _ in range(A)]
+    rows_of: list[list[np.ndarray]] = [[] for _ in range(A)]
     values: list[list[np.ndarray]] = [[] for _ in range(A)]
+    lo_slot = {"all": 0, "asked": 0, "record": 1}[slots]
+    hi_slot = 1 if slots == "asked" else A
     for lo in range(0, len(s), _CHUNK):
         hi = min(lo + _CHUNK, len(s))
         tokens = np.asarray(s.tokens[lo:hi], dtype=np.int64)              # (n, T)
         order = np.asarray(s.order[lo:hi], dtype=np.int64)                # (n, A)
         key = ds.key_positions(order)                                     # (n, A)
-        slot = np.argsort(order, axis=1)                                  # (n, A): slot of a
-        rows = np.arange(hi - lo)
-        for a in range(A):
-            k = key[rows, slot[:, a]]                                     # (n,)
-            cols = k[:, None] + 1 + np.arange(int(ds.value_tokens[a]))    # (n, L_a)
-            values[a].append(tokens[rows[:, None], cols])
-            people[a].append(np.asarray(s.person[lo:hi], dtype=np.int64))
-    return [(np.concatenate(p), np.concatenate(v)) for p, v in zip(people, values)]
+        ids = np.arange(lo, hi)
+        for j in range(lo_slot, hi_slot):
+            for a in range(A):
+                m = order[:, j] == a
+                cols = key[m, j][:, None] + 1 + np.arange(int(ds.value_tokens[a]))  # (n_a, L_a)
+                values[a].append(tokens[m][np.arange(int(m.sum()))[:, None], cols])
+                rows_of[a].append(ids[m])
+    return [(np.concatenate(r), np.concatenate(v)) for r, v in zip(rows_of, values)]
+
+
+def _people(ds: Dataset, split: str, facts) -> list[tuple[np.ndarray, np.ndarray]]:
+    """``_facts`` with each row id replaced by its person id."""
+    person = np.asarray(ds.split(split).person, dtype=np.int64)
+    return [(person[r], v) for r, v in facts]
 
 
 def _codes(*arrays: np.ndarray) -> list[np.ndarray]:
@@ -94,31 +112,40 @@ def _greedy(table: np.ndarray, counts: np.ndarray) -> np.ndarray:
     return np.array(out)
 
 
-def _reading(ds: Dataset, split: str, nll_and_hit) -> dict:
+def _reading(ds: Dataset, split: str, nll_and_hit, slots: str = "asked") -> dict:
     """The metric columns for per-fact value NLLs (nats) and greedy hits, one attribute at a
-    time: ``nll_and_hit(a, people, values) -> (nll (N,), hit (N,) bool)``."""
-    facts = _facts(ds, split)
-    rows = len(ds.split(split))
+    time: ``nll_and_hit(a, rows, values) -> (nll (N,), hit (N,) bool)`` over the facts of
+    ``split`` in ``slots``; per person over ``rows_per_person`` rows, as the model is read."""
+    facts = _facts(ds, split, slots)
+    people = len(ds.split(split)) / ds.rows_per_person or 1.0
     out = {"value_nll": 0.0, "exact_match": 0.0, "bits_per_person": 0.0,
-           "unfloored_bits_per_person": 0.0, "people": rows, "facts": 0}
+           "unfloored_bits_per_person": 0.0, "ceiling_bits": 0.0,
+           "people": int(round(len(ds.split(split)) / ds.rows_per_person)), "facts": 0}
     per = {}
-    for a, (people, values) in enumerate(facts):
-        nll, hit = nll_and_hit(a, people, values)
+    for a, (rows, values) in enumerate(facts):
+        nll, hit = nll_and_hit(a, rows, values)
         unfloored = math.log2(ds.n_values[a]) - nll / math.log(2)
         bits = np.maximum(unfloored, 0.0)
         out["value_nll"] += float(nll.sum())
         out["exact_match"] += float(hit.sum())
         out["bits_per_person"] += float(bits.sum())
         out["unfloored_bits_per_person"] += float(unfloored.sum())
+        out["ceiling_bits"] += len(nll) * math.log2(ds.n_values[a])
         out["facts"] += len(nll)
         per[f"bits/{ds.attributes[a]}"] = float(bits.mean()) if len(bits) else 0.0
         per[f"exact_match/{ds.attributes[a]}"] = float(hit.mean()) if len(hit) else 0.0
     facts_n = max(out["facts"], 1)
     out["value_nll"] /= facts_n
     out["exact_match"] /= facts_n
-    out["bits_per_person"] /= max(rows, 1)
-    out["unfloored_bits_per_person"] /= max(rows, 1)
+    for k in ("bits_per_person", "unfloored_bits_per_person", "ceiling_bits"):
+        out[k] /= people
     return {**out, **per}
+
+
+def _mixed_nll(count_true: np.ndarray, total: np.ndarray, n_train: int, M: int) -> np.ndarray:
+    """-log of a frequency prediction mixed with uniform, eps = 1 / (N + 1) (see the module)."""
+    eps = 1.0 / (n_train + 1)
+    return -np.log((1 - eps) * count_true / total + eps / M)
 
 
 class PersonAgnostic:
@@ -130,15 +157,14 @@ class PersonAgnostic:
         self.tallies = [_tally(values) for _, values in _facts(ds, "train")]
         self.greedy = [_greedy(distinct, counts) for distinct, counts in self.tallies]
 
-    def reading(self, split: str) -> dict:
-        def score(a, people, values):
+    def reading(self, split: str, slots: str = "asked") -> dict:
+        def score(a, rows, values):
             distinct, counts = self.tallies[a]
-            n, M = counts.sum(), int(self.ds.n_values[a])
-            eps = 1.0 / (n + 1)
-            p = (1 - eps) * _count_in(distinct, counts, values) / n + eps / M
+            n = int(counts.sum())
+            nll = _mixed_nll(_count_in(distinct, counts, values), n, n, int(self.ds.n_values[a]))
             hit = (values == self.greedy[a][None, :]).all(axis=1)
-            return -np.log(p), hit
-        return _reading(self.ds, split, score)
+            return nll, hit
+        return _reading(self.ds, split, score, slots)
 
 
 def person_agnostic(ds: Dataset, split: str) -> dict:
@@ -146,12 +172,88 @@ def person_agnostic(ds: Dataset, split: str) -> dict:
     return PersonAgnostic(ds).reading(split)
 
 
+class NameBlind:
+    """The name-blind record completer: every training record (one per trained person, its
+    values by attribute), no names. Tallied once, read on any split."""
+
+    def __init__(self, ds: Dataset):
+        self.ds = ds
+        A = len(ds.attributes)
+        per_attr = _people(ds, "train", _facts(ds, "train"))
+        self.n_people = ds.config.n_people
+        self.records = np.zeros((self.n_people, A), dtype=np.int64)        # value code per attr
+        self.tables = []                                                   # code -> value tokens
+        for a, (people, values) in enumerate(per_attr):
+            table, code = np.unique(values, axis=0, return_inverse=True)
+            self.records[people, a] = code.reshape(-1)
+            self.tables.append(table)
+        self.by_value = [{} for _ in range(A)]                             # (a, code) -> records
+        for a in range(A):
+            order = np.argsort(self.records[:, a], kind="stable")
+            codes, starts = np.unique(self.records[order, a], return_index=True)
+            for c, chunk in zip(codes, np.split(order, starts[1:])):
+                self.by_value[a][int(c)] = chunk
+
+    def _lookup(self, a: int, values: np.ndarray) -> np.ndarray:
+        """The codes of value rows (N, L_a) of attribute ``a`` (-1: no training record holds it)."""
+        t = self.tables[a]
+        d, q = _codes(t, values)
+        order = np.argsort(d)
+        at = np.minimum(np.searchsorted(d[order], q), len(d) - 1)
+        return np.where(d[order][at] == q, order[at], -1)
+
+    def _candidates(self, shown) -> np.ndarray:
+        """The records that agree with every shown (attribute, code) (all when none agrees)."""
+        b, c = shown[0]
+        cand = self.by_value[b].get(c, np.zeros(0, dtype=np.int64))
+        for b, c in shown[1:]:
+            cand = cand[self.records[cand, b] == c]
+        return cand if len(cand) else np.arange(self.n_people)
+
+    def _predict(self, a: int, cand: np.ndarray):
+        """(value codes, their counts among ``cand``, the greedy answer's tokens)."""
+        codes, counts = np.unique(self.records[cand, a], return_counts=True)
+        return codes, counts, _greedy(self.tables[a][codes], counts)
+
+    def reading(self, split: str, slots: str = "asked") -> dict:
+        s = self.ds.split(split)
+        order = np.asarray(s.order, dtype=np.int64)                        # (N, A)
+        row_codes = np.empty_like(order)                                   # code of a in row r
+        for a, (rows, values) in enumerate(_facts(self.ds, split)):
+            row_codes[rows, a] = self._lookup(a, values)
+        slot_of = np.argsort(order, axis=1)                                # (N, A): slot of a
+
+        def score(a, rows, values):
+            M = int(self.ds.n_values[a])
+            true = row_codes[rows, a]
+            codes, counts, greedy = self._predict(a, np.arange(self.n_people))
+            full = np.zeros(len(self.tables[a]) + 1, dtype=np.int64)       # index -1: unseen
+            full[codes] = counts
+            n_true, total = full[true], np.full(len(rows), counts.sum())
+            hit = (values == greedy[None, :]).all(axis=1)
+            for i in np.flatnonzero(slot_of[rows, a] > 0):                 # facts after others
+                r = rows[i]
+                shown = [(int(b), int(row_codes[r, b])) for b in order[r, :slot_of[r, a]]]
+                codes, counts, greedy = self._predict(a, self._candidates(shown))
+                n_true[i] = counts[codes == true[i]].sum()
+                total[i] = counts.sum()
+                hit[i] = (greedy == values[i]).all()
+            return _mixed_nll(n_true, total, self.n_people, M), hit
+        return _reading(self.ds, split, score, slots)
+
+
+def name_blind(ds: Dataset, split: str, slots: str = "asked") -> dict:
+    """The name-blind record completer's reading on ``split``."""
+    return NameBlind(ds).reading(split, slots)
+
+
 def know_everything(ds: Dataset, split: str) -> dict:
     """The ceiling side: the reading on ``split`` of a lookup table of every training fact."""
     known = [_tally(np.concatenate([people[:, None], values], axis=1))
-             for people, values in _facts(ds, "train")]
+             for people, values in _people(ds, "train", _facts(ds, "train"))]
 
-    def score(a, people, values):
+    def score(a, rows, values):
+        people = np.asarray(ds.split(split).person, dtype=np.int64)[rows]
         hit = _count_in(*known[a], np.concatenate([people[:, None], values], axis=1)) > 0
         nll = np.where(hit, 0.0, math.log(int(ds.n_values[a])))
         return nll, hit

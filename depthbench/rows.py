@@ -31,7 +31,8 @@ RESERVED_COLUMNS = frozenset("""
     width lookahead rate profile switch_step
     K flops loss lr tokens wall_clock
     bits_per_person unfloored_bits_per_person ceiling_bits exact_match facts people
-    floor_bits_per_person floor_exact_match modeled_train_flops n_grad_loops nll params
+    floor_bits_per_person floor_exact_match name_blind_bits_per_person name_blind_exact_match
+    modeled_train_flops n_grad_loops nll params
     people_trained value_nll wall_clock_s final_loss steps cpu_clock cpu_s train_cpu_s
     batches ci95 depth_a depth_b nll_diff updates_after_switch
     ceiling core_launches decode_fraction_of_ceiling decode_speedup decode_tokens_per_s

@@ -54,13 +54,16 @@ def test_dataset_invariants(cfg, tmp_path_factory):
     manifest = generate(cfg, out / "d")
     ds = Dataset(out / "d")
     A = cfg.n_attributes
-    assert manifest["ceiling_bits"] == pytest.approx(sum(math.log2(a.n_values) for a in cfg.attributes))
+    h = cfg.n_held_out
+    assert manifest["ceiling_bits"] == pytest.approx(
+        h * sum(math.log2(a.n_values) for a in cfg.attributes) / A)
     train = people_facts(ds, "train")
     reordered = people_facts(ds, "eval_reordered")
     seen = people_facts(ds, "eval_seen_order")
     unseen = people_facts(ds, "eval_unseen_people")
     assert sorted(train) == sorted(reordered) == sorted(seen) == list(range(cfg.n_people))
     assert sorted(unseen) == list(range(cfg.n_people, cfg.n_people + cfg.n_unseen_people))
+    assert all(len({o[0] for _, _, o in rows}) == h for rows in unseen.values())
 
     names = {}
     value_sets = [set() for _ in range(A)]
@@ -72,12 +75,16 @@ def test_dataset_invariants(cfg, tmp_path_factory):
         for n2, f2, o in rows:
             assert n2 == name and f2 == facts, "every rendering carries the same facts"
             assert sorted(o) == list(range(A)), "orders are permutations"
-        ((ename, efacts, eorder),) = reordered[person]
-        assert ename == name and efacts == facts
-        assert eorder not in orders, "held-out order is never a training order"
-        assert eorder[0] not in {o[0] for o in orders}, "held-out first attribute never first"
-        ((_, sfacts, sorder),) = seen[person]
-        assert sorder in orders and sfacts == facts
+        asked = reordered[person]
+        assert len(asked) == h and len({o[0] for _, _, o in asked}) == h, "h distinct questions"
+        for ename, efacts, eorder in asked:
+            assert ename == name and efacts == facts
+            assert eorder[0] not in {o[0] for o in orders}, "an asked attribute is never first"
+        assert len(seen[person]) == h
+        for _, sfacts, sorder in seen[person]:
+            assert sorder in orders and sfacts == facts, "the control asks a seen position"
+        if cfg.orders_per_person >= h and A - h >= h:
+            assert len({o[0] for _, _, o in seen[person]}) == h
         names[name] = person
         for a, v in facts.items():
             value_sets[a].add(v)
@@ -106,12 +113,13 @@ def test_text_form_round_trips_through_the_vocab(tmp_path):
     ds = Dataset(tmp_path / "d")
     toks = np.asarray(ds.split("eval_reordered").tokens)
     lines = (tmp_path / "d" / "eval_reordered.jsonl").read_text().splitlines()
-    assert len(lines) == cfg.n_people * cfg.n_attributes
+    assert len(lines) == cfg.n_people * cfg.n_held_out == len(toks)
     for i, line in enumerate(lines):
         rec = json.loads(line)
-        row = toks[i // cfg.n_attributes]
+        row = toks[i]
         ids = ds.vocab.encode(rec["prompt"] + " " + rec["target"])
         assert ids == list(row[1:1 + len(ids)]), "prompt + target is a prefix of the row"
+        assert len(rec["prompt"].split()) == cfg.name_tokens + 1, "the name, then the key"
         assert ds.vocab.decode(ds.vocab.encode(rec["prompt"])) == rec["prompt"]
         assert rec["prompt"].split()[-1] == f"[{rec['attribute']}]"
         assert rec["split"] == "eval_reordered"

@@ -40,19 +40,19 @@ def test_exact_match_equals_greedy_decoding(trained_run, small_data):
     s = ds.split("eval_reordered")
     tokens = np.asarray(s.tokens[:20], dtype=np.int64)
     order = np.asarray(s.order[:20], dtype=np.int64)
-    keys = ds.key_positions(order)
     for K in (1, 3):
         got = sweep(model, ds, "eval_reordered", [K], max_rows=20)[K].result(ds.attributes)
         hits = 0
-        for row, o, kp in zip(tokens, order, keys):
-            for a, k in zip(o, kp):
-                ctx = torch.as_tensor(row[:k + 1])[None]
-                for _ in range(ds.value_tokens[a]):  # greedy, feeding back its own tokens
-                    nxt = model(ctx, n_loops=K)[0, -1].argmax()
-                    ctx = torch.cat([ctx, nxt.view(1, 1)], dim=1)
-                gen = ctx[0, k + 1:].tolist()
-                hits += gen == row[k + 1:k + 1 + ds.value_tokens[a]].tolist()
-        assert got["exact_match"] == pytest.approx(hits / (20 * len(ds.attributes)))
+        for row, o in zip(tokens, order):
+            a, k = o[0], 1 + ds.name_tokens  # the one asked fact: right after the name
+            ctx = torch.as_tensor(row[:k + 1])[None]
+            for _ in range(ds.value_tokens[a]):  # greedy, feeding back its own tokens
+                nxt = model(ctx, n_loops=K)[0, -1].argmax()
+                ctx = torch.cat([ctx, nxt.view(1, 1)], dim=1)
+            gen = ctx[0, k + 1:].tolist()
+            hits += gen == row[k + 1:k + 1 + ds.value_tokens[a]].tolist()
+        assert got["exact_match"] == pytest.approx(hits / 20)
+        assert got["facts"] == 20
 
 
 def _facts_batch(n_values, value_len, B=3, V=20):
@@ -107,11 +107,16 @@ def test_uniform_over_value_tokens_scores_zero_and_a_perfect_oracle_the_ceiling(
 def test_trained_model_recalls_trained_people_not_unseen_ones(trained_run, small_data):
     model, _ = load_model(trained_run)
     ds = Dataset(small_data)
-    seen = sweep(model, ds, "eval_reordered", [2])[2].result(ds.attributes)["bits_per_person"]
-    unseen = sweep(model, ds, "eval_unseen_people", [2])[2].result(ds.attributes)["bits_per_person"]
-    # measured on seeds 0-1 (balanced values: no bits without names): seen 7.9-9.3 bits, unseen
-    # 0.3-0.7 (the metric's bias); the gap asserted leaves about 5 bits of margin
-    assert unseen < 1.5 and seen > unseen + 1.5, (seen, unseen)
+    def read(split):
+        return sweep(model, ds, split, [2])[2].result(ds.attributes)
+    seen, asked, unseen = read("eval_seen_order"), read("eval_reordered"), read("eval_unseen_people")
+    # measured (one asked fact per person, 3 attributes): seen-order control 4.3 bits (exact
+    # match 0.95), unseen people 0.2 (the floored metric's bias; unfloored -7.5, exact match
+    # 0.03); the reordered name-only question, a position never trained for that person, 1.1
+    # bits (exact match 0.16) after 400 steps on 64 people: asking in an unseen position is hard
+    assert unseen["bits_per_person"] < 1.0 and unseen["unfloored_bits_per_person"] < 0
+    assert seen["bits_per_person"] > unseen["bits_per_person"] + 2.5, (seen, unseen)
+    assert asked["exact_match"] > unseen["exact_match"] + 0.06, (asked, unseen)
 
 
 def test_eval_cli_writes_tidy_rows(trained_run, tmp_path):
