@@ -155,7 +155,7 @@ def run_eval(cfg: EvalConfig) -> dict:
             raise UserError("--task runs lm-eval tasks on a text run; a synthetic run's harness "
                             "tasks are its recall and likelihood splits (--split)")
         elif cfg.harness == "lm-eval":
-            limit = cfg.max_people and cfg.max_people * len(ds.attributes)
+            limit = cfg.max_people and cfg.max_people * ds.rows_per_person
             rows = _adapter().harness_sweep(cfg.run, str(ds.path), depths, splits, cfg.checkpoint, limit,
                                  cfg.batch_size)
         else:
@@ -163,7 +163,7 @@ def run_eval(cfg: EvalConfig) -> dict:
             params = sum(p.numel() for p in model.parameters())
             for split in splits:
                 sums = sweep(model.to(rt.device), ds, split, depths, rt, cfg.batch_size,
-                             cfg.max_people)
+                             cfg.max_people and cfg.max_people * ds.rows_per_person)
                 rows += result_rows(ck, meta, name, ds, split, sums, floors.reading(split),
                                     params, blind.reading(split))
     finally:

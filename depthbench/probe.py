@@ -52,7 +52,8 @@ def nll_differences(model, ck: dict, ds, cfg: ProbeConfig, rt) -> dict[int, list
             opt.load_state_dict(copy.deepcopy(opt_state))
             model.train()
             train_step(model, model, opt, tok[:, :-1], tok[:, 1:], depth, lr, tcfg, rt)
-            res = sweep(model, ds, "eval_reordered", depths, rt, max_rows=cfg.max_people)
+            res = sweep(model, ds, "eval_reordered", depths, rt,
+                        max_rows=cfg.max_people * ds.rows_per_person)
             nll[depth] = {k: s.result(ds.attributes)["nll"] for k, s in res.items()}
         for k in depths:
             diffs[k].append(nll[cfg.depth_a][k] - nll[cfg.depth_b][k])

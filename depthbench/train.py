@@ -317,7 +317,8 @@ def _append(path: Path, row: dict, rt: Runtime) -> None:
 
 
 def _eval_row(model, ds, cfg: TrainConfig, rt: Runtime, step: int) -> dict:
-    res = sweep(model, ds, "eval_reordered", list(cfg.eval_depths), rt, max_rows=cfg.eval_people)
+    res = sweep(model, ds, "eval_reordered", list(cfg.eval_depths), rt,
+                max_rows=cfg.eval_people * ds.rows_per_person or None)
     model.train()
     return {"step": step, "eval": {str(k): {key: s.result(ds.attributes)[key]
                                              for key in ("bits_per_person", "nll")}

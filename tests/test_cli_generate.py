@@ -18,7 +18,8 @@ def test_generate_writes_a_dataset_and_json_summary(tmp_path):
     r = run("generate", "--out", str(tmp_path / "d"), "--set", "n_people=50", "--json")
     assert r.exit_code == 0, r.output
     summary = json.loads(r.stdout.strip().splitlines()[-1])
-    assert summary["people"] == 50 and summary["ceiling_bits"] == pytest.approx(48.0)
+    # 3 of 6 attributes of 256 values asked per person
+    assert summary["people"] == 50 and summary["ceiling_bits"] == pytest.approx(24.0)
     assert (tmp_path / "d" / "manifest.json").is_file()
 
 

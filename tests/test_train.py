@@ -50,7 +50,7 @@ def quiet(*a, **k):
 
 # Losses of the first steps of a seeded tiny CPU run (torch 2.13 CPU, one thread). A change to
 # the model, data order, depth draws or optimizer shows up here.
-GOLDEN = [3.4073, 3.3482, 3.2953, 3.2647, 3.2304]
+GOLDEN = [3.4088, 3.3553, 3.2964, 3.2666, 3.2540]  # dataset format 4
 
 
 def test_golden_losses_and_determinism(data, tmp_path):
