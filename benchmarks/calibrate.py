@@ -54,7 +54,7 @@ RECIPES: dict[str, tuple[str, dict]] = {
     "p512-add-lr1e-3": ("p512 with additive input injection, lr 1e-3, warmup 100",
                         {"model": {"injection": "add"},
                          "train": {**S1000, "lr": 1e-3, "warmup_steps": 100}}),
-    "p512-add-s1500": ("**adopted** (the tiny presets): p512 with additive input injection, "
+    "p512-add-s1500": ("adopted before the name-only reading: p512 with additive input injection, "
                        "1500 steps", {"model": {"injection": "add"}, "train": {"steps": 1500}}),
 }
 # The budget figure's 15% panel: uniform:1-16 at 15% of the adopted budget trains 211-242 steps
@@ -97,11 +97,12 @@ RECIPES.update({
 # each asked from the name alone). Rows of the earlier readings, whose facts after the first were
 # teacher-forced after the person's other values, are kept in before-name-only.jsonl.
 RECIPES.update({
-    "name-n512": ("name-only reading on the tiny presets: 512 people, 3 of 6 attributes held out "
-                  "per person (24 bits), 1500 steps", {"model": ADD, "train": {"steps": 1500}}),
+    "name-n512": ("name-only reading: 512 people, 3 of 6 attributes held out per person (24 "
+                  "bits), 1500 steps", {"data": {"n_people": 512}, "model": ADD,
+                                       "train": {"steps": 1500}}),
     "name-n1024": ("name-n512 with 1024 people (each seen half as often)",
                    {"data": {"n_people": 1024}, "model": ADD, "train": {"steps": 1500}}),
-    "name-n768": ("name-n512 with 768 people",
+    "name-n768": ("**adopted** (the tiny presets): name-n512 with 768 people",
                   {"data": {"n_people": 768}, "model": ADD, "train": {"steps": 1500}}),
 })
 
