@@ -1073,6 +1073,35 @@ def _write(out: Path, title: str, figures, tables, sources, notes=(), files=None
     return ["index.html", "README.md"] + list(files) + [f for f, _ in figures]
 
 
+def _spans(depths: list[int]) -> str:
+    """[1, 2, 5, 6, 7] -> '1-2, 5-7'."""
+    out, start = [], None
+    for i, d in enumerate(depths):
+        if start is None:
+            start = d
+        if i + 1 == len(depths) or depths[i + 1] != d + 1:
+            out.append(f"{start}-{d}" if d != start else f"{d}")
+            start = None
+    return ", ".join(out)
+
+
+def _per_depth_words(re: pd.DataFrame, r) -> str:
+    """Where the per-depth paired interval on bits per person excludes 0 for one comparison
+    (description beside its verdict, not a second test)."""
+    g = re[re["budget"] == r["budget"]] if pd.notna(r["budget"]) else re
+    d = paired_differences(g[g["schedule"].isin([r["schedule"], r["reference"]])],
+                           "bits_per_person", r["reference"])
+    if d.empty:
+        return ""
+    up = sorted(int(x) for x in d.loc[d["sign"] > 0, "depth"])
+    down = sorted(int(x) for x in d.loc[d["sign"] < 0, "depth"])
+    def at(ds):
+        return f"depth{'s' if len(ds) > 1 else ''} {_spans(ds)}"
+    parts = ([f"above at {at(up)}"] if up else []) + ([f"below at {at(down)}"] if down else [])
+    return ("Per depth, the paired interval on bits per person lies "
+            + (" and ".join(parts) if parts else "across 0 at every depth") + ".")
+
+
 def summarize(rows: dict[str, pd.DataFrame], reference: str | None = None) -> dict:
     """What the results pages say of one report, computed from its rows by the same functions
     that draw the report (``depthbench.docs``): its arms and seeds, the comparisons decided in
@@ -1080,7 +1109,7 @@ def summarize(rows: dict[str, pd.DataFrame], reference: str | None = None) -> di
     the findings table and the grid's wall clock."""
     rows = labelled(rows)
     ev = rows.get("eval")
-    out = {"kind": "none", "arms": [], "seeds": 0, "comparisons": [], "sentences": [],
+    out = {"kind": "none", "reading": "-", "arms": [], "seeds": 0, "comparisons": [], "sentences": [],
            "best_share": {}, "findings": "", "wall_s": None}
     st = rows.get("stage")
     if st is not None and not st.empty:
@@ -1094,6 +1123,11 @@ def summarize(rows: dict[str, pd.DataFrame], reference: str | None = None) -> di
         out["kind"] = "text"
         return out
     out["kind"] = "synthetic"
+    # rows from before dataset format 4 scored every fact of a row, teacher-forced after the
+    # person's earlier values; they carry no name-blind oracle
+    out["reading"] = ("name only" if "name_blind_bits_per_person" in fin.columns
+                      and fin["name_blind_bits_per_person"].notna().any()
+                      else "record completion (before the name-only reading)")
     re = fin[fin["split"] == "eval_reordered"]
     c = _comparisons(re, reference)
     if not c.empty:
@@ -1101,7 +1135,8 @@ def summarize(rows: dict[str, pd.DataFrame], reference: str | None = None) -> di
         out["comparisons"] = [{**{k: (None if isinstance(v, float) and np.isnan(v) else v)
                                   for k, v in r.items()}, "verdict": _verdict(r)}
                               for _, r in prim.iterrows()]
-        out["sentences"] = _comparison_words(c)
+        out["sentences"] = [f"{w} {_per_depth_words(re, r)}" for w, (_, r) in
+                            zip(_comparison_words(c), prim.iterrows())]
     for split, g in fin.groupby("split"):
         if split == "eval_unseen_people":
             continue
