@@ -223,15 +223,15 @@ def _bench_serve():
 
 
 def test_readme_serving_grid_is_the_simulation():
-    """docs/serving.md's workload grid (ouro-like on H100: cdb, cdb with chunked prefill, no_refill,
+    """docs/benchmarks.md's workload grid (ouro-like on H100: cdb, cdb with chunked prefill, no_refill,
     bound) is what ``benchmarks/bench_serve.py --grid-only`` simulates; no whole-run fraction of
     the achievable bound there exceeds 1, and no fraction of any bound exceeds 1.02 (a steady
     window's edges are not priced exactly)."""
     bench, root = _bench_serve()
-    page = (root / "docs" / "serving.md").read_text()
+    page = (root / "docs" / "benchmarks.md").read_text()
     for name in bench.GRID:
         e = bench.grid_entry("h100", "ouro-like", name)
-        assert f"| {name} | {bench.grid_cells(e)} | " in page, f"docs/serving.md grid row {name}: {e}"
+        assert f"| {name} | {bench.grid_cells(e)} | " in page, f"docs/benchmarks.md grid row {name}: {e}"
         assert e["largest_fraction"] <= 1.02, name
         for k in ("cdb_whole", "cdb_chunked_whole", "no_refill_whole"):
             assert e[k] <= 1.0 + 1e-9, (name, k)
