@@ -46,7 +46,7 @@ EXPERIMENTS = (
                "cloze through lm-eval", "depthbench run text-quickstart"),
 )
 
-SPLIT_NAMES = {"eval_reordered": "name only, unseen position",
+SPLIT_NAMES = {"eval_reordered": "name only, held-out position",
                "eval_seen_order": "name only, seen position"}
 
 
