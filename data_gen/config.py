@@ -168,11 +168,6 @@ class GenConfig:
         size; an eval row carries the exact ceiling of the facts it scored)."""
         return self.n_held_out * sum(a.bits for a in self.attributes) / len(self.attributes)
 
-    @property
-    def record_bits(self) -> float:
-        """Bits of one whole record (every attribute of a person)."""
-        return sum(a.bits for a in self.attributes)
-
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
 

@@ -74,13 +74,11 @@ def sweep_per_depth(model, ds: Dataset, split: str, depths: list[int], rt: Runti
 
 
 def result_rows(ck: dict, run_meta: dict, run_name: str, ds: Dataset, split: str,
-                sums: dict[int, EvalSums], floor: dict, params: int,
-                blind: dict | None = None) -> list[dict]:
+                sums: dict[int, EvalSums], floor: dict, blind: dict, params: int) -> list[dict]:
     """Tidy rows, one per depth, with the grouping keys of DESIGN.md section 2, each with the
     split's ``floor`` (its ``reference.PersonAgnostic`` reading), its name-blind record
-    completer's reading (``reference.NameBlind``; the floor's when not given) and the model's
-    parameter count, so that a reader of the rows alone can bracket and size every reading."""
-    blind = blind or floor
+    completer's reading (``reference.NameBlind``) and the model's parameter count, so that a
+    reader of the rows alone can bracket and size every reading."""
     rows = []
     for depth, s in sorted(sums.items()):
         rows.append({
@@ -165,7 +163,7 @@ def run_eval(cfg: EvalConfig) -> dict:
                 sums = sweep(model.to(rt.device), ds, split, depths, rt, cfg.batch_size,
                              cfg.max_people and cfg.max_people * ds.rows_per_person)
                 rows += result_rows(ck, meta, name, ds, split, sums, floors.reading(split),
-                                    params, blind.reading(split))
+                                    blind.reading(split), params)
     finally:
         teardown(rt)
     rows = tag_rows(rows, cfg.tags)

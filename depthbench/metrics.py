@@ -93,14 +93,14 @@ class EvalSums:
         s, p = self.scalars, self.per_attr
         facts = p["n_facts"].sum().item()
         people = s["rows"] / self.rows_per_person
-        rows = people or 1.0
+        per = people or 1.0
         out = {
             "nll": s["nll_sum"] / max(s["n_tokens"], 1.0),
             "value_nll": p["value_nll_sum"].sum().item() / max(facts, 1.0),
             "exact_match": p["exact_sum"].sum().item() / max(facts, 1.0),
-            "bits_per_person": p["bits_sum"].sum().item() / rows,
-            "unfloored_bits_per_person": p["unfloored_bits_sum"].sum().item() / rows,
-            "ceiling_bits": float((p["n_facts"] * self.log2m).sum().item()) / rows,
+            "bits_per_person": p["bits_sum"].sum().item() / per,
+            "unfloored_bits_per_person": p["unfloored_bits_sum"].sum().item() / per,
+            "ceiling_bits": float((p["n_facts"] * self.log2m).sum().item()) / per,
             "people": int(round(people)),
             "facts": int(facts),
         }

@@ -117,10 +117,9 @@ def _reading(ds: Dataset, split: str, nll_and_hit, slots: str = "asked") -> dict
     time: ``nll_and_hit(a, rows, values) -> (nll (N,), hit (N,) bool)`` over the facts of
     ``split`` in ``slots``; per person over ``rows_per_person`` rows, as the model is read."""
     facts = _facts(ds, split, slots)
-    people = len(ds.split(split)) / ds.rows_per_person or 1.0
+    people = len(ds.split(split)) // ds.rows_per_person
     out = {"value_nll": 0.0, "exact_match": 0.0, "bits_per_person": 0.0,
-           "unfloored_bits_per_person": 0.0, "ceiling_bits": 0.0,
-           "people": int(round(len(ds.split(split)) / ds.rows_per_person)), "facts": 0}
+           "unfloored_bits_per_person": 0.0, "ceiling_bits": 0.0, "people": people, "facts": 0}
     per = {}
     for a, (rows, values) in enumerate(facts):
         nll, hit = nll_and_hit(a, rows, values)
@@ -138,7 +137,7 @@ def _reading(ds: Dataset, split: str, nll_and_hit, slots: str = "asked") -> dict
     out["value_nll"] /= facts_n
     out["exact_match"] /= facts_n
     for k in ("bits_per_person", "unfloored_bits_per_person", "ceiling_bits"):
-        out[k] /= people
+        out[k] /= max(people, 1)
     return {**out, **per}
 
 
