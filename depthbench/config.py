@@ -217,7 +217,8 @@ class TrainConfig(_Plain):
 # tiny: a fully looped model (no prelude or coda, one shared layer, about 75k parameters) sized
 # against the tiny dataset (768 people x 48 record bits: about 0.5 bits per parameter) so that no
 # schedule saturates at the full budget on the name-only reading. Additive injection keeps an
-# identity path across loops: with the concat adapter, uniform:1-16 with full backprop stayed on its loss plateau (docs/calibration.md).
+# identity path across loops: with the concat adapter, uniform:1-16 with full backprop stayed
+# on its loss plateau (docs/calibration.md).
 def tiny_model() -> ModelConfig:
     return ModelConfig(d_model=64, n_heads=4, n_prelude=0, n_core=1, n_coda=0, injection="add")
 
