@@ -21,6 +21,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from depthbench.config import ModelConfig
 from depthbench.schedules import Schedule
 
@@ -65,7 +67,8 @@ class FlopModel:
 def schedule_flops(fm: FlopModel, schedule: Schedule, steps: int, seed: int,
                    tokens_per_step: int) -> float:
     """Modeled training FLOPs of a whole run: the sum over its steps' depths."""
-    return float(sum(fm.train_step(int(k)) for k in schedule.depths(steps, seed))) * tokens_per_step
+    counts = np.bincount(schedule.depths(steps, seed))                 # steps at each depth
+    return float(sum(n * fm.train_step(k) for k, n in enumerate(counts.tolist()) if n)) * tokens_per_step
 
 
 def match_steps(fm: FlopModel, schedule: Schedule, target_flops: float, total_hint: int,

@@ -42,6 +42,22 @@ def _rng(seed: int, step: int) -> np.random.Generator:
     return np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(0xD3, step)))
 
 
+# every step's uniform draw, per (seed, lo, hi), drawn once per process: planning a grid asks
+# for the same runs' depths many times (shared prefixes, the compute-matched step search), and
+# one generator per step costs about 20 us, so a 20,000-step paper grid took seconds per ask
+_UNIFORM: dict[tuple[int, int, int], np.ndarray] = {}
+
+
+def _uniform_draws(seed: int, lo: int, hi: int, stop: int) -> np.ndarray:
+    """Steps 0..stop-1's draws of K uniform in lo..hi, each from its own (seed, step) generator
+    (the same integers ``Schedule.depth`` draws)."""
+    have = _UNIFORM.get((seed, lo, hi), np.zeros(0, dtype=np.int64))
+    if len(have) < stop:
+        more = [int(_rng(seed, s).integers(lo, hi + 1)) for s in range(len(have), stop)]
+        have = _UNIFORM[(seed, lo, hi)] = np.concatenate([have, np.array(more, dtype=np.int64)])
+    return have[:stop]
+
+
 def _num(x: float) -> str:
     """The shortest text that reads back as ``x`` (8.0 -> "8")."""
     return str(int(x)) if float(x).is_integer() else repr(float(x))
@@ -112,9 +128,14 @@ class Schedule:
         fixed_until = {"fixed": total_steps,
                        "fixed-first": self.switch_step(total_steps)}.get(self.kind, start)
         cut = min(max(start, fixed_until), total_steps)
-        return np.concatenate([np.full(cut - start, self.k, dtype=np.int64),
-                               np.array([self.depth(s, total_steps, seed)
-                                         for s in range(cut, total_steps)], dtype=np.int64)])
+        if self.kind in ("uniform", "fixed-first") and self.finish is None:
+            drawn = _uniform_draws(seed, self.lo, self.hi, total_steps)[cut:]
+        elif self.kind == "fixed-first":
+            drawn = self.finish.depths(total_steps, seed, cut)
+        else:
+            drawn = np.array([self.depth(s, total_steps, seed) for s in range(cut, total_steps)],
+                             dtype=np.int64)
+        return np.concatenate([np.full(cut - start, self.k, dtype=np.int64), drawn])
 
 
 def _int(text: str, spec: str, what: str) -> int:
