@@ -104,6 +104,11 @@ RECIPES.update({
                    {"data": {"n_people": 1024}, "model": ADD, "train": {"steps": 1500}}),
     "name-n768": ("**adopted** (the tiny presets): name-n512 with 768 people",
                   {"data": {"n_people": 768}, "model": ADD, "train": {"steps": 1500}}),
+    # the budget figure's task on the name-only reading: 15% (uniform:1-16's 226 steps) and 100%
+    "name-n128-s226": ("name-only reading on 128 people x 6 attributes x 128 values (21 bits), "
+                       "226 steps (15% of the budget)", {"data": N128, "model": ADD, "train": S226}),
+    "name-n128": ("name-n128-s226 at the full budget (1500 steps)",
+                  {"data": N128, "model": ADD, "train": {"steps": 1500}}),
 })
 
 
