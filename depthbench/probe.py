@@ -2,8 +2,9 @@
 
 From a checkpoint, take ONE optimizer update at depth A and, separately from the same state,
 one at depth B on the same batch (the trainer's own ``train_step``: autocast, gate loss,
-clipping); report, per serving depth, NLL(after A) - NLL(after B) on eval_reordered (positive:
-the depth-B update helped more), averaged over ``batches`` batches with a 95% t-interval.
+clipping); report, per serving depth, NLL(after A) - NLL(after B) on eval_reordered (a text run:
+on the first ``max_people`` validation windows; positive: the depth-B update helped more),
+averaged over ``batches`` batches with a 95% t-interval.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from depthbench.rows import row_paths, tag_rows, write_rows
 from depthbench.runtime import setup, teardown
 from depthbench.schedules import parse_depths, parse_schedule
 from depthbench.stats import t_interval
+from depthbench.text import text_sweep
 from depthbench.train import lr_at, make_optimizer, train_step
 
 
@@ -36,7 +38,9 @@ def nll_differences(model, ck: dict, ds, cfg: ProbeConfig, rt) -> dict[int, list
     """Per serving depth, one NLL(after A) - NLL(after B) per batch."""
     tcfg = TrainConfig.from_dict(ck["train_config"])
     state, opt_state = ck["model"], ck["optimizer"]
-    batches = TrainBatches(ds.split("train"), tcfg.batch_size, cfg.seed + 7919)
+    text = ds.kind == "text"
+    batches = ds.train_batches(tcfg.batch_size, cfg.seed + 7919) if text else \
+        TrainBatches(ds.split("train"), tcfg.batch_size, cfg.seed + 7919)
     lr = cfg.lr or probe_lr(ck, tcfg)
     depths = parse_depths(cfg.depths)
     diffs: dict[int, list[float]] = {k: [] for k in depths}
@@ -52,9 +56,13 @@ def nll_differences(model, ck: dict, ds, cfg: ProbeConfig, rt) -> dict[int, list
             opt.load_state_dict(copy.deepcopy(opt_state))
             model.train()
             train_step(model, model, opt, tok[:, :-1], tok[:, 1:], depth, lr, tcfg, rt)
-            res = sweep(model, ds, "eval_reordered", depths, rt,
-                        max_rows=cfg.max_people * ds.rows_per_person)
-            nll[depth] = {k: s.result(ds.attributes)["nll"] for k, s in res.items()}
+            if text:   # a text run: NLL per token on the first max_people validation windows
+                res = text_sweep(model, ds, depths, rt, max_windows=cfg.max_people)
+                nll[depth] = {k: r["nll"] for k, r in res.items()}
+            else:
+                res = sweep(model, ds, "eval_reordered", depths, rt,
+                            max_rows=cfg.max_people * ds.rows_per_person)
+                nll[depth] = {k: s.result(ds.attributes)["nll"] for k, s in res.items()}
         for k in depths:
             diffs[k].append(nll[cfg.depth_a][k] - nll[cfg.depth_b][k])
     return diffs

@@ -22,6 +22,7 @@ bits per byte at every serving depth of the validation split from one pass.
 from __future__ import annotations
 
 import gzip
+import hashlib
 import json
 import math
 import os
@@ -94,7 +95,9 @@ def input_files(inputs: list[str]) -> list[str | Path]:
             continue
         p = Path(item)
         if p.is_dir():
-            found = sorted(f for f in p.rglob("*") if f.is_file() and f.name.endswith(SUFFIXES))
+            # hidden files and directories (.git, .ipynb_checkpoints copies) are not corpus
+            found = sorted(f for f in p.rglob("*") if f.is_file() and f.name.endswith(SUFFIXES)
+                           and not any(part.startswith(".") for part in f.relative_to(p).parts))
             if not found:
                 raise TextDataError(f"{p} holds no corpus file ({', '.join(SUFFIXES)})")
             out += found
@@ -107,13 +110,37 @@ def input_files(inputs: list[str]) -> list[str | Path]:
             raise TextDataError(f"corpus input {p} does not exist")
     if not out:
         raise TextDataError("give at least one corpus input")
-    return out
+    # one file reached twice (named twice, a directory and a file in it, a symlink to it) is
+    # read once; a copy under another name is caught document by document (``documents``)
+    seen, unique = set(), []
+    for f in out:
+        key = f if f == BUILTIN else Path(f).resolve()
+        if key not in seen:
+            seen.add(key)
+            unique.append(f)
+    return unique
+
+
+# a document longer than this many characters (a file without blank lines) is cut at whitespace
+# into documents of at most this size, so that memory stays bounded by it, not by the file
+MAX_DOC_CHARS = 1 << 20
+
+
+def _cut(text: str, cap: int = 0) -> Iterator[str]:
+    cap = cap or MAX_DOC_CHARS
+    while len(text) > cap:
+        at = max(text.rfind(" ", 0, cap), text.rfind("\n", 0, cap))
+        at = at if at > 0 else cap
+        yield text[:at]
+        text = text[at:].lstrip()
+    if text.strip():
+        yield text
 
 
 def _lines(path: Path) -> Iterator[str]:
     opener = gzip.open if path.name.endswith(".gz") else open
     try:
-        with opener(path, "rt", encoding="utf-8", newline="") as f:
+        with opener(path, "rt", encoding="utf-8-sig", newline="") as f:   # a BOM is not text
             for line in f:
                 if "\x00" in line:
                     raise UnicodeDecodeError("utf-8", b"", 0, 1, "NUL byte")
@@ -125,34 +152,48 @@ def _lines(path: Path) -> Iterator[str]:
 
 
 def documents(inputs: list[str]) -> Iterator[str]:
-    """Every document of the corpus, streamed, in a fixed order; empty documents are skipped."""
+    """Every document of the corpus, streamed, in a fixed order; empty documents are skipped and
+    one longer than ``MAX_DOC_CHARS`` is cut (``_cut``). Exact duplicates are removed later, by
+    content (``prepare_text``)."""
     for src in input_files(inputs):
-        if src == BUILTIN:
-            yield from (d for d in _python_docs() if d.strip())
-            continue
-        path = Path(src)
-        if ".jsonl" in path.name:
-            for i, line in enumerate(_lines(path)):
-                if not line.strip():
-                    continue
-                try:
-                    text = json.loads(line).get("text")
-                except (json.JSONDecodeError, AttributeError):
-                    raise TextDataError(f"{path} line {i + 1} is not a JSON object") from None
-                if not isinstance(text, str):
-                    raise TextDataError(f"{path} line {i + 1} has no string 'text' field")
-                if text.strip():
-                    yield text
-        else:
-            para: list[str] = []
-            for line in _lines(path):
-                if line.strip():
-                    para.append(line)
-                elif para:
-                    yield "".join(para).rstrip("\n")
-                    para = []
-            if para:
-                yield "".join(para).rstrip("\n")
+        yield from (piece for doc in _file_documents(src) for piece in _cut(doc))
+
+
+def _file_documents(src) -> Iterator[str]:
+    """One input's documents, in order (``documents`` cuts and deduplicates them)."""
+    if src == BUILTIN:
+        yield from (d for d in _python_docs() if d.strip())
+        return
+    path = Path(src)
+    if ".jsonl" in path.name:
+        for i, line in enumerate(_lines(path)):
+            if not line.strip():
+                continue
+            try:
+                text = json.loads(line).get("text")
+            except (json.JSONDecodeError, AttributeError):
+                raise TextDataError(f"{path} line {i + 1} is not a JSON object") from None
+            if not isinstance(text, str):
+                raise TextDataError(f"{path} line {i + 1} has no string 'text' field")
+            try:
+                text.encode("utf-8")
+            except UnicodeEncodeError:   # JSON can spell a lone surrogate, "\ud800"
+                raise TextDataError(f"{path} line {i + 1}: its text holds a lone UTF-16 "
+                                    "surrogate (not Unicode text); fix or drop the line") from None
+            if text.strip():
+                yield text
+        return
+    para: list[str] = []
+    size = 0
+    for line in _lines(path):
+        if line.strip() and size < MAX_DOC_CHARS:
+            para.append(line)
+            size += len(line)
+        elif para:   # a blank line, or a paragraph past the cap (this line starts the next)
+            yield "".join(para).rstrip("\n")
+            para, size = ([line], len(line)) if line.strip() else ([], 0)
+    if para:
+        yield "".join(para).rstrip("\n")
 
 
 # ---- preparing -----------------------------------------------------------------------------------
@@ -164,7 +205,7 @@ def _train_tokenizer(inputs: list[str], vocab_size: int):
     trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=[EOT],
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
                                   show_progress=False)
-    tok.train_from_iterator(documents(inputs), trainer=trainer)
+    tok.train_from_iterator((d for d, _ in unique_documents(inputs)), trainer=trainer)
     return tok
 
 
@@ -203,19 +244,73 @@ def _cloze(held_out: list[str], seed: int, n: int = 256, choices: int = 4) -> li
     return items
 
 
+def content_key(doc: str) -> bytes:
+    """A document's identity: the digest of its text with whitespace runs collapsed, so that a
+    copy reached by any route (another file, a re-wrapped paragraph) is the same document."""
+    return hashlib.blake2b(" ".join(doc.split()).encode("utf-8"), digest_size=16).digest()
+
+
+def unique_documents(inputs: list[str], removed: dict | None = None) -> Iterator[tuple[str, bytes]]:
+    """(document, ``content_key``) of every document of ``documents`` but exact copies of an
+    earlier one, which are counted in ``removed`` (documents, bytes). The index of keys holds
+    16 bytes per document."""
+    seen: set[bytes] = set()
+    for doc in documents(inputs):
+        key = content_key(doc)
+        if key in seen:
+            if removed is not None:
+                removed["documents"] += 1
+                removed["bytes"] += len(doc.encode("utf-8"))
+            continue
+        seen.add(key)
+        yield doc, key
+
+
+def in_validation(key: bytes, seed: int, val_fraction: float) -> bool:
+    """Whether the document of ``key`` is held out: a seeded draw from its content alone (not its
+    position), so the same text always lands on the same side."""
+    h = hashlib.blake2b(key, digest_size=8, salt=seed.to_bytes(8, "little")).digest()
+    return int.from_bytes(h, "little") / 2 ** 64 < val_fraction
+
+
+def _uncovered(doc: str, enc) -> int | None:
+    """The first non-blank character of ``doc`` that no token of ``enc`` covers, or that became
+    the unknown token (a tokenizer that cannot encode it); None if every character is encoded."""
+    cover = np.zeros(len(doc) + 1, dtype=np.int64)
+    unk = {i for i, t in enumerate(enc.tokens) if t in ("[UNK]", "<unk>", "<UNK>")}
+    for i, (a, b) in enumerate(enc.offsets):
+        if i not in unk:
+            cover[a] += 1
+            cover[b] -= 1
+    covered = np.cumsum(cover[:-1]) > 0
+    blank = np.array([c.isspace() for c in doc], dtype=bool)
+    bad = np.flatnonzero(~covered & ~blank)
+    return int(bad[0]) if len(bad) else None
+
+
 def _write_splits(tok, inputs: list[str], tmp: Path, val_fraction: float, seed: int,
-                  dtype: np.dtype, eot: int) -> tuple[dict, list[str]]:
+                  dtype: np.dtype, eot: int, check_coverage: bool = False) -> tuple[dict, list[str]]:
     """Encode the corpus in batches of documents into ``tmp/{train,validation}.bin``, each
-    document followed by end-of-text and drawn into validation with probability
-    ``val_fraction`` (seeded per batch); the counts per split and the first held-out
-    documents (for the cloze task)."""
+    document followed by end-of-text, once (an exact copy of an earlier document, whitespace
+    aside, is dropped and counted) and held out by ``in_validation`` of its content; the counts
+    per split (and of the copies dropped) and the first held-out documents (for the cloze
+    task). With ``check_coverage`` (a given tokenizer) a document the tokenizer cannot encode
+    whole is refused."""
     counts = {s: {"documents": 0, "tokens": 0, "bytes": 0} for s in SPLITS}
+    counts["duplicates_removed"] = {"documents": 0, "bytes": 0}
     held_out: list[str] = []
     sinks = {s: open(tmp / f"{s}.bin", "wb") for s in SPLITS}
 
-    def flush(batch: list[str], b: int) -> None:
-        val = np.random.default_rng([seed, b]).random(len(batch)) < val_fraction
-        for doc, enc, v in zip(batch, tok.encode_batch(batch), val):
+    def flush(batch: list[tuple[str, bytes]]) -> None:
+        docs = [d for d, _ in batch]
+        for (doc, key), enc in zip(batch, tok.encode_batch(docs)):
+            if check_coverage and (at := _uncovered(doc, enc)) is not None:
+                n = counts["train"]["documents"] + counts["validation"]["documents"] + 1
+                raise TextDataError(f"the tokenizer cannot encode {doc[at]!r} (document {n}, "
+                                    f"character {at}): that text would be dropped silently; give "
+                                    "a tokenizer that covers the corpus (byte-level BPE) or "
+                                    "--vocab-size to train one")
+            v = in_validation(key, seed, val_fraction)
             s = "validation" if v else "train"
             ids = np.asarray(enc.ids + [eot], dtype=dtype)
             sinks[s].write(ids.tobytes())
@@ -226,15 +321,14 @@ def _write_splits(tok, inputs: list[str], tmp: Path, val_fraction: float, seed: 
             if v and len(held_out) < 2048:
                 held_out.append(doc)
     try:
-        batch: list[str] = []
-        n_batch = 0
-        for doc in documents(inputs):
-            batch.append(doc)
+        batch: list[tuple[str, bytes]] = []
+        for doc, key in unique_documents(inputs, counts["duplicates_removed"]):
+            batch.append((doc, key))
             if len(batch) == BATCH_DOCS:
-                flush(batch, n_batch)
-                batch, n_batch = [], n_batch + 1
+                flush(batch)
+                batch = []
         if batch:
-            flush(batch, n_batch)
+            flush(batch)
     finally:
         for f in sinks.values():
             f.close()
@@ -273,7 +367,9 @@ def prepare_text(inputs: list[str], out: str | Path, vocab_size: int = 0,
     dtype = _dtype(vocab)
     with replaced_dir(out, "text-dataset") as tmp:
         tok.save(str(tmp / "tokenizer.json"))
-        counts, held_out = _write_splits(tok, inputs, tmp, val_fraction, seed, dtype, eot)
+        counts, held_out = _write_splits(tok, inputs, tmp, val_fraction, seed, dtype, eot,
+                                         check_coverage=bool(tokenizer))
+        removed = counts.pop("duplicates_removed")
         if not counts["train"]["documents"] + counts["validation"]["documents"]:
             raise TextDataError("the corpus holds no document (empty input)")
         if not counts["validation"]["documents"]:
@@ -282,6 +378,10 @@ def prepare_text(inputs: list[str], out: str | Path, vocab_size: int = 0,
         if not counts["train"]["documents"]:
             raise TextDataError(f"--val-fraction {val_fraction} left no training document; "
                                 "lower it")
+        if counts["validation"]["tokens"] < seq_len + 1:
+            raise TextDataError(f"the validation split has {counts['validation']['tokens']} "
+                                f"tokens, fewer than one window of --seq-len {seq_len} (it "
+                                "would score nothing); raise --val-fraction or lower --seq-len")
         if counts["train"]["tokens"] <= seq_len + 1:
             raise TextDataError(f"the training split has {counts['train']['tokens']} tokens, "
                                 f"fewer than one window of --seq-len {seq_len}; give more text "
@@ -296,7 +396,7 @@ def prepare_text(inputs: list[str], out: str | Path, vocab_size: int = 0,
                          "seq_len": seq_len},
             "vocab_size": vocab, "eot_id": eot, "dtype": dtype.name, "seq_len": seq_len,
             "tokenizer_sha256": sha256_file(tmp / "tokenizer.json"),
-            "splits": counts,
+            "splits": counts, "duplicates_removed": removed,
             "bytes_per_token": {s: c["bytes"] / max(1, c["tokens"]) for s, c in counts.items()},
             "files": {name: {"sha256": sha256_file(tmp / name), "bytes": (tmp / name).stat().st_size}
                       for name in FILES},
@@ -344,6 +444,44 @@ class TextLMVocab(TextVocab):
         return self.tokenizer.decode(list(ids))
 
 
+def _is_int(x, lo: int, hi: int) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool) and lo <= x <= hi
+
+
+def _check_manifest(m: dict, mpath: Path) -> None:
+    """Every field a reader uses has the type and range ``prepare_text`` writes (a manifest
+    edited and re-hashed is caught here, not by a reading that is silently wrong)."""
+    def bad(what: str):
+        raise TextDataError(f"{mpath}: {what}; {FIX}")
+    vocab = m.get("vocab_size")
+    if not _is_int(vocab, 2, 2 ** 20):
+        bad(f"vocab_size {vocab!r} is not an integer between 2 and 1048576")
+    if not _is_int(m.get("eot_id"), 0, vocab - 1):
+        bad(f"eot_id {m.get('eot_id')!r} is not a token id below vocab_size {vocab}")
+    if m.get("dtype") != _dtype(vocab).name:
+        bad(f"dtype {m.get('dtype')!r} is not the token dtype of a {vocab}-token vocabulary "
+            f"({_dtype(vocab).name})")
+    if not _is_int(m.get("seq_len"), 8, 65536):
+        bad(f"seq_len {m.get('seq_len')!r} is not an integer between 8 and 65536")
+    for name, rec in m["files"].items():
+        if not isinstance(rec, dict) or not _is_int(rec.get("bytes"), 0, 2 ** 62) or \
+                not isinstance(rec.get("sha256"), str):
+            bad(f"file {name}'s record must hold its bytes (an integer) and sha256")
+    splits, bpt = m.get("splits"), m.get("bytes_per_token")
+    if not isinstance(splits, dict) or set(splits) != set(SPLITS) or not isinstance(bpt, dict):
+        bad(f"its split table must list {', '.join(SPLITS)}")
+    for s in SPLITS:
+        c = splits[s]
+        if not isinstance(c, dict) or not all(_is_int(c.get(k), 0, 2 ** 62)
+                                              for k in ("documents", "tokens", "bytes")):
+            bad(f"split {s}'s documents, tokens and bytes must be integers >= 0")
+        want = c["bytes"] / max(1, c["tokens"])
+        got = bpt.get(s)
+        if not isinstance(got, float | int) or isinstance(got, bool) or \
+                not math.isclose(got, want, rel_tol=1e-9, abs_tol=1e-12):
+            bad(f"bytes_per_token of {s} ({got!r}) is not its bytes over its tokens ({want:.6g})")
+
+
 class TextDataset:
     """A verified text dataset directory written by ``prepare_text``."""
 
@@ -368,6 +506,7 @@ class TextDataset:
         files = m.get("files")
         if not isinstance(files, dict) or set(files) != set(FILES):
             raise TextDataError(f"{mpath}: its file table must list {', '.join(FILES)}; {FIX}")
+        _check_manifest(m, mpath)
         for name, rec in files.items():
             f = self.path / name
             if not f.is_file() or f.stat().st_size != rec.get("bytes"):
@@ -376,8 +515,8 @@ class TextDataset:
                 raise TextDataError(f"text dataset file {f} does not match its sha256 (corrupt "
                                     f"or tampered); {FIX}")
         self.manifest, self.hash = m, m["dataset_hash"]
-        self.vocab = TextVocab(int(m["vocab_size"]), int(m["eot_id"]))
-        self.seq_len = int(m["seq_len"]) + 1          # a window of inputs and their targets
+        self.vocab = TextVocab(m["vocab_size"], m["eot_id"])
+        self.seq_len = m["seq_len"] + 1               # a window of inputs and their targets
         dtype = np.dtype(m["dtype"])
         self.tokens = {}
         for s in SPLITS:
@@ -456,6 +595,11 @@ def text_sweep(model, ds: TextDataset, depths: list[int], rt=None, batch_size: i
     from depthbench.runtime import shard_range
     model.eval()
     w = eval_windows(ds.tokens["validation"], ds.seq_len, max_windows)
+    if not len(w):
+        raise TextDataError(f"{ds.path}: the validation split's {len(ds.tokens['validation'])} "
+                            f"tokens fill no window of {ds.seq_len - 1}; a reading over no "
+                            f"token would read as a perfect model; {FIX} with a larger "
+                            "--val-fraction or a shorter --seq-len")
     lo, hi = shard_range(len(w), rt.rank, rt.world) if rt else (0, len(w))
     device = rt.device if rt else torch.device("cpu")
     sums = {k: 0.0 for k in depths}

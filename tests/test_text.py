@@ -315,3 +315,137 @@ metric_list:
     assert "Table 4" in (tmp_path / "rep" / "README.md").read_text()
     r = CliRunner().invoke(main, ["eval", str(run), "--harness", "lm-eval", "--task", "nope"])
     assert r.exit_code == 2 and "nope" in r.output
+
+
+# ---- boundaries, round 4: documents by content, readings that cannot mean anything ---------------
+def _split_docs(ds: TextDataset) -> dict[str, list[str]]:
+    tok, out = ds.tokenizer(), {}
+    for s in ("train", "validation"):
+        ids = np.asarray(ds.tokens[s]).tolist()
+        cut = [i for i, t in enumerate(ids) if t == ds.vocab.eos]
+        out[s] = [tok.decode(ids[a:b]) for a, b in zip([0] + [i + 1 for i in cut[:-1]], cut)]
+    return out
+
+
+def test_a_document_reached_by_any_route_is_one_document_on_one_side(tmp_path):
+    """The same file named twice, a directory and a file inside it, a symlink, a copy under
+    another name, a hidden .ipynb_checkpoints copy and a re-wrapped paragraph: each document is
+    read once (the rest counted as removed duplicates), so no validation document is also in
+    training, and the dataset equals the one prepared from the directory alone."""
+    d, docs = corpus(tmp_path)
+    alone = prepare_text([str(d)], tmp_path / "alone", vocab_size=300, val_fraction=0.2, seq_len=16)
+    hidden = d / ".ipynb_checkpoints"
+    hidden.mkdir()
+    (hidden / "a-checkpoint.txt").write_bytes((d / "a.txt").read_bytes())
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "copy.jsonl").write_bytes((d / "b.jsonl").read_bytes())
+    (other / "link.txt").symlink_to(d / "a.txt")
+    (other / "rewrapped.txt").write_text(docs[0].replace(" ", "\n", 3) + "\n")
+    m = prepare_text([str(d), str(d / "a.txt"), str(d), str(other / "link.txt"), str(other)],
+                     tmp_path / "many", vocab_size=300, val_fraction=0.2, seq_len=16)
+    assert m["splits"] == alone["splits"]
+    assert m["duplicates_removed"]["documents"] == 101   # copy.jsonl's 100 and the re-wrap
+    for f in ("train.bin", "validation.bin"):
+        assert (tmp_path / "many" / f).read_bytes() == (tmp_path / "alone" / f).read_bytes()
+    split = _split_docs(TextDataset(tmp_path / "many"))
+    assert split["validation"] and not set(split["validation"]) & set(split["train"])
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_duplicates_never_straddle_the_split(tmp_path, seed):
+    """Property: a corpus where random documents repeat (in other files, re-spaced) gives
+    splits that share no document's text, whatever the seed and fraction."""
+    rng = np.random.default_rng(seed)
+    base = [" ".join(rng.choice(WORDS, size=int(rng.integers(20, 40)))) for _ in range(120)]
+    picks = rng.choice(len(base), size=80)
+    (tmp_path / "a.txt").write_text("\n\n".join(base) + "\n")
+    (tmp_path / "b.jsonl").write_text("".join(json.dumps({"text": "  " + base[i].replace(" ", "  ")})
+                                              + "\n" for i in picks))
+    prepare_text([str(tmp_path / "a.txt"), str(tmp_path / "b.jsonl")], tmp_path / "ds",
+                 vocab_size=300, val_fraction=float(rng.uniform(0.1, 0.5)), seq_len=8, seed=seed)
+    split = _split_docs(TextDataset(tmp_path / "ds"))
+    norm = {s: {" ".join(x.split()) for x in docs} for s, docs in split.items()}
+    assert not norm["train"] & norm["validation"]
+    assert len(split["train"]) + len(split["validation"]) == len(set(base))
+
+
+def test_a_bom_is_not_text_and_a_long_file_without_blank_lines_is_cut(tmp_path, monkeypatch):
+    import depthbench.text as text
+    (tmp_path / "bom.txt").write_text("hello world " * 5 + "\n", encoding="utf-8-sig")
+    assert list(documents([str(tmp_path / "bom.txt")])) == ["hello world " * 5]
+    monkeypatch.setattr(text, "MAX_DOC_CHARS", 100)
+    lines = [" ".join(WORDS[i % len(WORDS)] for i in range(j, j + 7)) + "\n" for j in range(200)]
+    (tmp_path / "long.txt").write_text("".join(lines))
+    got = list(documents([str(tmp_path / "long.txt")]))
+    assert len(got) > 10 and all(len(x) <= 100 + len(max(lines, key=len)) for x in got)
+    assert " ".join(" ".join(got).split()) == " ".join("".join(lines).split())   # nothing lost
+    (tmp_path / "one.txt").write_text("word " * 1000)   # one line, no newline at all
+    got = list(documents([str(tmp_path / "one.txt")]))
+    assert all(len(x) <= 100 for x in got) and " ".join(got).split() == ["word"] * 1000
+
+
+def _narrow_tokenizer(path):
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.train_from_iterator(["the quick brown fox"] * 10, trainer=trainers.BpeTrainer(
+        vocab_size=60, special_tokens=["<|endoftext|>"], show_progress=False))
+    tok.save(str(path))
+    return path
+
+
+@pytest.mark.parametrize("case", ["surrogate", "narrow-tokenizer", "short-validation"])
+def test_corpora_that_would_read_wrong_exit_2_and_leave_nothing(tmp_path, case):
+    """A lone surrogate in JSONL, a tokenizer that would drop characters, a validation split
+    shorter than one window (it would read NLL 0): one line, exit 2, nothing written."""
+    d, _ = corpus(tmp_path, n_docs=40)
+    args = [str(d), "--vocab-size", "300", "--val-fraction", "0.2"]
+    if case == "surrogate":
+        (d / "s.jsonl").write_text('{"text": "fine text \\ud800 then more"}\n')
+    elif case == "narrow-tokenizer":
+        args = [str(d), "--tokenizer", str(_narrow_tokenizer(tmp_path / "t.json"))]
+    else:
+        args = [str(d), "--vocab-size", "300", "--val-fraction", "0.02", "--seq-len", "4096"]
+    r = CliRunner().invoke(main, ["prepare-text", *args, "--out", str(tmp_path / "out")])
+    assert r.exit_code == 2, r.output
+    assert len(r.output.strip().splitlines()) == 1 and "Traceback" not in r.output
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("edit", [
+    {"vocab_size": "300"}, {"dtype": "float16"}, {"eot_id": 10 ** 6}, {"seq_len": 16.5},
+    {"bytes_per_token": {"train": 99.0, "validation": 99.0}},
+    {"splits": {"train": {"documents": 1, "tokens": "many", "bytes": 1},
+                "validation": {"documents": 1, "tokens": 1, "bytes": 1}}},
+])
+def test_a_text_manifest_edited_and_rehashed_is_refused_before_use(tmp_path, edit):
+    from data_gen import dataset_hash
+    run, _ = _text_run(tmp_path)
+    mpath = tmp_path / "ds" / "manifest.json"
+    m = json.loads(mpath.read_text())
+    m.update(edit)
+    m["dataset_hash"] = dataset_hash(m)
+    mpath.write_text(json.dumps(m))
+    r = CliRunner().invoke(main, ["eval", str(run), "--out", str(tmp_path / "rows")])
+    assert r.exit_code == 2, r.output
+    assert len(r.output.strip().splitlines()) == 1 and "manifest.json" in r.output
+    assert not list(tmp_path.glob("rows*"))
+
+
+def test_probe_and_serve_bench_take_a_text_run(tmp_path):
+    """The update probe reads a text run's validation windows, the serving benchmark prompts
+    from them; both write their rows."""
+    run, ds = _text_run(tmp_path)
+    r = CliRunner().invoke(main, ["probe-update", str(run), "--step", "4", "--depths-a", "1",
+                                  "--depths-b", "3", "--depths", "1-3", "--batches", "2",
+                                  "--max-people", "4", "--json"])
+    assert r.exit_code == 0, r.output
+    rows = json.loads(r.output.strip().splitlines()[-1])["rows"]
+    assert [x["depth"] for x in rows] == [1, 2, 3]
+    assert all(math.isfinite(x["nll_diff"]) and x["nll_diff"] != 0 for x in rows)
+    r = CliRunner().invoke(main, ["serve-bench", str(run), "--requests", "3", "--modes",
+                                  "static,cdb", "--max-depth", "3", "--max-new-tokens", "4",
+                                  "--out", str(tmp_path / "serve"), "--json"])
+    assert r.exit_code == 0, r.output
+    assert (tmp_path / "serve.jsonl").is_file()

@@ -50,6 +50,18 @@ def dataset_workload(ds, n: int, max_new_tokens: int, seed: int) -> list[Request
     return reqs
 
 
+def text_workload(ds, n: int, prompt_len: int, max_new_tokens: int, seed: int) -> list[Request]:
+    """A text run's prompts: ``prompt_len`` tokens of the validation split at seeded offsets;
+    each request generates ``max_new_tokens`` (32 if 0) or stops at end-of-text."""
+    tokens = ds.tokens["validation"]
+    if len(tokens) < prompt_len + 1:
+        raise UserError(f"the text dataset's validation split has {len(tokens)} tokens, fewer "
+                        f"than one prompt of --prompt-len {prompt_len}; lower --prompt-len")
+    starts = np.random.default_rng([seed, 2]).integers(0, len(tokens) - prompt_len + 1, size=n)
+    return [Request(i, np.asarray(tokens[a:a + prompt_len], dtype=np.int64).tolist(),
+                    max_new_tokens or 32, stop_token=ds.vocab.eos) for i, a in enumerate(starts)]
+
+
 def serve_bench(model: LoopedTransformer, requests: list[Request], cfg: ServeConfig,
                 seq_len_for_flops: int, progress=None) -> dict:
     model.eval()
@@ -107,7 +119,8 @@ def run_bench(cfg: ServeConfig, log=None) -> dict:
     if cfg.run:
         model, ck, _, ds = open_run(cfg.run, None, cfg.data or None, rt.device)
         refuse_over_inputs(outs, run_dir_of(cfg.run), ds.path, [cfg.run, replay])
-        requests = dataset_workload(ds, cfg.requests, cfg.max_new_tokens, cfg.seed)
+        requests = text_workload(ds, cfg.requests, cfg.prompt_len, cfg.max_new_tokens, cfg.seed) \
+            if ds.kind == "text" else dataset_workload(ds, cfg.requests, cfg.max_new_tokens, cfg.seed)
         seq_len, source = ds.seq_len - 1, str(ck["path"])
         run_dir = run_dir_of(cfg.run)
         keys = {"run": run_dir.name if run_dir else Path(cfg.run).stem,
