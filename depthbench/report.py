@@ -74,7 +74,36 @@ def load_rows(paths: list[Path]) -> dict[str, pd.DataFrame]:
     for kind, df in out.items():
         _refuse_duplicates(df, kind)
     _refuse_mixed_datasets(out)
+    if "eval" in out:
+        _refuse_incomparable(out["eval"])
     return {k: df.drop(columns="_file") for k, df in out.items()}
+
+
+def _refuse_incomparable(ev: pd.DataFrame) -> None:
+    """Runs compared on paired seeds must be read alike: at their final checkpoints every run of
+    a split covers the same serving depths and, on text, the same number of tokens."""
+    fin = _final(ev)
+    for split, g in fin.groupby("split"):
+        depths = g.groupby("run")["depth"].apply(lambda d: tuple(sorted(set(d))))
+        if depths.nunique() > 1:
+            (r1, d1), (r2, d2) = list(depths.items())[0], next(
+                (r, d) for r, d in depths.items() if d != depths.iloc[0])
+            raise UserError(f"{split}: run {r1} is read at depths {_span(d1)} and run {r2} at "
+                            f"{_span(d2)}; paired comparisons need every run at the same depths: "
+                            "evaluate them with the same --depths")
+        if "tokens" in g.columns and g["tokens"].notna().any():
+            tokens = g.groupby("run")["tokens"].agg(lambda t: tuple(sorted(set(t))))
+            if tokens.nunique() > 1:
+                (r1, t1), (r2, t2) = list(tokens.items())[0], next(
+                    (r, t) for r, t in tokens.items() if t != tokens.iloc[0])
+                raise UserError(f"{split}: run {r1} is read over {t1[0]} tokens and run {r2} "
+                                f"over {t2[0]}; runs compared must be read over the same "
+                                "validation windows (the same dataset and --max-people)")
+
+
+def _span(depths: tuple) -> str:
+    d = list(depths)
+    return f"{d[0]}-{d[-1]}" if d == list(range(d[0], d[-1] + 1)) else ",".join(map(str, d))
 
 
 # kind -> the columns that name one row; two rows with the same key are the same measurement
@@ -104,7 +133,7 @@ def _refuse_duplicates(df: pd.DataFrame, kind: str) -> None:
 
 def _refuse_mixed_datasets(rows: dict) -> None:
     hashes: dict[str, str] = {}
-    for kind in ("eval", "run", "curve", "probe"):
+    for kind in ("eval", "run", "curve", "probe", "task"):
         df = rows.get(kind)
         if df is None or "dataset_hash" not in df.columns:
             continue
@@ -163,9 +192,59 @@ def _checked(df: pd.DataFrame, kind: str, path: Path) -> pd.DataFrame:
         if not pd.api.types.is_numeric_dtype(df[c]) or not np.isfinite(df[c].astype(float)).all():
             raise UserError(f"result file {path}: column {c} must hold finite numbers; "
                             "regenerate it with depthbench")
+    _check_ranges(df, kind, path)
     if "schedule" in df.columns:
         _check_schedules(df["schedule"], kind, path)
     return df
+
+
+# kind -> column -> (least, greatest) a reading can be; a column named here is checked where the
+# rows hold it (None: unbounded on that side). Bits are bounded by the row's own ceiling below.
+RANGES = {
+    "eval": {"nll": (0, None), "value_nll": (0, None), "exact_match": (0, 1), "bits_per_person": (0, None),
+             "ceiling_bits": (0, None), "floor_bits_per_person": (0, None),
+             "name_blind_bits_per_person": (0, None), "floor_exact_match": (0, 1),
+             "name_blind_exact_match": (0, 1), "depth": (1, None), "step": (0, None),
+             "bits_per_byte": (0, None), "tokens": (1, None), "cloze_accuracy": (0, 1),
+             "cloze_accuracy_mi": (0, 1), "modeled_train_flops": (0, None)},
+    "probe": {"depth": (1, None), "depth_a": (1, None), "depth_b": (1, None), "ci95": (0, None),
+              "step": (0, None), "batches": (1, None)},
+    "curve": {"loss": (0, None), "K": (1, None), "step": (0, None)},
+    "run": {"final_loss": (0, None), "modeled_train_flops": (0, None)},
+    "serve": {"tokens_per_s": (0, None), "speedup": (0, None), "ceiling": (0, None)},
+    "task": {"depth": (1, None), "acc": (0, 1), "acc_norm": (0, 1), "acc_mutual_info": (0, 1)},
+    "stage": {"stage_s": (0, None), "started": (0, None), "finished": (0, None),
+              "workers": (1, None), "peak_rss_mb": (0, None)},
+}
+
+
+def _check_ranges(df: pd.DataFrame, kind: str, path: Path) -> None:
+    """A reading that cannot be (a negative NLL, an exact match above 1, bits above the row's
+    ceiling, a stage that ends before it starts) is refused, not drawn."""
+    def refuse(what: str):
+        raise UserError(f"result file {path}: {what}, which no {kind} row can hold; "
+                        "regenerate it with depthbench")
+    for c, (lo, hi) in RANGES.get(kind, {}).items():
+        if c not in df.columns:
+            continue
+        v = pd.to_numeric(df[c], errors="coerce").dropna()
+        if lo is not None and (v < lo).any():
+            refuse(f"column {c} holds {v[v < lo].iloc[0]!r} (below {lo})")
+        if hi is not None and (v > hi).any():
+            refuse(f"column {c} holds {v[v > hi].iloc[0]!r} (above {hi})")
+    if kind == "eval" and "ceiling_bits" in df.columns:
+        ceiling = pd.to_numeric(df["ceiling_bits"], errors="coerce")
+        for c in ("bits_per_person", "unfloored_bits_per_person", "floor_bits_per_person",
+                  "name_blind_bits_per_person"):
+            if c in df.columns:
+                over = pd.to_numeric(df[c], errors="coerce") > ceiling * (1 + 1e-9) + 1e-9
+                if over.any():
+                    refuse(f"column {c} holds {df.loc[over, c].iloc[0]!r}, above the row's "
+                           f"ceiling of {ceiling[over].iloc[0]!r} bits")
+    if kind == "stage" and {"started", "finished"} <= set(df.columns):
+        a, b = (pd.to_numeric(df[c], errors="coerce") for c in ("started", "finished"))
+        if (b < a).any():
+            refuse(f"stage {df.loc[b < a, 'stage'].iloc[0]} ends before it starts")
 
 
 def _check_schedules(col: pd.Series, kind: str, path: Path) -> None:
@@ -920,16 +999,31 @@ def _build(rows: dict, out: Path, title: str, reference: str | None, paths) -> l
     return _write(out, title, figs.items, tables, paths, notes, files)
 
 
+def busy_seconds(started: pd.Series, finished: pd.Series) -> float:
+    """Wall seconds during which at least one stage ran: the union of the stages' intervals, so
+    that the idle time between two invocations of a resumed grid is not counted (nan if the
+    rows hold no interval)."""
+    spans = sorted((float(a), float(b)) for a, b in zip(started, finished) if a == a and b == b)
+    if not spans:
+        return float("nan")
+    total, (lo, hi) = 0.0, spans[0]
+    for a, b in spans[1:]:
+        if a > hi:
+            total, lo = total + hi - lo, a
+        hi = max(hi, b)
+    return total + hi - lo
+
+
 def grid_clock(st: pd.DataFrame) -> dict:
-    """How long a ``depthbench run`` grid took, from its stage rows: wall seconds from the
-    first stage's start to the last one's end (the report stage aside), the pool's workers,
+    """How long a ``depthbench run`` grid took, from its stage rows: wall seconds while a stage
+    ran (``busy_seconds``; the report stage aside), the pool's workers,
     the seconds its stages ran, summed per command, and the largest peak resident memory of
     a process that ran them (MB; None where the rows do not say)."""
     def col(name):
         return (pd.to_numeric(st[name], errors="coerce") if name in st
                 else pd.Series(float("nan"), index=st.index))
     workers, rss = col("workers").dropna().unique(), col("peak_rss_mb").max()
-    return {"wall_s": float(col("finished").max() - col("started").min()),
+    return {"wall_s": busy_seconds(col("started"), col("finished")),
             "workers": int(workers[0]) if len(workers) == 1 else None,
             "peak_rss_mb": None if pd.isna(rss) else float(rss),
             "stage_s": {c: float(v) for c, v in col("stage_s").groupby(st["command"]).sum().items()},
@@ -941,7 +1035,7 @@ def _stage_table(st: pd.DataFrame) -> tuple[str, pd.DataFrame]:
     rows = [{"stages": k, "count": n, "stage seconds (sum)": round(clock["stage_s"].get(k, 0), 1)}
             for k, n in sorted(clock["stages"].items())]
     wall = clock["wall_s"]
-    rows.append({"stages": "whole grid (wall clock, first start to last end)",
+    rows.append({"stages": "whole grid (wall clock while a stage ran)",
                  "count": sum(clock["stages"].values()),
                  "stage seconds (sum)": "-" if wall != wall else
                  f"{round(wall, 1)} ({int(round(wall)) // 60} min {int(round(wall)) % 60} s)"})

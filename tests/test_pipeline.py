@@ -256,7 +256,8 @@ def test_report_brackets_readings_and_tells_a_matched_arm_apart(tmp_path):
     extra = []
     for r in rows:
         r.update(floor_bits_per_person=0.0 if r["split"] == "eval_reordered" else 0.25,
-                 floor_exact_match=0.004, params=1000, people_trained=10, n_grad_loops=0)
+                 floor_exact_match=0.004, params=1000, people_trained=10, n_grad_loops=0,
+                 exact_match=0.5 + r["exact_match"] / 2)   # room for the matched arm's -0.5
         if r["schedule"] == "uniform:1-16":  # the same seeds at fewer FLOPs, a lower reading
             extra.append({**r, "run": "matched-" + r["run"], "matched_to": "fixed:4",
                           "exact_match": r["exact_match"] - 0.5, "modeled_train_flops": 1e12})
@@ -426,3 +427,63 @@ def test_run_help_names_every_packaged_experiment():
     listed = text[text.index("packaged experiment ("):text.index("); without SPEC")]
     names = sorted(p.stem for p in EXPERIMENTS.glob("*.toml"))
     assert sorted(n.strip() for n in listed.split("(", 1)[1].split(",")) == names
+
+
+def _edited(tmp_path, kind_file, edit):
+    d = _hand_made_rows(tmp_path)
+    rows = [json.loads(x) for x in (d / kind_file).read_text().splitlines()]
+    rows = edit(rows)
+    (d / kind_file).write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return d
+
+
+def _set_first(**kw):
+    def edit(rows):
+        rows[0].update(kw)
+        return rows
+    return edit
+
+
+@pytest.mark.parametrize("kind_file,edit,needle", [
+    ("eval.jsonl", _set_first(nll=-0.5), "nll"),
+    ("eval.jsonl", _set_first(exact_match=1.7), "exact_match"),
+    ("eval.jsonl", _set_first(bits_per_person=140.0), "ceiling"),
+    ("eval.jsonl", _set_first(depth=0), "depth"),
+    ("curves.jsonl", _set_first(loss=-1.0), "loss"),
+    ("probe.jsonl", _set_first(ci95=-0.1), "ci95"),
+    # a seed read at half the depths of the others
+    ("eval.jsonl", lambda rows: [r for r in rows if not (r["run"] == "fixed:4-1" and r["depth"] > 4)],
+     "same depths"),
+    # text rows over 16 tokens against 4,848
+    ("eval.jsonl", lambda rows: [{k: v for k, v in {**r, "bits_per_byte": 1.0, "split": "validation",
+                                                   "tokens": 16 if r["run"] == "fixed:4-0" else 4848}.items()
+                                  if k not in ("bits_per_person", "exact_match", "ceiling_bits")}
+                                 for r in rows if r["split"] == "eval_reordered"], "tokens"),
+])
+def test_the_report_refuses_readings_that_cannot_be_or_cannot_be_paired(tmp_path, kind_file, edit, needle):
+    """Readings no depthbench stage can write (a negative NLL, an exact match above 1, bits above
+    the ceiling, a negative interval) and runs read unlike (a seed at half the depths, text over
+    a different number of tokens): one line, exit 2, no report."""
+    d = _edited(tmp_path, kind_file, edit)
+    r = CliRunner().invoke(main, ["report", str(d), "--out", str(tmp_path / "rep")])
+    assert r.exit_code == 2, r.output
+    assert len(r.output.strip().splitlines()) == 1 and needle in r.output, r.output
+    assert not (tmp_path / "rep").exists()
+
+
+def test_stage_rows_that_end_before_they_start_are_refused_and_idle_time_is_not_the_grids():
+    from depthbench.report import busy_seconds
+    # two invocations of one grid a day apart: 100 s and 50 s of stages, not a day
+    a = pd.Series([0.0, 10.0, 86400.0])
+    b = pd.Series([100.0, 60.0, 86450.0])
+    assert busy_seconds(a, b) == 150.0
+    assert busy_seconds(pd.Series([0.0, 5.0]), pd.Series([10.0, 20.0])) == 20.0   # overlapping
+    assert np.isnan(busy_seconds(pd.Series([float("nan")]), pd.Series([1.0])))
+
+
+def test_a_stage_row_ending_before_its_start_is_refused(tmp_path):
+    d = _hand_made_rows(tmp_path)
+    (d / "stages.jsonl").write_text(json.dumps({"kind": "stage", "stage": "train-x", "command": "train",
+                                                "started": 100.0, "finished": 50.0, "stage_s": 5.0}) + "\n")
+    r = CliRunner().invoke(main, ["report", str(d), "--out", str(tmp_path / "rep")])
+    assert r.exit_code == 2 and "ends before it starts" in r.output, r.output
