@@ -9,13 +9,12 @@ with a tiny-preset model, checks that they agree, and reports the ratio and eval
 
 from __future__ import annotations
 
-import argparse
 import json
 import tempfile
 import time
 
 import torch
-from bench_rows import add_args, from_kept, keep
+from bench_rows import Parser, add_args, count, from_kept, keep
 
 from data_gen import generate, resolve_config
 from depthbench.config import tiny_model
@@ -33,10 +32,10 @@ def readme_cell(r: dict) -> str:
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--people", type=int, default=512)
-    ap.add_argument("--d-model", type=int, default=64)
-    ap.add_argument("--threads", type=int, default=1)
+    ap = Parser(description=__doc__.splitlines()[0])
+    ap.add_argument("--people", type=count(), default=512)
+    ap.add_argument("--d-model", type=count(), default=64)
+    ap.add_argument("--threads", type=count(), default=1)
     add_args(ap)
     args = ap.parse_args()
     if from_kept(args, readme_cell):

@@ -10,7 +10,6 @@ measured in the same run; absolute numbers vary on a shared machine.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import random
@@ -20,7 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench_rows import add_args, from_kept, keep, people
+from bench_rows import Parser, add_args, count, from_kept, keep, people
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -117,9 +116,9 @@ def readme_cell(res: dict) -> str:
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--people", type=int, default=1_000_000)
-    ap.add_argument("--naive-people", type=int, default=20_000)
+    ap = Parser(description=__doc__.splitlines()[0])
+    ap.add_argument("--people", type=count(), default=1_000_000)
+    ap.add_argument("--naive-people", type=count(), default=20_000)
     add_args(ap)
     args = ap.parse_args()
     if from_kept(args, readme_cell):

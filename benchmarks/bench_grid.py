@@ -28,7 +28,6 @@ already run near the machine's matmul peak, so the benchmark says how much is le
 
 from __future__ import annotations
 
-import argparse
 import json
 import shutil
 import subprocess
@@ -39,7 +38,7 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from bench_rows import add_args, from_kept, keep
+from bench_rows import Parser, add_args, count, from_kept, keep
 
 from depthbench.config import tiny_model
 from depthbench.model import LoopedTransformer
@@ -245,14 +244,14 @@ def readme_cell(res: dict) -> str:
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
-    ap.add_argument("--steps", type=int, default=10)
+    ap = Parser(description=__doc__.splitlines()[0])
+    ap.add_argument("--threads", type=count(), nargs="+", default=[1, 2])
+    ap.add_argument("--steps", type=count(), default=10)
     ap.add_argument("--grid", action="store_true", help="(c): the grid through depthbench run")
-    ap.add_argument("--grid-steps", type=int, default=200)
-    ap.add_argument("--grid-seeds", type=int, default=8)
-    ap.add_argument("--workers", type=int, nargs="+", default=[2, 1])
-    ap.add_argument("--rounds", type=int, default=1)
+    ap.add_argument("--grid-steps", type=count(), default=200)
+    ap.add_argument("--grid-seeds", type=count(), default=8)
+    ap.add_argument("--workers", type=count(), nargs="+", default=[2, 1])
+    ap.add_argument("--rounds", type=count(), default=1)
     ap.add_argument("--shared-work", nargs="*", metavar="SPEC", help="the share of each spec's "
                     "training work in shared prefixes (default: the packaged CPU specs)")
     add_args(ap)

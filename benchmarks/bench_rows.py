@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -13,11 +14,40 @@ ROOT = Path(__file__).resolve().parents[1]
 KEPT = ROOT / "docs" / "benchmarks"
 
 
+class Parser(argparse.ArgumentParser):
+    """A benchmark's options: a bad one is one line on stderr and exit status 2, like the CLI."""
+
+    def error(self, message: str):
+        sys.stderr.write(f"{self.prog}: error: {message}\n")
+        sys.exit(2)
+
+
+def count(lo: int = 1, hi: int = 1 << 30) -> Callable[[str], int]:
+    """An argparse type: an integer in lo..hi."""
+    def parse(text: str) -> int:
+        try:
+            v = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+        if not lo <= v <= hi:
+            raise argparse.ArgumentTypeError(f"{v} is not in {lo}..{hi}")
+        return v
+    return parse
+
+
+def existing_file(text: str) -> Path:
+    p = Path(text)
+    if not p.is_file():
+        raise argparse.ArgumentTypeError(f"{text} is not a file (the kept rows are under "
+                                         "docs/benchmarks/ and docs/serving/)")
+    return p
+
+
 def add_args(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--json-out", type=Path, default=None,
                     help="keep the result rows in this JSON file (the committed ones live in "
                          "docs/benchmarks/ and docs/serving/)")
-    ap.add_argument("--readme", type=Path, default=None, metavar="JSON",
+    ap.add_argument("--readme", type=existing_file, default=None, metavar="JSON",
                     help="print the README's figures from kept rows and exit (nothing is run)")
 
 

@@ -27,13 +27,12 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 import tempfile
 from pathlib import Path
 
 import torch
-from bench_rows import add_args, from_kept, keep
+from bench_rows import Parser, add_args, count, from_kept, keep
 
 from depthbench.checkpoint import load_model, read_run
 from depthbench.config import ServeConfig, SimConfig
@@ -80,28 +79,28 @@ def trained_run(path: Path | None) -> Path:
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = Parser(description=__doc__.splitlines()[0])
     ap.add_argument("--run", type=Path, default=DEFAULT_RUN)
     ap.add_argument("--exit", default="argmax:2")
-    ap.add_argument("--requests", type=int, default=256, help="(b) and (c)")
-    ap.add_argument("--trained-requests", type=int, default=1024,
+    ap.add_argument("--requests", type=count(), default=256, help="(b) and (c)")
+    ap.add_argument("--trained-requests", type=count(), default=1024,
                     help="(a): dataset requests (more than the pool holds several times over, "
                          "so fill and drain are a small part of the run)")
-    ap.add_argument("--width", type=int, default=64)
-    ap.add_argument("--new-tokens", type=int, default=32)
-    ap.add_argument("--d-model", type=int, default=512)
-    ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--seed", type=int, default=0, help="workload and depth trace of (b) and (c)")
+    ap.add_argument("--width", type=count(), default=64)
+    ap.add_argument("--new-tokens", type=count(), default=32)
+    ap.add_argument("--d-model", type=count(), default=512)
+    ap.add_argument("--threads", type=count(), default=1)
+    ap.add_argument("--seed", type=count(0), default=0, help="workload and depth trace of (b) and (c)")
     ap.add_argument("--skip-gpu", action="store_true", help="leave out (d)")
     ap.add_argument("--measure-only", action="store_true",
                     help="(b)'s rounds at --width alone: no calibration, simulation or (c)")
-    ap.add_argument("--rounds", type=int, default=3, help="interleaved repetitions of (b)")
+    ap.add_argument("--rounds", type=count(), default=3, help="interleaved repetitions of (b)")
     ap.add_argument("--skip-trained", action="store_true", help="only (b)-(e)")
     ap.add_argument("--grid-only", action="store_true", help="only (e), the simulated grid")
     ap.add_argument("--cpu-grid-only", action="store_true",
                     help="only (f), the grid measured on this CPU")
     ap.add_argument("--grid-plot", type=Path, default=None, help="draw (e) into this PNG")
-    ap.add_argument("--prefill-chunk", type=int, default=0,
+    ap.add_argument("--prefill-chunk", type=count(0), default=0,
                     help="(b): chunked prefill in cdb and static, prompt tokens in flight in "
                          "core launches at once (0: a prefill launch per admission); the grid "
                          "(e) runs both, chunked at 2 x width")

@@ -13,7 +13,6 @@ MB/s of each, their ratio, and each process's peak RSS.
 
 from __future__ import annotations
 
-import argparse
 import json
 import subprocess
 import sys
@@ -22,6 +21,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from bench_rows import Parser, count
 
 WORDS = ("time person year way day thing man world life hand part child eye woman place work "
          "week case point government company number group problem fact be have do say get make "
@@ -86,9 +86,9 @@ def child(args: list[str]) -> tuple[float, int]:
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--mb", type=int, default=1024)
-    ap.add_argument("--vocab-size", type=int, default=4096)
+    ap = Parser(description=__doc__.splitlines()[0])
+    ap.add_argument("--mb", type=count(), default=1024)
+    ap.add_argument("--vocab-size", type=count(260), default=4096)
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)

@@ -11,12 +11,11 @@ of a matmul peak measured in the same process (a large fp32 matmul). Threads: 1 
 
 from __future__ import annotations
 
-import argparse
 import json
 import time
 
 import torch
-from bench_rows import add_args, from_kept, keep
+from bench_rows import Parser, add_args, from_kept, keep
 
 from depthbench.config import ModelConfig, tiny_model
 from depthbench.flops import FlopModel
@@ -68,7 +67,7 @@ def readme_cell(res: dict) -> str:
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = Parser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true")
     add_args(ap)
     args = ap.parse_args()

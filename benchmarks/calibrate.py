@@ -28,6 +28,8 @@ import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
+from bench_rows import Parser, count
+
 ROOT = Path(__file__).resolve().parents[1]
 ROWS = ROOT / "docs" / "calibration" / "runs.jsonl"
 TABLE = ROOT / "docs" / "calibration.md"
@@ -451,12 +453,12 @@ def write_table(rows: list[dict], path: Path | None = TABLE) -> str:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap = Parser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--recipes", default="base")
     ap.add_argument("--schedules", default=",".join(SCHEDULES))
     ap.add_argument("--seeds", default="0-3")
     ap.add_argument("--threads", default="1", help="CPU threads per run, e.g. 1 or 1,2")
-    ap.add_argument("--workers", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--workers", type=count(), default=os.cpu_count() or 1)
     ap.add_argument("--work", default=None, help="scratch directory (default: a temporary one)")
     ap.add_argument("--table-only", action="store_true")
     a = ap.parse_args(argv)

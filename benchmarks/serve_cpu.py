@@ -25,6 +25,8 @@ import sys
 import time
 from pathlib import Path
 
+from bench_rows import Parser, count
+
 ROOT = Path(__file__).resolve().parents[1]
 ROWS = ROOT / "docs" / "serving" / "cpu_runs.jsonl"
 COMMAND = ["depthbench", "serve-bench", "--random", "small", "--set", "d_model=512", "--exit",
@@ -129,10 +131,10 @@ def summary_lines(rows: list[dict], setting: str = "defaults") -> list[str]:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap = Parser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--settings", default=",".join(SETTINGS))
     ap.add_argument("--threads", default="1,2")
-    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--repeats", type=count(), default=3)
     ap.add_argument("--beside", action="store_true", help="run a CPU-bound process beside it")
     ap.add_argument("--table-only", action="store_true")
     a = ap.parse_args(argv)

@@ -84,7 +84,11 @@ def _workload_options(cls):
 
 def _modes(given: dict, sets, modes) -> dict:
     from depthbench.config import split_sets
-    given["model_set"] = split_sets(parse_sets(sets))[0] or None
+    model, train = split_sets(parse_sets(sets))
+    if train:   # serving builds a model; a training key would be dropped without a word
+        raise UserError(f"--set {next(iter(train))}: a training key; serving takes model keys "
+                        "only (d_model, n_heads, n_core, ...)")
+    given["model_set"] = model or None
     given["modes"] = modes and tuple(m.strip() for m in modes.split(",") if m.strip())
     return given
 
@@ -206,6 +210,11 @@ def lm_eval_cmd(ctx):
     args = list(ctx.args)
     if any(a == "--depths" or a.startswith("--depths=") for a in args):
         return _lm_eval_depths(args)
+    from depthbench.lm_eval_adapter import check_inputs
+    try:
+        check_inputs(args)
+    except UserError as e:
+        fail(str(e))
     if args and args[0] not in ("-h", "--help") and "--include_path" not in args:
         args += ["--include_path", str(TASKS_DIR)]
     sys.argv = ["lm-eval", *args]

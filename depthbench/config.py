@@ -522,6 +522,9 @@ class ServeConfig(_Plain):
                       ("prefill_chunk", 1 << 16),
                       ("warmup_requests", 1 << 16), ("seed", 2**32 - 1)):
             _check(0 <= getattr(self, f) <= hi, f, f"must be in 0..{hi} (got {getattr(self, f)})")
+        _check(self.max_new_tokens != 1, "max_new_tokens",
+               "must be 0 (the dataset's sequence) or at least 2: the first token comes from the "
+               "prompt's forward, so 1 leaves no decode step to batch or exit early")
         _check(0 <= self.rate <= 1e9, "rate", "must be in [0, 1e9]")
         _check(0 <= self.length_spread < 1, "length_spread", "must be in [0, 1)")
         _check(self.min_depth <= self.max_depth, "min_depth", "must be <= max_depth")

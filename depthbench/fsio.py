@@ -74,11 +74,12 @@ def _read_json(path: Path):
 def _listed(d: Path, kind: str) -> set[str] | None:
     """The files an older depthbench wrote into ``d`` without a marker, as its own index lists
     them (a dataset's manifest, a report's report.json), or None."""
-    index = {"dataset": "manifest.json", "report": "report.json"}.get(kind)
+    index = {"dataset": "manifest.json", "text-dataset": "manifest.json",
+             "report": "report.json"}.get(kind)
     doc = _read_json(d / index) if index else None
     if not isinstance(doc, dict):
         return None
-    if kind == "dataset" and isinstance(doc.get("files"), dict):
+    if kind in ("dataset", "text-dataset") and isinstance(doc.get("files"), dict):
         return {index, *map(str, doc["files"])}
     if kind == "report" and isinstance(doc.get("figures"), list):
         return {index, "index.html", "README.md", "findings.md", *map(str, doc["figures"]),
@@ -89,12 +90,25 @@ def _listed(d: Path, kind: str) -> set[str] | None:
 def made_by_tool(d: Path, kind: str) -> bool:
     """``d`` is a directory depthbench made as a ``kind`` (its marker says so, or it holds
     nothing but the files its own index lists), so replacing it loses nothing of the user's."""
+    return foreign_entry(d, kind) is None
+
+
+def foreign_entry(d: Path, kind: str) -> str | None:
+    """What in ``d`` depthbench did not write as a ``kind`` (None: nothing, so replacing ``d``
+    loses nothing of the user's): everything, without its marker or its own index; with a
+    marker, a dataset's entry its manifest does not list (a user's notes put inside it)."""
     d = Path(d)
     mark = _read_json(d / MARKER)
-    if isinstance(mark, dict) and mark.get("made_by") == "depthbench":
-        return mark.get("kind") == kind
     listed = _listed(d, kind)
-    return listed is not None and all(p.name in listed | {LOCK_NAME} for p in d.iterdir())
+    if isinstance(mark, dict) and mark.get("made_by") == "depthbench":
+        if mark.get("kind") != kind:
+            return MARKER
+        if kind == "report" or listed is None:
+            return None
+    if listed is None:
+        return next((p.name for p in d.iterdir()), None)
+    return next((p.name for p in sorted(d.iterdir()) if p.name not in listed | {LOCK_NAME, MARKER}),
+                None)
 
 
 def check_replaceable(out: Path, kind: str, flag: str = "--out") -> None:
@@ -103,7 +117,11 @@ def check_replaceable(out: Path, kind: str, flag: str = "--out") -> None:
     out = Path(out).resolve() if Path(out).is_symlink() else Path(out)
     if out.exists() and not out.is_dir():
         raise UserError(f"{flag} {out} exists and is not a directory; choose another path")
-    if out.is_dir() and not is_empty_dir(out) and not made_by_tool(out, kind):
+    if out.is_dir() and not is_empty_dir(out) and (extra := foreign_entry(out, kind)) is not None:
+        if (out / MARKER).is_file() and extra != MARKER:
+            raise UserError(f"{flag} {out} holds {extra}, which depthbench did not write there; "
+                            "replacing the directory would delete it: move it out first or "
+                            "choose another directory")
         raise UserError(f"{flag} {out} is not empty and is not a {kind} depthbench made (no "
                         f"{MARKER} marker); depthbench replaces only its own outputs: choose "
                         "an empty or new directory")

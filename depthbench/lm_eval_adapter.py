@@ -306,6 +306,51 @@ def harness_tasks(run: str, data: str, depths: list[int], tasks: list[str],
     return rows
 
 
+def _opt(args: list[str], name: str) -> list[str]:
+    """Every value of option ``name`` in lm-eval-style ``args`` (``--x V`` or ``--x=V``)."""
+    out = []
+    for i, a in enumerate(args):
+        if a == name and i + 1 < len(args):
+            out.append(args[i + 1])
+        elif a.startswith(name + "="):
+            out.append(a.split("=", 1)[1])
+    return out
+
+
+def check_inputs(args: list[str]) -> None:
+    """What lm-eval would take without a word, refused before it runs: an --include_path that
+    is not a directory, task files (``--metadata`` data) of another dataset than the one the
+    model was trained on, and --rows that would land on the run or the dataset."""
+    from depthbench.fsio import refuse_over_inputs
+    from depthbench.rows import row_paths
+    for inc in _opt(args, "--include_path"):
+        if not Path(inc).is_dir():
+            raise UserError(f"--include_path {inc} is not a directory of lm-eval task files")
+    margs = dict(kv.partition("=")[::2] for m in _opt(args, "--model_args") for kv in m.split(",") if kv)
+    run = margs.get("pretrained")
+    run_dir = run_dir_of(run) if run else None
+    data = None
+    for meta in _opt(args, "--metadata"):
+        try:
+            data = json.loads(meta).get("data") or data
+        except (json.JSONDecodeError, AttributeError):
+            raise UserError(f"--metadata {meta!r} is not a JSON object") from None
+    if run_dir is not None and data and (Path(data) / "manifest.json").is_file():
+        trained = read_run(run_dir).get("dataset_hash")
+        try:
+            given = json.loads((Path(data) / "manifest.json").read_text()).get("dataset_hash")
+        except (OSError, ValueError, AttributeError):
+            given = None
+        if trained and given and trained != given:
+            raise UserError(f"--metadata data {data} is dataset {str(given)[:12]}, but {run} was "
+                            f"trained on {str(trained)[:12]}: its task files would score the "
+                            "model on questions of another dataset; pass the run's own dataset")
+    data = data or margs.get("data") or (read_run(run_dir).get("data") if run_dir else None)
+    for out in _opt(args, "--rows"):
+        refuse_over_inputs(row_paths(out), run_dir, Path(data) if data else None,
+                           [run] if run else [], flag="--rows")
+
+
 def run_depths(args: list[str]) -> tuple[list[dict], list[Path]]:
     """``depthbench lm-eval [run] --depths SPEC ...``: lm-eval's tasks at every depth of SPEC
     (``harness_tasks``), from lm-eval-style arguments (--model depthbench, --model_args without
@@ -316,6 +361,7 @@ def run_depths(args: list[str]) -> tuple[list[dict], list[Path]]:
 
     if args[:1] == ["run"]:
         args = args[1:]
+    check_inputs(args)
     p = argparse.ArgumentParser(prog="depthbench lm-eval run --depths", add_help=False,
                                 exit_on_error=False, allow_abbrev=False)
     for name in ("--model", "--model_args", "--tasks", "--depths", "--rows", "--metadata",

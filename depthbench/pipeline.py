@@ -421,12 +421,13 @@ class Pipeline:
         if r == o or r in o.parents or any(r == q or q in r.parents for q in parts):
             raise UserError(f"the report directory {self.report_dir} would replace the experiment "
                             f"directory {self.out} or a part of it; set report.out elsewhere")
-        devices = {self._device(), train_preset(self.spec.train.preset).device}
+        _, base = resolve_presets(self.spec.train.preset, self.spec.train.set)
+        devices = {self._device(), train_preset(self.spec.train.preset).device, base.device}
         if "cuda" in devices:
             from depthbench import runtime
             if not runtime.cuda_available():
                 raise UserError("the spec runs on device cuda (train preset "
-                                f"{self.spec.train.preset!r} or run.device) but this machine has "
+                                f"{self.spec.train.preset!r}, train.set or run.device) but this machine has "
                                 "no CUDA GPU; set run.device = \"cpu\" and train.set.device = "
                                 "\"cpu\", or run it on a GPU machine")
         if self.executor == "slurm" and shutil.which("sbatch") is None:

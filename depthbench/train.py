@@ -239,6 +239,10 @@ def _restore(path: Path, model, opt, ds, rt: Runtime, metrics_path: Path) -> _St
     if rt.device.type == "cuda" and "cuda" in ck["rng"]:
         torch.cuda.set_rng_state(ck["rng"]["cuda"], rt.device)
     step = ck["step"]
+    if step > 0 and not metrics_path.is_file():
+        raise UserError(f"{metrics_path.parent} has a checkpoint at step {step} but its training "
+                        f"log {metrics_path.name} is gone, so the run's curve cannot be "
+                        "continued; restore the file, or train the run again into a new --out")
     return _State(step=step, flops=ck["flops"], wall=ck["wall_clock"], tokens=ck["tokens"],
                   cpu=ck.get("cpu_clock", 0.0),
                   rows=[r for r in _read_metrics(metrics_path) if r["step"] <= step])
@@ -417,7 +421,8 @@ def _train(data: Path, out: Path, model_cfg: ModelConfig, train_cfg: TrainConfig
                "modeled_train_flops": st.flops, "wall_clock_s": st.wall, "tokens": st.tokens,
                "params": model.num_params(), "schedule": schedule.spec,
                "checkpoint": str(ckpt.latest(out))}
-    say(f"done: {st.step} steps, final loss {summary['final_loss']:.4f}, "
+    loss = "n/a" if summary["final_loss"] is None else f"{summary['final_loss']:.4f}"
+    say(f"done: {st.step} steps, final loss {loss}, "
         f"{st.flops:.3e} modeled FLOPs, {st.wall:.1f}s")
     return summary
 

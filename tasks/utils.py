@@ -17,13 +17,16 @@ LN2 = math.log(2.0)
 
 
 def _data_dir(kwargs: dict) -> Path:
+    # a UserError: ``depthbench lm-eval`` shows it as one line (lm-eval itself, as a traceback)
+    from depthbench.errors import UserError
     d = kwargs.get("data") or os.environ.get("DEPTHBENCH_DATA")
     if not d:
-        raise ValueError("depthbench tasks need the dataset directory: pass --metadata "
-                         "'{\"data\": \"DIR\"}' or set DEPTHBENCH_DATA=DIR")
+        raise UserError("depthbench tasks need the dataset directory: pass --metadata "
+                        "'{\"data\": \"DIR\"}' or set DEPTHBENCH_DATA=DIR")
     p = Path(d).expanduser().resolve()
     if not (p / "manifest.json").is_file():
-        raise ValueError(f"{p} is not a depthbench dataset (no manifest.json)")
+        raise UserError(f"{p} is not a depthbench dataset (no manifest.json); pass the "
+                        "dataset directory in --metadata '{\"data\": \"DIR\"}'")
     return p
 
 
@@ -35,7 +38,9 @@ def load_cloze(**kwargs):
     f = _data_dir(kwargs) / "cloze.jsonl"
     rows = [json.loads(line) for line in f.read_text().splitlines() if line]
     if not rows:
-        raise ValueError(f"{f} holds no cloze item (too few held-out documents)")
+        from depthbench.errors import UserError
+        raise UserError(f"{f} holds no cloze item (too few held-out documents); prepare the "
+                        "corpus with a larger --val-fraction")
     return {"test": datasets.Dataset.from_list(rows)}
 
 

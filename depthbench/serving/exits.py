@@ -83,7 +83,11 @@ class ExitCriterion:
         if self.kind == "replay":
             depths = self.trace.get(str(request_id))
             if depths is None or token_index >= len(depths):
-                return self.max_depth
+                # a token the trace never saw would run at some depth nobody chose
+                raise ExitSpecError(f"the exit trace holds {0 if depths is None else len(depths)} "
+                                    f"depths for request {request_id}, which decodes more tokens "
+                                    "here; record the trace with --save-trace on the same "
+                                    "workload (requests and --max-new-tokens)")
             return int(depths[token_index])
         rng = np.random.default_rng(np.random.SeedSequence(self.seed, spawn_key=(request_id, token_index)))
         p = (self.value - 1) / max(1, self.max_depth - 1)

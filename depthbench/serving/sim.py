@@ -110,6 +110,11 @@ class Profile:
                                 f"peak; got {getattr(self, f)!r})")
         if not all(len(c) == 3 for c in self.fit.values()):
             raise UserError(f"profile {self.name}: each [fit] stage is [a, alpha, beta]")
+        free = [st for st, c in self.fit.items() if not any(c)]
+        if free and not (self.launch or self.sync or self.token or self.iteration):
+            raise UserError(f"profile {self.name}: [fit] {free[0]} is all zeros and the profile "
+                            "has no host cost, so that stage would take no time and every rate "
+                            "divide by zero; fit the profile again (serve-sim --calibrate)")
 
     def seconds(self, stage: str, flops: float, nbytes: float, syncs: int, tokens: int,
                 host_extra: float = 0.0) -> float:

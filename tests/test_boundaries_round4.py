@@ -1,0 +1,127 @@
+"""Boundaries, round 4: the round-3 cases that still failed and the new classes outside the
+natural-text and report ones (those sit in test_text.py and test_pipeline.py). Each case exits
+with status 2 and one line naming the problem and leaves nothing behind, or gives the correct
+result."""
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from depthbench.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def one_line(r, *needles):
+    assert r.exit_code == 2, r.output
+    lines = r.stderr.strip().splitlines()   # the error; a log line before it may be on stdout
+    assert len(lines) == 1 and "Traceback" not in r.output, r.output
+    for n in needles:
+        assert n in lines[0], lines[0]
+
+
+def test_cuda_named_in_train_set_is_refused_before_generate(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "s.toml").write_text(
+        '[data]\npreset = "tiny"\nset = { n_people = 24, n_unseen_people = 4, name_pool = 8 }\n'
+        '[train]\nschedules = ["fixed:2"]\nsteps = 4\nset = { device = "cuda" }\n'
+        '[serve]\nenabled = false\n[probe]\nenabled = false\n')
+    one_line(CliRunner().invoke(main, ["run", "s.toml", "--out", "exp"]), "cuda")
+    assert not (tmp_path / "exp").exists()
+
+
+def test_generate_force_keeps_a_users_file_inside_the_dataset(small_data, tmp_path):
+    d = tmp_path / "d"
+    shutil.copytree(small_data, d)
+    (d / "notes.txt").write_text("mine")
+    one_line(CliRunner().invoke(main, ["generate", "--out", str(d), "--force", "--set",
+                                       "n_people=24", "--set", "n_unseen_people=4"]))
+    assert (d / "notes.txt").read_text() == "mine"
+
+
+def test_resuming_a_run_whose_training_log_is_gone_is_one_line(small_data, tmp_path):
+    args = ["train", "--data", str(small_data), "--out", str(tmp_path / "r"), "--steps", "3",
+            "--set", "batch_size=8", "--set", "d_model=16", "--set", "n_heads=2"]
+    assert CliRunner().invoke(main, args).exit_code == 0
+    (tmp_path / "r" / "metrics.jsonl").unlink()
+    one_line(CliRunner().invoke(main, args + ["--resume"]), "metrics.jsonl")
+
+
+def test_an_all_zero_fitted_profile_is_refused(tmp_path):
+    from depthbench.serving.sim import STAGES
+    f = tmp_path / "zero.toml"
+    f.write_text('name = "z"\nkind = "fitted"\n\n[fit]\n' +
+                 "".join(f"{s} = [0.0, 0.0, 0.0]\n" for s in STAGES))
+    one_line(CliRunner().invoke(main, ["serve-sim", "--random", "ouro-like", "--max-depth", "4",
+                                       "--exit", "trace:2", "--requests", "8", "--profile", str(f)]),
+             "all zeros")
+
+
+@pytest.mark.parametrize("cmd", [["serve-sim", "--profile", "h100", "--exit", "trace:2"],
+                                 ["serve-bench", "--exit", "argmax:2"]])
+def test_serving_refuses_training_keys_and_a_single_new_token(cmd, tmp_path):
+    base = [*cmd, "--random", "tiny", "--max-depth", "4", "--requests", "4",
+            "--out", str(tmp_path / "o")]
+    one_line(CliRunner().invoke(main, base + ["--set", "lr=0.1"]), "training key")
+    one_line(CliRunner().invoke(main, base + ["--max-new-tokens", "1"]), "max-new-tokens")
+    assert not list(tmp_path.iterdir())
+
+
+def test_a_replay_trace_shorter_than_the_workload_is_refused(tmp_path):
+    base = ["serve-bench", "--random", "tiny", "--max-depth", "4", "--requests", "3",
+            "--modes", "static,cdb"]
+    r = CliRunner().invoke(main, base + ["--max-new-tokens", "4", "--out", str(tmp_path / "a"),
+                                         "--save-trace", str(tmp_path / "t.json")])
+    assert r.exit_code == 0, r.output
+    again = base + ["--exit", f"replay:{tmp_path / 't.json'}"]
+    assert CliRunner().invoke(main, again + ["--max-new-tokens", "4", "--out",
+                                             str(tmp_path / "b")]).exit_code == 0
+    one_line(CliRunner().invoke(main, again + ["--max-new-tokens", "8", "--out",
+                                               str(tmp_path / "c")]), "trace")
+    assert not list(tmp_path.glob("c*"))
+
+
+def _lm_eval(*args):
+    return subprocess.run([sys.executable, "-m", "depthbench", "lm-eval", "run", "--model",
+                           "depthbench", "--limit", "2", "--tasks", "depthbench", *args],
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_lm_eval_inputs_are_checked_before_it_runs(trained_run, small_data, tmp_path):
+    """No dataset, another dataset's task files, a missing --include_path, --rows into the
+    run: each one line, exit 2, the run untouched."""
+    from data_gen import generate, resolve_config
+    generate(resolve_config("tiny", overrides={"n_people": 30}), tmp_path / "other")
+    before = sorted(p.name for p in trained_run.rglob("*"))
+    run = f"pretrained={trained_run},n_loops=2"
+    cases = [([("--model_args", run)], "dataset directory"),
+             ([("--model_args", run), ("--metadata", json.dumps({"data": str(tmp_path / "other")}))],
+              "another dataset"),
+             ([("--model_args", run), ("--metadata", json.dumps({"data": str(small_data)})),
+               ("--include_path", str(tmp_path / "nope"))], "include_path"),
+             ([("--model_args", f"pretrained={trained_run}"), ("--depths", "1-2"),
+               ("--rows", str(trained_run / "metrics"))], "--rows")]
+    for opts, needle in cases:
+        p = _lm_eval(*[x for kv in opts for x in kv])
+        assert p.returncode == 2, (opts, p.stderr[-500:])
+        lines = p.stderr.strip().splitlines()
+        assert len(lines) == 1 and needle in lines[0], (opts, p.stderr[-500:])
+    assert sorted(p.name for p in trained_run.rglob("*")) == before
+
+
+@pytest.mark.parametrize("script,args", [
+    ("bench_text.py", ["--mb", "0"]), ("bench_eval.py", ["--readme", "/nonexistent.json"]),
+    ("bench_generate.py", ["--people", "-5"]), ("bench_serve.py", ["--width", "x"]),
+    ("bench_grid.py", ["--grid-seeds", "0"]), ("calibrate.py", ["--workers", "0"]),
+])
+def test_benchmark_scripts_refuse_bad_arguments_in_one_line(script, args):
+    p = subprocess.run([sys.executable, str(ROOT / "benchmarks" / script), *args],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 2, p.stderr[-500:]
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1 and "error" in lines[0] and "Traceback" not in p.stderr, p.stderr
