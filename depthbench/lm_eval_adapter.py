@@ -275,6 +275,22 @@ def _metrics(r: dict) -> dict:
     return out
 
 
+def check_tasks(tasks: list[str], task_path: str = "", data: str | None = None):
+    """lm-eval's TaskManager over its own tasks, the packaged ones and ``task_path``; a task it
+    does not know is refused (``depthbench run`` asks this before the first stage)."""
+    from lm_eval.tasks import TaskManager
+    if task_path and not Path(task_path).is_dir():
+        raise UserError(f"task path {task_path} is not a directory of lm-eval task files")
+    paths = [str(TASKS_DIR)] + ([str(Path(task_path).resolve())] if task_path else [])
+    tm = TaskManager(include_path=paths,
+                     metadata={"data": str(Path(data).resolve())} if data else None)
+    unknown = [t for t in tasks if t not in tm.all_tasks]
+    if unknown:
+        raise UserError(f"lm-eval knows no task {unknown[0]!r}; see `depthbench lm-eval ls "
+                        "tasks`, or give its YAML folder with --task-path")
+    return tm
+
+
 def harness_tasks(run: str, data: str, depths: list[int], tasks: list[str],
                   step: int | None = None, limit: int | None = None, batch_size: int = 64,
                   task_path: str = "") -> list[dict]:
@@ -287,12 +303,7 @@ def harness_tasks(run: str, data: str, depths: list[int], tasks: list[str],
     from lm_eval.tasks import TaskManager
 
     ds = open_dataset(data, verify=False)
-    paths = [str(TASKS_DIR)] + ([str(Path(task_path).resolve())] if task_path else [])
-    tm = TaskManager(include_path=paths, metadata={"data": str(Path(data).resolve())})
-    unknown = [t for t in tasks if t not in tm.all_tasks]
-    if unknown:
-        raise UserError(f"lm-eval knows no task {unknown[0]!r}; see `depthbench lm-eval ls "
-                        "tasks`, or give its YAML folder with --task-path")
+    tm = check_tasks(tasks, task_path, data)
     rows = []
     for k, res, ck, meta in _per_depth(run, data, depths, tasks, tm, step, limit, batch_size):
         for t, r in sorted(res.items()):

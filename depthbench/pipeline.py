@@ -332,8 +332,11 @@ class Pipeline:
 
     # ---- bookkeeping -------------------------------------------------------------------------
     def _key(self, st: Stage) -> str:
-        return _hash({"config": _semantic(st.config),
-                      "after": [self.keys.get(a) for a in st.after]})
+        key = {"config": _semantic(st.config), "after": [self.keys.get(a) for a in st.after]}
+        if st.command == "prepare-text":   # a corpus edited in place is another input
+            from depthbench.text import corpus_digest
+            key["corpus"] = corpus_digest(list(st.config["corpus"]), st.config["tokenizer"] or None)
+        return _hash(key)
 
     def _todo(self, st: Stage) -> bool:
         """Whether ``st`` must run: it has not finished, its inputs were rerun, or its settings
@@ -421,6 +424,12 @@ class Pipeline:
         if r == o or r in o.parents or any(r == q or q in r.parents for q in parts):
             raise UserError(f"the report directory {self.report_dir} would replace the experiment "
                             f"directory {self.out} or a part of it; set report.out elsewhere")
+        if self.spec.eval.tasks:   # an unknown task is refused now, not after training
+            try:
+                from depthbench.lm_eval_adapter import check_tasks
+            except ImportError:
+                raise UserError("eval.tasks needs lm-eval: pip install 'depthbench[lmeval]'") from None
+            check_tasks(list(self.spec.eval.tasks), self.spec.eval.task_path)
         _, base = resolve_presets(self.spec.train.preset, self.spec.train.set)
         devices = {self._device(), train_preset(self.spec.train.preset).device, base.device}
         if "cuda" in devices:

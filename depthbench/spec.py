@@ -289,6 +289,9 @@ def load_spec(spec: str | Path | None) -> ExperimentSpec:
     for sec in raw:
         if sec not in SECTIONS:
             raise SpecError(f"{path}: unknown key or section [{sec}]; sections: {', '.join(SECTIONS)}")
+    if isinstance(raw.get("data"), dict) and "corpus" in raw["data"] and not raw["data"]["corpus"]:
+        raise SpecError(f"{path}: data.corpus is empty; name the corpus files or directories "
+                        "(or python-docs), or leave corpus out for the generated dataset")
     parts = {sec: _section(cls, sec, raw.get(sec, {}), path) for sec, cls in SECTIONS.items()}
     s = ExperimentSpec(name=name, **parts)
     _cross_check(s, path)

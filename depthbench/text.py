@@ -121,6 +121,22 @@ def input_files(inputs: list[str]) -> list[str | Path]:
     return unique
 
 
+def corpus_digest(inputs: list[str], tokenizer: str | None = None) -> str:
+    """The sha256 of what ``prepare_text`` would read: every input file's bytes in reading
+    order (``python-docs``: the Python version it is read from) and a given tokenizer's, so
+    that a corpus edited in place is a different input."""
+    import sys
+    h = hashlib.sha256()
+    for f in input_files(inputs):
+        if f == BUILTIN:
+            h.update(f"{BUILTIN} {sys.version}".encode())
+        else:
+            h.update(sha256_file(f).encode())
+    if tokenizer:
+        h.update(sha256_file(tokenizer).encode())
+    return h.hexdigest()
+
+
 # a document longer than this many characters (a file without blank lines) is cut at whitespace
 # into documents of at most this size, so that memory stays bounded by it, not by the file
 MAX_DOC_CHARS = 1 << 20

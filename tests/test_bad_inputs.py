@@ -470,6 +470,21 @@ def render_doc() -> str:
         "eval errors (`tests/test_evaluate.py`), serving specs (`tests/test_serving.py`), experiment",
         "specs (`tests/test_pipeline.py`), lm-eval model arguments (`tests/test_lm_eval.py`), write",
         "failures and crafted pickles (`tests/test_reliability.py`).",
+        "",
+        "Round 4 (`tests/test_boundaries_round4.py`, `tests/test_text.py`, `tests/test_pipeline.py`):",
+        "corpus documents identified by content (a file reached twice read once, exact duplicates",
+        "dropped and counted, validation drawn from a document's digest, never sharing a document",
+        "with training: a property test), a BOM dropped, lone surrogates, tokenizers that would drop",
+        "text and validation splits shorter than one window refused, long documents cut; text",
+        "manifests type-checked after their hash; probe-update and serve-bench on text runs; report",
+        "rows that cannot be (negative NLL, exact match outside [0, 1], bits above the ceiling, a",
+        "stage ending before it starts) and runs read at different depths or over different token",
+        "counts refused; a grid's time is the time a stage ran; lm-eval task files of another",
+        "dataset, a missing --include_path and --rows over a run or dataset refused before lm-eval",
+        "runs; a corpus edited in place reruns its grid; an empty corpus list and an unknown",
+        "lm-eval task refused before any stage; --max-new-tokens 1, a replay trace shorter than",
+        "the workload, an all-zero fitted profile and training keys in serving's --set refused;",
+        "benchmark scripts' bad arguments one line.",
     ]
     return "\n".join(lines) + "\n"
 

@@ -449,3 +449,58 @@ def test_probe_and_serve_bench_take_a_text_run(tmp_path):
                                   "--out", str(tmp_path / "serve"), "--json"])
     assert r.exit_code == 0, r.output
     assert (tmp_path / "serve.jsonl").is_file()
+
+
+TEXT_SPEC = '''name = "t"
+[data]
+corpus = {corpus}
+vocab_size = 300
+val_fraction = 0.2
+seq_len = 16
+[train]
+preset = "tiny"
+schedules = ["fixed:2"]
+seeds = [0]
+steps = 4
+set = {{ batch_size = 4 }}
+[eval]
+depths = "1-2"
+switch_checkpoints = []
+{eval_extra}
+[probe]
+enabled = false
+[serve]
+enabled = false
+[report]
+out = "{report}"
+'''
+
+
+def test_a_corpus_edited_in_place_reruns_the_grid_and_bad_corpus_specs_are_refused_first(tmp_path):
+    """The stage key covers the corpus's content: after an edit in place the dataset, the run
+    and its rows are redone (a new dataset hash), with no --rerun; an empty corpus list and an
+    unknown lm-eval task are refused before any stage."""
+    d, _ = corpus(tmp_path)
+    spec = tmp_path / "t.toml"
+    spec.write_text(TEXT_SPEC.format(corpus=json.dumps([str(d)]), eval_extra="",
+                                     report=tmp_path / "report"))
+    exp = tmp_path / "exp"
+
+    def hashes():
+        return {json.loads(x)["dataset_hash"] for f in (exp / "results" / "eval").glob("*.jsonl")
+                for x in f.read_text().splitlines()}
+    assert CliRunner().invoke(main, ["run", str(spec), "--out", str(exp)]).exit_code == 0
+    first = hashes()
+    (d / "b.jsonl").write_text((d / "b.jsonl").read_text().replace("fox", "cat"))
+    r = CliRunner().invoke(main, ["run", str(spec), "--out", str(exp)])
+    assert r.exit_code == 0, r.output
+    assert "skip generate" not in r.output and len(hashes()) == 1 and hashes() != first
+    for text, needle in ((TEXT_SPEC.format(corpus="[]", eval_extra="", report=tmp_path / "r2"),
+                          "corpus is empty"),
+                         (TEXT_SPEC.format(corpus=json.dumps([str(d)]),
+                                           eval_extra='tasks = ["no_such_task_anywhere"]',
+                                           report=tmp_path / "r3"), "no_such_task_anywhere")):
+        spec.write_text(text)
+        r = CliRunner().invoke(main, ["run", str(spec), "--out", str(tmp_path / "exp2")])
+        assert r.exit_code == 2 and needle in r.output, r.output
+        assert not (tmp_path / "exp2").exists()
