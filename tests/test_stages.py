@@ -283,6 +283,7 @@ def test_the_cli_imports_only_actions_and_configs():
                "depthbench.report.run_report", "depthbench.pipeline.Pipeline",
                "depthbench.pipeline.load_spec", "depthbench.train.flop_summary",
                "depthbench.lm_eval_adapter.TASKS_DIR", "depthbench.lm_eval_adapter.run_depths",
+               "depthbench.lm_eval_adapter.check_inputs",
                "data_gen.generate", "data_gen.resolve_config"}
     for f in ("cli.py", "cli_serve.py", "cli_text.py"):
         used = {i for i in _imports(PKG / f, False) if i.startswith(("depthbench.", "data_gen"))}
