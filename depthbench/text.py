@@ -35,7 +35,7 @@ from data_gen.generate import dataset_hash, sha256_file
 from depthbench.errors import UserError
 
 FORMAT = "depthbench-text"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2   # 2: documents by content (deduplicated, split by digest), the word-order cloze
 EOT = "<|endoftext|>"
 BUILTIN = "python-docs"
 SUFFIXES = (".txt", ".jsonl", ".txt.gz", ".jsonl.gz")
@@ -241,23 +241,48 @@ def _dtype(vocab: int) -> np.dtype:
     return np.dtype(np.uint16) if vocab <= 2 ** 16 else np.dtype(np.uint32)
 
 
-def _cloze(held_out: list[str], seed: int, n: int = 256, choices: int = 4) -> list[dict]:
-    """A small sanity task from held-out documents: the first words of a document as context,
-    its next words as the true continuation, and continuations of other documents as
-    distractors (the harness scores each choice's loglikelihood after the context)."""
-    docs = [d.split() for d in held_out if len(d.split()) >= 24][: 4 * n]
-    if len(docs) < choices:
-        return []
+CLOZE_CONTEXT, CLOZE_CONT, CLOZE_NGRAM = 16, 8, 8   # words of context, of continuation; n-gram
+
+
+def _ngrams(words: list[str], n: int = CLOZE_NGRAM) -> set[tuple[str, ...]]:
+    return {tuple(words[i:i + n]) for i in range(len(words) - n + 1)}
+
+
+def _cloze(held_out: list[str], seed: int, training: Iterator[str] | None = None, n: int = 256,
+           choices: int = 4) -> tuple[list[dict], int]:
+    """A small sanity task from held-out documents: a document's first 16 words as context, its
+    next 8 as the true continuation, and as distractors the same 8 words in other seeded orders,
+    so every choice holds the same words and no rule that reads words but not their order (word
+    overlap with the context, word frequencies) can tell them apart: it reads chance exactly.
+    A candidate whose 24 words share any 8-word run with a ``training`` document is left out
+    (its answer could be memorized, not predicted). Returns the items and how many candidates
+    were left out."""
+    docs = [d.split() for d in held_out if len(d.split()) >= CLOZE_CONTEXT + CLOZE_CONT]
+    # a continuation whose words cannot make ``choices`` distinct orders gives no item
+    docs = [w for w in docs if len(set(w[CLOZE_CONTEXT:CLOZE_CONTEXT + CLOZE_CONT])) >= 3][: 4 * n]
+    index: dict[tuple[str, ...], list[int]] = {}
+    for i, w in enumerate(docs):
+        for g in _ngrams(w[:CLOZE_CONTEXT + CLOZE_CONT]):
+            index.setdefault(g, []).append(i)
+    seen = set()
+    for doc in training or ():
+        for g in _ngrams(doc.split()):
+            seen.update(index.get(g, ()))
+    clean = [w for i, w in enumerate(docs) if i not in seen]
     rng = np.random.default_rng([seed, 7])
     items = []
-    for i, words in enumerate(docs[:n]):
-        ctx, cont = " ".join(words[:16]), " " + " ".join(words[16:24])
-        others = [j for j in rng.permutation(len(docs)) if j != i][: choices - 1]
-        opts = [cont] + [" " + " ".join(docs[j][16:24]) for j in others]
+    for words in clean[:n]:
+        ctx = words[:CLOZE_CONTEXT]
+        cont = words[CLOZE_CONTEXT:CLOZE_CONTEXT + CLOZE_CONT]
+        opts = [cont]
+        while len(opts) < choices:
+            alt = [cont[k] for k in rng.permutation(len(cont))]
+            if alt not in opts:
+                opts.append(alt)
         order = rng.permutation(choices)
-        items.append({"context": ctx, "choices": [opts[k] for k in order],
+        items.append({"context": " ".join(ctx), "choices": [" " + " ".join(opts[k]) for k in order],
                       "label": int(np.flatnonzero(order == 0)[0])})
-    return items
+    return items, len(seen)
 
 
 def content_key(doc: str) -> bytes:
@@ -402,8 +427,11 @@ def prepare_text(inputs: list[str], out: str | Path, vocab_size: int = 0,
             raise TextDataError(f"the training split has {counts['train']['tokens']} tokens, "
                                 f"fewer than one window of --seq-len {seq_len}; give more text "
                                 "or a shorter --seq-len")
-        (tmp / "cloze.jsonl").write_text("".join(json.dumps(r) + "\n"
-                                                 for r in _cloze(held_out, seed)))
+        # a second pass over the training documents leaves out cloze candidates they contain
+        training = (d for d, key in unique_documents(inputs)
+                    if not in_validation(key, seed, val_fraction))
+        items, contaminated = _cloze(held_out, seed, training)
+        (tmp / "cloze.jsonl").write_text("".join(json.dumps(r) + "\n" for r in items))
         manifest = {
             "format": FORMAT, "format_version": FORMAT_VERSION,
             "settings": {"inputs": [str(f) if f == BUILTIN else Path(f).name for f in files],
@@ -413,6 +441,7 @@ def prepare_text(inputs: list[str], out: str | Path, vocab_size: int = 0,
             "vocab_size": vocab, "eot_id": eot, "dtype": dtype.name, "seq_len": seq_len,
             "tokenizer_sha256": sha256_file(tmp / "tokenizer.json"),
             "splits": counts, "duplicates_removed": removed,
+            "cloze": {"items": len(items), "left_out_in_training": contaminated},
             "bytes_per_token": {s: c["bytes"] / max(1, c["tokens"]) for s, c in counts.items()},
             "files": {name: {"sha256": sha256_file(tmp / name), "bytes": (tmp / name).stat().st_size}
                       for name in FILES},

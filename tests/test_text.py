@@ -504,3 +504,31 @@ def test_a_corpus_edited_in_place_reruns_the_grid_and_bad_corpus_specs_are_refus
         r = CliRunner().invoke(main, ["run", str(spec), "--out", str(tmp_path / "exp2")])
         assert r.exit_code == 2 and needle in r.output, r.output
         assert not (tmp_path / "exp2").exists()
+
+
+def test_the_cloze_holds_no_training_text_and_no_word_rule_beats_chance(tmp_path):
+    """Every cloze item's choices are one bag of words in different orders (so a rule reading
+    words but not order, e.g. overlap with the context, ties on every item: chance), the true
+    one is the document's own continuation, and no item's 24 words share an 8-word run with a
+    training document (oracle: the decoded training split)."""
+    d, docs = corpus(tmp_path)
+    # training documents that copy the start of some others, so the filter has work to do
+    (d / "copies.txt").write_text("\n\n".join("prefix " + " ".join(x.split()[:24]) + " tail"
+                                              for x in docs[::7]) + "\n")
+    m = prepare_text([str(d)], tmp_path / "ds", vocab_size=300, val_fraction=0.3, seq_len=16)
+    ds = TextDataset(tmp_path / "ds")
+    items = [json.loads(x) for x in (tmp_path / "ds" / "cloze.jsonl").read_text().splitlines()]
+    assert items and m["cloze"]["items"] == len(items) and m["cloze"]["left_out_in_training"] > 0
+    train_ngrams = set()
+    for doc in _split_docs(ds)["train"]:
+        w = doc.split()
+        train_ngrams |= {tuple(w[i:i + 8]) for i in range(len(w) - 7)}
+    val = [x.split() for x in _split_docs(ds)["validation"]]
+    for it in items:
+        bags = {tuple(sorted(c.split())) for c in it["choices"]}
+        assert len(bags) == 1 and len(set(it["choices"])) == 4
+        words = it["context"].split() + it["choices"][it["label"]].split()
+        assert any(v[:24] == words for v in val)
+        assert not {tuple(words[i:i + 8]) for i in range(17)} & train_ngrams
+        overlap = [len(set(c.split()) & set(it["context"].split())) for c in it["choices"]]
+        assert len(set(overlap)) == 1
