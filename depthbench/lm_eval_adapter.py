@@ -300,7 +300,6 @@ def harness_tasks(run: str, data: str, depths: list[int], tasks: list[str],
     likelihood tasks for a synthetic one), or YAMLs under ``task_path``. One ``task`` row per
     task lm-eval reports (a group's members each) and depth, with every metric it reports
     (``acc``, ``acc_norm``, ``acc_mutual_info``, ``exact_match``, ...)."""
-    from lm_eval.tasks import TaskManager
 
     ds = open_dataset(data, verify=False)
     tm = check_tasks(tasks, task_path, data)
