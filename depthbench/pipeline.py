@@ -281,13 +281,14 @@ class Pipeline:
 
     def _eval_stages(self, train: Stage) -> list[Stage]:
         e, name, out = self.spec.eval, Path(train.config["out"]).name, []
-        for step in self._checkpoints(train):
+        steps = self._checkpoints(train)
+        for step in steps:
             tag = "final" if step is None else f"{step:07d}"
             base = self.results / "eval" / f"{name}_step{tag}"
             # a corpus: its validation split; a checkpoint kept around the switch (read by no
             # figure; rows for a closer look) only the headline split, the final one every split
-            splits = () if self.spec.data.text else \
-                e.splits if step is None else [sp for sp in e.splits if sp == "eval_reordered"] or e.splits
+            splits = () if self.spec.data.text else e.splits if step == steps[-1] else \
+                [sp for sp in e.splits if sp == "eval_reordered"] or e.splits
             cfg = EvalConfig(run=train.config["out"], depths=e.depths, splits=splits,
                              checkpoint=step, batch_size=e.batch_size, out=str(base),
                              device=self._device(), tags=train.config["tags"])

@@ -487,3 +487,17 @@ def test_a_stage_row_ending_before_its_start_is_refused(tmp_path):
                                                 "started": 100.0, "finished": 50.0, "stage_s": 5.0}) + "\n")
     r = CliRunner().invoke(main, ["report", str(d), "--out", str(tmp_path / "rep")])
     assert r.exit_code == 2 and "ends before it starts" in r.output, r.output
+
+
+def test_the_final_checkpoint_is_evaluated_on_every_split_and_kept_ones_on_the_headline_one(tmp_path):
+    from depthbench.pipeline import Pipeline
+    from depthbench.spec import load_spec
+    spec = tmp_path / "s.toml"
+    spec.write_text(SMALL)
+    pipe = Pipeline(load_spec(spec), tmp_path / "exp")
+    evals = [st for g in pipe.stages() for st in g if st.command == "eval"]
+    for st in evals:
+        final = st.id.endswith("-final") or st.id.endswith(f"-{pipe.spec.train.steps:07d}")
+        want = ["eval_reordered", "eval_unseen_people"] if final else ["eval_reordered"]
+        assert list(st.config["splits"]) == want, st.id
+    assert {st.id.rsplit("-", 1)[1] for st in evals} >= {f"{8:07d}", f"{12:07d}", f"{16:07d}"}
