@@ -125,3 +125,14 @@ def test_benchmark_scripts_refuse_bad_arguments_in_one_line(script, args):
     assert p.returncode == 2, p.stderr[-500:]
     lines = p.stderr.strip().splitlines()
     assert len(lines) == 1 and "error" in lines[0] and "Traceback" not in p.stderr, p.stderr
+
+
+def test_the_report_takes_serve_rows_without_a_static_baseline(tmp_path):
+    """Rows depthbench itself wrote from one adaptive mode (no static, so no speedup column)
+    are tabled, not refused."""
+    r = CliRunner().invoke(main, ["serve-bench", "--random", "tiny", "--max-depth", "4",
+                                  "--requests", "3", "--modes", "cdb", "--out", str(tmp_path / "s")])
+    assert r.exit_code == 0, r.output
+    r = CliRunner().invoke(main, ["report", str(tmp_path / "s.jsonl"), "--out", str(tmp_path / "rep")])
+    assert r.exit_code == 0, r.output
+    assert "no static baseline" in (tmp_path / "rep" / "README.md").read_text()
