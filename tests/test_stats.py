@@ -93,3 +93,20 @@ def test_holm_matches_its_step_down_definition():
                 rejected.add(int(i))
             assert {int(i) for i in np.flatnonzero(adj <= alpha)} == rejected
     assert np.isnan(holm([0.01, float("nan")])[1])
+
+
+def test_sign_flip_p_agrees_with_scipy_and_does_not_depend_on_order():
+    """Away from ties it equals scipy's exact permutation test; with ties (rounded differences,
+    as exact-match readings are) it is the same for any order of the pairs, which float sums
+    alone do not guarantee."""
+    from scipy import stats
+    rng = np.random.default_rng(5)
+    for n in range(2, 11):
+        d = rng.normal(0.1, 1.0, n)
+        ref = stats.permutation_test((d,), np.mean, permutation_type="samples", vectorized=True,
+                                     n_resamples=np.inf).pvalue
+        assert sign_flip_p(d) == pytest.approx(min(1.0, ref))
+    for _ in range(50):
+        d = rng.integers(-40, 41, size=8) / 1152   # exact-match differences of 1,152 questions
+        ps = {sign_flip_p(rng.permutation(d)) for _ in range(6)}
+        assert len(ps) == 1
