@@ -25,10 +25,10 @@ from data_gen.generate import (
     sha256_file,
 )
 from depthbench.errors import UserError
+from depthbench.fsio import file_record_ok
 from depthbench.vocab import Vocab
 
 FIX = "regenerate it with `depthbench generate`"
-_HEX = set("0123456789abcdef")
 
 
 class DatasetError(UserError):
@@ -210,10 +210,7 @@ def _read_manifest(mpath: Path) -> tuple[dict, GenConfig]:
         raise bad("its file table must list exactly the dataset's files: "
                   + ", ".join(sorted(expected_files(cfg))))
     for name, rec in files.items():
-        ok = (isinstance(rec, dict) and set(rec) == {"sha256", "bytes"}
-              and isinstance(rec["sha256"], str) and len(rec["sha256"]) == 64
-              and set(rec["sha256"]) <= _HEX and type(rec["bytes"]) is int and rec["bytes"] >= 0)
-        if not ok:
+        if not file_record_ok(rec):
             raise bad(f"file entry {name!r} must be {{sha256: 64 hex digits, bytes: integer}}")
     if not isinstance(m.get("dataset_hash"), str) or dataset_hash(m) != m["dataset_hash"]:
         raise bad("was edited (its dataset_hash does not match its content)")

@@ -207,6 +207,14 @@ def is_empty_dir(d: Path) -> bool:
 RUN_OWN = ("run.json", "metrics.jsonl", LOCK_NAME, "checkpoints")
 
 
+def file_record_ok(rec) -> bool:
+    """A manifest's entry for one file: {sha256: 64 hex digits, bytes: an integer >= 0}."""
+    return (isinstance(rec, dict) and set(rec) == {"sha256", "bytes"}
+            and isinstance(rec["sha256"], str) and len(rec["sha256"]) == 64
+            and set(rec["sha256"]) <= set("0123456789abcdef")
+            and type(rec["bytes"]) is int and rec["bytes"] >= 0)
+
+
 def refuse_over_inputs(outputs, run=None, data=None, inputs=(), flag: str = "--out") -> None:
     """Refuse (UserError) output paths that would land on what a command reads: inside the
     dataset directory ``data``, on the run directory's own files (its record, training log,

@@ -494,6 +494,7 @@ def _is_int(x, lo: int, hi: int) -> bool:
 
 
 def _check_manifest(m: dict, mpath: Path) -> None:
+    from depthbench.fsio import file_record_ok
     """Every field a reader uses has the type and range ``prepare_text`` writes (a manifest
     edited and re-hashed is caught here, not by a reading that is silently wrong)."""
     def bad(what: str):
@@ -509,9 +510,8 @@ def _check_manifest(m: dict, mpath: Path) -> None:
     if not _is_int(m.get("seq_len"), 8, 65536):
         bad(f"seq_len {m.get('seq_len')!r} is not an integer between 8 and 65536")
     for name, rec in m["files"].items():
-        if not isinstance(rec, dict) or not _is_int(rec.get("bytes"), 0, 2 ** 62) or \
-                not isinstance(rec.get("sha256"), str):
-            bad(f"file {name}'s record must hold its bytes (an integer) and sha256")
+        if not file_record_ok(rec):
+            bad(f"file entry {name!r} must be {{sha256: 64 hex digits, bytes: integer}}")
     splits, bpt = m.get("splits"), m.get("bytes_per_token")
     if not isinstance(splits, dict) or set(splits) != set(SPLITS) or not isinstance(bpt, dict):
         bad(f"its split table must list {', '.join(SPLITS)}")
