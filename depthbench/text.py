@@ -376,6 +376,26 @@ def _write_splits(tok, inputs: list[str], tmp: Path, val_fraction: float, seed: 
     return counts, held_out
 
 
+def _check_counts(counts: dict, val_fraction: float, seq_len: int) -> None:
+    """Splits that could not train or be read: no document, no side, or less than a window."""
+    if not counts["train"]["documents"] + counts["validation"]["documents"]:
+        raise TextDataError("the corpus holds no document (empty input)")
+    if not counts["validation"]["documents"]:
+        raise TextDataError(f"--val-fraction {val_fraction} left no validation document of "
+                            f"{counts['train']['documents']}; raise it")
+    if not counts["train"]["documents"]:
+        raise TextDataError(f"--val-fraction {val_fraction} left no training document; "
+                            "lower it")
+    if counts["validation"]["tokens"] < seq_len + 1:
+        raise TextDataError(f"the validation split has {counts['validation']['tokens']} "
+                            f"tokens, fewer than one window of --seq-len {seq_len} (it "
+                            "would score nothing); raise --val-fraction or lower --seq-len")
+    if counts["train"]["tokens"] <= seq_len + 1:
+        raise TextDataError(f"the training split has {counts['train']['tokens']} tokens, "
+                            f"fewer than one window of --seq-len {seq_len}; give more text "
+                            "or a shorter --seq-len")
+
+
 def prepare_text(inputs: list[str], out: str | Path, vocab_size: int = 0,
                  tokenizer: str | None = None, val_fraction: float = 0.01, seed: int = 0,
                  seq_len: int = 128, force: bool = False, log=None) -> dict:
@@ -411,22 +431,7 @@ def prepare_text(inputs: list[str], out: str | Path, vocab_size: int = 0,
         counts, held_out = _write_splits(tok, inputs, tmp, val_fraction, seed, dtype, eot,
                                          check_coverage=bool(tokenizer))
         removed = counts.pop("duplicates_removed")
-        if not counts["train"]["documents"] + counts["validation"]["documents"]:
-            raise TextDataError("the corpus holds no document (empty input)")
-        if not counts["validation"]["documents"]:
-            raise TextDataError(f"--val-fraction {val_fraction} left no validation document of "
-                                f"{counts['train']['documents']}; raise it")
-        if not counts["train"]["documents"]:
-            raise TextDataError(f"--val-fraction {val_fraction} left no training document; "
-                                "lower it")
-        if counts["validation"]["tokens"] < seq_len + 1:
-            raise TextDataError(f"the validation split has {counts['validation']['tokens']} "
-                                f"tokens, fewer than one window of --seq-len {seq_len} (it "
-                                "would score nothing); raise --val-fraction or lower --seq-len")
-        if counts["train"]["tokens"] <= seq_len + 1:
-            raise TextDataError(f"the training split has {counts['train']['tokens']} tokens, "
-                                f"fewer than one window of --seq-len {seq_len}; give more text "
-                                "or a shorter --seq-len")
+        _check_counts(counts, val_fraction, seq_len)
         # a second pass over the training documents leaves out cloze candidates they contain
         training = (d for d, key in unique_documents(inputs)
                     if not in_validation(key, seed, val_fraction))
