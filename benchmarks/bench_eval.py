@@ -18,8 +18,8 @@ from bench_rows import Parser, add_args, count, from_kept, keep
 
 from data_gen import generate, resolve_config
 from depthbench.config import tiny_model
-from depthbench.data import Dataset
-from depthbench.evaluate import sweep, sweep_per_depth
+from depthbench.data.synthetic import Dataset
+from depthbench.evaluate.sweep import sweep, sweep_per_depth
 from depthbench.model import LoopedTransformer
 
 

@@ -157,7 +157,7 @@ def _grid_once(spec: dict, work: Path, tag: str) -> dict:
 def section_c(steps: int, seeds: int, workers: list[int], rounds: int) -> dict:
     import tomllib
 
-    from depthbench.spec import spec_path
+    from depthbench.pipeline.spec import spec_path
     spec = tomllib.loads(Path(spec_path("quickstart")).read_text())
     spec["train"].update(steps=steps, seeds=list(range(seeds)))
     spec["serve"] = {"enabled": False}
@@ -197,9 +197,9 @@ def shared_work(names: list[str]) -> dict:
     stages (a compute-matched run at the steps its match resolves to)."""
     from data_gen import resolve_config
     from depthbench.config import TrainJob, resolve_presets
-    from depthbench.pipeline import Pipeline, matched_steps_of
+    from depthbench.pipeline.run import Pipeline, matched_steps_of
     from depthbench.schedules import parse_schedule
-    from depthbench.spec import load_spec
+    from depthbench.pipeline.spec import load_spec
     out = {}
     for name in names:
         spec = load_spec(name)

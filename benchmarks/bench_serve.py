@@ -36,7 +36,7 @@ from bench_rows import Parser, add_args, count, from_kept, keep
 
 from depthbench.checkpoint import load_model, read_run
 from depthbench.config import ServeConfig, SimConfig
-from depthbench.data import Dataset
+from depthbench.data.synthetic import Dataset
 from depthbench.model import LoopedTransformer
 from depthbench.serving.bench import dataset_workload, serve_bench
 from depthbench.serving.sim import sim_model
@@ -70,7 +70,7 @@ def trained_run(path: Path | None) -> Path:
         return path
     from data_gen import generate, resolve_config
     from depthbench.config import tiny_model, train_preset
-    from depthbench.train import train
+    from depthbench.train.loop import train
     tmp = Path(tempfile.mkdtemp())
     generate(resolve_config("tiny"), tmp / "data")
     train(tmp / "data", tmp / "run", tiny_model(), train_preset("tiny"), "uniform:1-16",

@@ -163,12 +163,12 @@ def run_one(recipe: str, schedule: str, seed: int, threads: int, work: str) -> d
     import torch
     torch.set_num_threads(threads)
     from depthbench.config import model_preset, train_preset
-    from depthbench.data import Dataset
-    from depthbench.evaluate import sweep
+    from depthbench.data.synthetic import Dataset
+    from depthbench.evaluate.sweep import sweep
     from depthbench.flops import FlopModel, match_steps, schedule_flops
-    from depthbench.reference import name_blind, person_agnostic
+    from depthbench.evaluate.reference import name_blind, person_agnostic
     from depthbench.schedules import parse_schedule
-    from depthbench.train import train
+    from depthbench.train.loop import train
 
     over = RECIPES[recipe][1]
     data = _dataset(over.get("data", {}), Path(work))
@@ -179,7 +179,7 @@ def run_one(recipe: str, schedule: str, seed: int, threads: int, work: str) -> d
     schedule_part, _, fraction = schedule.partition("@")
     train_schedule, _, matched_to = schedule_part.partition("~")
     if fraction:
-        from depthbench.pipeline import budget_steps
+        from depthbench.pipeline.run import budget_steps
         from data_gen import GenConfig
         from data_gen.config import tiny
         gen = GenConfig.from_dict({**tiny().to_dict(), **over.get("data", {})})
@@ -198,7 +198,7 @@ def run_one(recipe: str, schedule: str, seed: int, threads: int, work: str) -> d
                         log=lambda *a, **k: None)
         wall = time.perf_counter() - t0
         from depthbench.checkpoint import load_model
-        from depthbench.train import metrics_rows
+        from depthbench.train.loop import metrics_rows
         model, _ = load_model(Path(tmp) / "run")
         curve = [round(r["loss"], 3) for r in metrics_rows(Path(tmp) / "run")
                  if "loss" in r and r["step"] % 50 == 0]

@@ -1,5 +1,5 @@
 """``python -m depthbench`` (and ``torchrun -m depthbench train ...``)."""
 
-from depthbench.cli import main
+from depthbench.cli.main import main
 
 main()

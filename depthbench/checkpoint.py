@@ -322,7 +322,7 @@ def open_run(run_or_ckpt: str | Path, step: int | None = None, data: str | Path 
              device="cpu", verify: bool = True):
     """``(model, checkpoint dict, run record or {}, Dataset)``: a checkpoint with the dataset it
     was trained on (``data``, else the one its run records), checked to match."""
-    from depthbench.data import open_dataset
+    from depthbench.data.synthetic import open_dataset
 
     model, ck = load_model(run_or_ckpt, step, device=device)
     run_dir = run_dir_of(run_or_ckpt)

@@ -9,7 +9,7 @@ dispatches on it:
     serve   one batching mode of a serving benchmark (serving.bench.run_bench)
     curve   one logged training step (train.run_train)
     run     one training run's summary (train.run_train)
-    task    one lm-eval task at one serving depth (lm_eval_adapter)
+    task    one lm-eval task at one serving depth (evaluate.harness)
     stage   one finished stage of a ``depthbench run`` grid: its start, end and seconds
 """
 

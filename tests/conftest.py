@@ -5,7 +5,7 @@ import torch
 
 from data_gen import Attribute, GenConfig, generate
 from depthbench.config import ModelConfig, TrainConfig
-from depthbench.train import train
+from depthbench.train.loop import train
 
 torch.set_num_threads(1)
 

@@ -14,7 +14,7 @@ from click.testing import CliRunner
 
 from data_gen import dataset_hash, generate, resolve_config
 from depthbench import checkpoint as ckpt
-from depthbench.cli import main
+from depthbench.cli.main import main
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,7 @@ from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from depthbench.cli import main
+from depthbench.cli.main import main
 from depthbench.config import EvalConfig, ProbeConfig, ServeConfig, TrainJob
 from depthbench.errors import UserError
 from depthbench.fsio import (
@@ -26,7 +26,7 @@ from depthbench.fsio import (
 )
 from depthbench.rows import RESERVED_COLUMNS, tag_rows, tags_problem
 from depthbench.schedules import parse_schedule
-from depthbench.spec import TrainSpec
+from depthbench.pipeline.spec import TrainSpec
 
 SETTINGS = settings(max_examples=60, deadline=None,
                     suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -231,7 +231,7 @@ def test_cuda_on_a_cpu_machine_is_refused_before_any_stage(tmp_path, monkeypatch
 
 def test_lm_eval_arguments_are_bounded(trained_run):
     pytest.importorskip("lm_eval")
-    from depthbench.lm_eval_adapter import DepthbenchLM
+    from depthbench.evaluate.harness import DepthbenchLM
     for arg in ({"n_loops": 10**6}, {"max_depth": 1025}, {"n_loops": True}, {"batch_size": 10**9}):
         with pytest.raises(UserError, match="must be an integer in|not an integer"):
             DepthbenchLM(pretrained=str(trained_run), **arg)
@@ -240,7 +240,7 @@ def test_lm_eval_arguments_are_bounded(trained_run):
 def test_lm_eval_on_a_bare_checkpoint_name_is_one_line(trained_run, tmp_path, monkeypatch):
     pytest.importorskip("lm_eval")
     from depthbench.checkpoint import checksum_path, latest
-    from depthbench.lm_eval_adapter import DepthbenchLM
+    from depthbench.evaluate.harness import DepthbenchLM
     src = latest(trained_run)
     monkeypatch.chdir(tmp_path)
     shutil.copy(src, "c.pt")

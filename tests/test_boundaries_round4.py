@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from depthbench.cli import main
+from depthbench.cli.main import main
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from depthbench.report import _final, labelled, load_rows
+from depthbench.report.build import _final, labelled, load_rows
 
 ROOT = Path(__file__).resolve().parents[1]
 REPORTS = sorted(p.name for p in (ROOT / "reports").iterdir() if (p / "rows").is_dir())

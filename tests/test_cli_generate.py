@@ -7,7 +7,7 @@ import sys
 import pytest
 from click.testing import CliRunner
 
-from depthbench.cli import main
+from depthbench.cli.main import main
 
 
 def run(*args):

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from data_gen import Attribute, GenConfig, generate
 from data_gen.generate import NamePermutation
-from depthbench.data import Dataset, DatasetError, TrainBatches
+from depthbench.data.synthetic import Dataset, DatasetError, TrainBatches
 
 
 def small_config(seed=0, **kw):

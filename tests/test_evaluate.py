@@ -14,10 +14,10 @@ import torch
 from click.testing import CliRunner
 
 from depthbench.checkpoint import load_model
-from depthbench.cli import main
-from depthbench.data import Dataset
-from depthbench.evaluate import sweep, sweep_per_depth
-from depthbench.metrics import EvalSums, FactIndex, fact_bits
+from depthbench.cli.main import main
+from depthbench.data.synthetic import Dataset
+from depthbench.evaluate.sweep import sweep, sweep_per_depth
+from depthbench.evaluate.metrics import EvalSums, FactIndex, fact_bits
 
 
 def test_one_pass_sweep_equals_per_depth_passes(trained_run, small_data):
@@ -175,7 +175,7 @@ def test_eval_user_errors(trained_run, tmp_path):
 
 def test_update_probe_is_zero_for_equal_depths_and_antisymmetric(trained_run, tmp_path):
     from depthbench.config import ProbeConfig
-    from depthbench.probe import run_probe
+    from depthbench.train.probe import run_probe
 
     def probe(a, b, depths):
         cfg = ProbeConfig(run=str(trained_run), checkpoint=200, depth_a=a, depth_b=b,

@@ -25,7 +25,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from data_gen import dataset_hash
-from depthbench.cli import main
+from depthbench.cli.main import main
 
 EXAMPLES = int(os.environ.get("DEPTHBENCH_FUZZ_EXAMPLES", "30"))
 # DEPTHBENCH_FUZZ_RANDOM=1 draws fresh examples (a wider search) instead of CI's repeatable ones

@@ -12,11 +12,11 @@ lm_eval = pytest.importorskip("lm_eval", reason="the lmeval extra is not install
 from click.testing import CliRunner  # noqa: E402
 
 from depthbench.checkpoint import load_model  # noqa: E402
-from depthbench.cli import main  # noqa: E402
-from depthbench.data import Dataset  # noqa: E402
+from depthbench.cli.main import main  # noqa: E402
+from depthbench.data.synthetic import Dataset  # noqa: E402
 from depthbench.errors import UserError  # noqa: E402
-from depthbench.evaluate import sweep  # noqa: E402
-from depthbench.lm_eval_adapter import DepthbenchLM, harness_sweep  # noqa: E402
+from depthbench.evaluate.sweep import sweep  # noqa: E402
+from depthbench.evaluate.harness import DepthbenchLM, harness_sweep  # noqa: E402
 
 
 def test_harness_sweep_agrees_with_depthbench_eval(trained_run, small_data):

@@ -10,8 +10,8 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
-from depthbench.cli import main
-from depthbench.report import build_report, grid_clock
+from depthbench.cli.main import main
+from depthbench.report.build import build_report, grid_clock
 
 SMALL = """
 name = "mini"
@@ -420,7 +420,7 @@ def test_each_committed_report_is_rebuilt_from_its_committed_rows(tmp_path, name
 
 
 def test_run_help_names_every_packaged_experiment():
-    from depthbench.spec import EXPERIMENTS
+    from depthbench.pipeline.spec import EXPERIMENTS
     r = CliRunner().invoke(main, ["run", "--help"])
     assert r.exit_code == 0
     text = " ".join(r.output.split())
@@ -472,7 +472,7 @@ def test_the_report_refuses_readings_that_cannot_be_or_cannot_be_paired(tmp_path
 
 
 def test_stage_rows_that_end_before_they_start_are_refused_and_idle_time_is_not_the_grids():
-    from depthbench.report import busy_seconds
+    from depthbench.report.build import busy_seconds
     # two invocations of one grid a day apart: 100 s and 50 s of stages, not a day
     a = pd.Series([0.0, 10.0, 86400.0])
     b = pd.Series([100.0, 60.0, 86450.0])
@@ -490,8 +490,8 @@ def test_a_stage_row_ending_before_its_start_is_refused(tmp_path):
 
 
 def test_the_final_checkpoint_is_evaluated_on_every_split_and_kept_ones_on_the_headline_one(tmp_path):
-    from depthbench.pipeline import Pipeline
-    from depthbench.spec import load_spec
+    from depthbench.pipeline.run import Pipeline
+    from depthbench.pipeline.spec import load_spec
     spec = tmp_path / "s.toml"
     spec.write_text(SMALL)
     pipe = Pipeline(load_spec(spec), tmp_path / "exp")

@@ -15,8 +15,8 @@ import pytest
 from data_gen import generate
 from data_gen.config import paper, resolve_config, small, tiny
 from data_gen.generate import balanced_values
-from depthbench.data import Dataset
-from depthbench.reference import NameBlind, know_everything, person_agnostic
+from depthbench.data.synthetic import Dataset
+from depthbench.evaluate.reference import NameBlind, know_everything, person_agnostic
 
 SPLITS = ("eval_reordered", "eval_seen_order", "eval_unseen_people")
 

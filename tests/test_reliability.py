@@ -20,10 +20,10 @@ from hypothesis import strategies as st
 
 from depthbench import checkpoint as ckpt
 from depthbench.checkpoint import CheckpointError, load_model
-from depthbench.cli import main, parse_sets
+from depthbench.cli.main import main, parse_sets
 from depthbench.errors import UserError
 from depthbench.serving.exits import ExitSpecError, parse_exit
-from depthbench.train import metrics_rows
+from depthbench.train.loop import metrics_rows
 from depthbench.vocab import Vocab
 
 TRAIN = ["train", "--schedule", "uniform:1-4", "--steps", "400", "--seed", "2", "--set",
@@ -333,7 +333,7 @@ def test_sigterm_during_generate_leaves_no_temporary_directory(tmp_path):
 def test_a_failing_report_leaves_the_previous_report_intact(tmp_path, monkeypatch):
     import pandas as pd
 
-    from depthbench import report
+    from depthbench.report import build as report
     rows = tmp_path / "rows"
     rows.mkdir()
     pd.DataFrame([{"mode": "static", "tokens_per_s": 10.0, "speedup": 1.0, "ceiling": 2.0}]).to_csv(

@@ -7,7 +7,7 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-from depthbench.cli import main
+from depthbench.cli.main import main
 from depthbench.config import ModelConfig, ServeConfig
 from depthbench.flops import FlopModel
 from depthbench.model import LoopedTransformer

@@ -11,7 +11,7 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-from depthbench.cli import main
+from depthbench.cli.main import main
 from depthbench.config import ConfigError, ModelConfig, SimConfig
 from depthbench.model import LoopedTransformer
 from depthbench.serving.compare import random_workload

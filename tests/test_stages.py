@@ -15,9 +15,9 @@ import pytest
 from click.testing import CliRunner
 from test_pipeline import SMALL
 
-from depthbench.cli import main
-from depthbench.pipeline import Pipeline
-from depthbench.spec import load_spec
+from depthbench.cli.main import main
+from depthbench.pipeline.run import Pipeline
+from depthbench.pipeline.spec import load_spec
 
 PKG = Path(__file__).resolve().parents[1] / "depthbench"
 
@@ -196,7 +196,7 @@ def test_stages_use_the_specs_device(tmp_path, monkeypatch):
     assert devices["eval"] == devices["probe-update"] == devices["serve-bench"] == "cuda"
     assert pipe.stages()[1][0].config["train"]["device"] == "cuda"
     # and the actions really ask the runtime for it: a fake "cuda" that runs on the CPU
-    import depthbench.probe
+    import depthbench.train.probe
     import depthbench.runtime
     asked = []
     real = depthbench.runtime.setup
@@ -207,7 +207,7 @@ def test_stages_use_the_specs_device(tmp_path, monkeypatch):
 
     monkeypatch.setattr(depthbench.runtime, "setup", fake_setup)
     monkeypatch.setattr(depthbench.runtime, "cuda_available", lambda: True)
-    monkeypatch.setattr(depthbench.probe, "setup", fake_setup)
+    monkeypatch.setattr(depthbench.train.probe, "setup", fake_setup)
     monkeypatch.chdir(tmp_path)
     spec = tmp_path / "spec.toml"
     spec.write_text(DEVICE)
@@ -270,28 +270,28 @@ def test_module_imports_have_no_cycle():
     for m in mods:
         visit(m, [])
     # evaluate and train: train uses the sweep, evaluate never reaches back into training
-    assert not any(i.startswith("depthbench.train") for i in _imports(PKG / "evaluate.py", False))
+    assert not any(i.startswith("depthbench.train.loop") for i in _imports(PKG / "evaluate" / "sweep.py", False))
 
 
 def test_the_cli_imports_only_actions_and_configs():
-    allowed = {"depthbench.cli_support", "depthbench.cli_serve", "depthbench.cli_text",
-               "depthbench.config", "depthbench.text.prepare_text",
+    allowed = {"depthbench.cli.support", "depthbench.cli.serve", "depthbench.cli.text",
+               "depthbench.config", "depthbench.data.text.prepare_text",
                "depthbench.errors.UserError",
-               "depthbench.train.run_train", "depthbench.evaluate.run_eval",
-               "depthbench.probe.run_probe", "depthbench.serving.bench.run_bench",
+               "depthbench.train.loop.run_train", "depthbench.evaluate.sweep.run_eval",
+               "depthbench.train.probe.run_probe", "depthbench.serving.bench.run_bench",
                "depthbench.serving.sim.run_sim",
-               "depthbench.report.run_report", "depthbench.pipeline.Pipeline",
-               "depthbench.pipeline.load_spec", "depthbench.train.flop_summary",
-               "depthbench.lm_eval_adapter.TASKS_DIR", "depthbench.lm_eval_adapter.run_depths",
-               "depthbench.lm_eval_adapter.check_inputs",
+               "depthbench.report.build.run_report", "depthbench.pipeline.run.Pipeline",
+               "depthbench.pipeline.run.load_spec", "depthbench.train.loop.flop_summary",
+               "depthbench.evaluate.harness.TASKS_DIR", "depthbench.evaluate.harness.run_depths",
+               "depthbench.evaluate.harness.check_inputs",
                "data_gen.generate", "data_gen.resolve_config"}
-    for f in ("cli.py", "cli_serve.py", "cli_text.py"):
+    for f in ("cli/main.py", "cli/serve.py", "cli/text.py"):
         used = {i for i in _imports(PKG / f, False) if i.startswith(("depthbench.", "data_gen"))}
         modules = {i for i in used if any(a.startswith(i + ".") for a in used)}
         extra = {i for i in used - modules if i not in allowed
                  and not any(i.startswith(a + ".") for a in allowed)}
         assert not extra, (f, extra)
-    assert len((PKG / "cli.py").read_text().splitlines()) < 300
+    assert len((PKG / "cli" / "main.py").read_text().splitlines()) < 300
 
 
 def test_no_function_is_longer_than_80_lines():

@@ -15,11 +15,11 @@ import torch
 
 from depthbench.checkpoint import open_run, run_dir_of
 from depthbench.config import EVAL_SPLITS, EvalConfig
-from depthbench.data import Dataset
+from depthbench.data.synthetic import Dataset
 from depthbench.errors import UserError
 from depthbench.fsio import refuse_over_inputs
-from depthbench.metrics import EvalSums, FactIndex
-from depthbench.reference import NameBlind, PersonAgnostic
+from depthbench.evaluate.metrics import EvalSums, FactIndex
+from depthbench.evaluate.reference import NameBlind, PersonAgnostic
 from depthbench.rows import row_paths, tag_rows, write_rows
 from depthbench.runtime import Runtime, shard_range
 
@@ -101,17 +101,17 @@ def result_rows(ck: dict, run_meta: dict, run_name: str, ds: Dataset, split: str
 def _adapter():
     """The lm-eval adapter module (``--harness lm-eval``), or a UserError saying what to install."""
     try:
-        from depthbench import lm_eval_adapter
+        from depthbench.evaluate import harness
     except ImportError:
         raise UserError("--harness lm-eval needs lm-eval: pip install 'depthbench[lmeval]'") \
             from None
-    return lm_eval_adapter
+    return harness
 
 
 def _text_eval(cfg: EvalConfig, model, ck, meta, name, ds, depths, rt) -> list[dict]:
     """A text run's rows: NLL per token and bits per byte at every depth on the validation
     split (the synthetic splits and the harness do not apply)."""
-    from depthbench.text import cloze_accuracy, text_rows, text_sweep
+    from depthbench.data.text import cloze_accuracy, text_rows, text_sweep
     if cfg.harness == "lm-eval":
         if not cfg.tasks:
             raise UserError("a text run through lm-eval needs --task (e.g. hellaswag, piqa, "

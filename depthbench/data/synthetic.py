@@ -231,7 +231,7 @@ def _read_vocab(path: Path, cfg: GenConfig) -> Vocab:
 def open_dataset(path: str | Path, verify: bool = True):
     """The dataset at ``path``: a generated synthetic one (``Dataset``) or a tokenized text
     corpus (``text.TextDataset``), told apart by its manifest's format."""
-    from depthbench.text import TextDataset, is_text_dataset
+    from depthbench.data.text import TextDataset, is_text_dataset
     return TextDataset(path, verify) if is_text_dataset(path) else Dataset(path, verify)
 
 

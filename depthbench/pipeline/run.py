@@ -40,7 +40,7 @@ from depthbench.config import (
 from depthbench.errors import UserError
 from depthbench.fsio import DirLock, atomic_write_text
 from depthbench.rows import write_rows
-from depthbench.spec import ExperimentSpec, budget_tag, load_spec  # noqa: F401  (load_spec re-exported)
+from depthbench.pipeline.spec import ExperimentSpec, budget_tag, load_spec  # noqa: F401  (load_spec re-exported)
 
 CONFIGS = {"train": TrainJob, "eval": EvalConfig, "probe-update": ProbeConfig,
            "serve-bench": ServeConfig, "report": ReportConfig}
@@ -52,13 +52,13 @@ def _generate(cfg: dict) -> None:
 
 
 def _prepare_text(cfg: dict) -> None:
-    from depthbench.text import prepare_text
+    from depthbench.data.text import prepare_text
     prepare_text(list(cfg["corpus"]), cfg["out"], cfg["vocab_size"], cfg["tokenizer"] or None,
                  cfg["val_fraction"], cfg["seed"], cfg["seq_len"], force=True)
 
 
 def _train(job: TrainJob) -> None:
-    from depthbench.train import run_train
+    from depthbench.train.loop import run_train
     log_dir = Path(job.out).parent.parent / "logs"
     log_dir.mkdir(parents=True, exist_ok=True)
     with open(log_dir / f"train-{Path(job.out).name}.log", "a") as f:
@@ -66,12 +66,12 @@ def _train(job: TrainJob) -> None:
 
 
 def _eval(cfg):
-    from depthbench.evaluate import run_eval
+    from depthbench.evaluate.sweep import run_eval
     run_eval(cfg)
 
 
 def _probe(cfg):
-    from depthbench.probe import run_probe
+    from depthbench.train.probe import run_probe
     run_probe(cfg)
 
 
@@ -81,7 +81,7 @@ def _serve(cfg):
 
 
 def _report(cfg):
-    from depthbench.report import run_report
+    from depthbench.report.build import run_report
     run_report(cfg)
 
 
@@ -335,7 +335,7 @@ class Pipeline:
     def _key(self, st: Stage) -> str:
         key = {"config": _semantic(st.config), "after": [self.keys.get(a) for a in st.after]}
         if st.command == "prepare-text":   # a corpus edited in place is another input
-            from depthbench.text import corpus_digest
+            from depthbench.data.text import corpus_digest
             key["corpus"] = corpus_digest(list(st.config["corpus"]), st.config["tokenizer"] or None)
         return _hash(key)
 
@@ -375,7 +375,7 @@ class Pipeline:
         if st.command != "train" or not (Path(st.config["out"]) / "run.json").is_file():
             return []
         from depthbench.checkpoint import read_run
-        from depthbench.train import job_record
+        from depthbench.train.loop import job_record
         keys = ("model", "train", "schedule", "dataset_hash")
         old, new = read_run(st.config["out"]), job_record(TrainJob.from_dict(st.config))
         return differences({k: old[k] for k in keys}, json.loads(json.dumps({k: new[k] for k in keys})))
@@ -427,7 +427,7 @@ class Pipeline:
                             f"directory {self.out} or a part of it; set report.out elsewhere")
         if self.spec.eval.tasks:   # an unknown task is refused now, not after training
             try:
-                from depthbench.lm_eval_adapter import check_tasks
+                from depthbench.evaluate.harness import check_tasks
             except ImportError:
                 raise UserError("eval.tasks needs lm-eval: pip install 'depthbench[lmeval]'") from None
             check_tasks(list(self.spec.eval.tasks), self.spec.eval.task_path)
@@ -567,7 +567,7 @@ def _share_prefixes(trains: list[Stage], matched: list[Stage] = (), matched_step
     a run of the grid, at the steps ``matched_steps(job)`` that its match resolves to. Returns
     the training stages with every run after the run it starts from."""
     from depthbench.schedules import parse_schedule
-    from depthbench.train import resolved_train_config, shared_steps, update_profile
+    from depthbench.train.loop import resolved_train_config, shared_steps, update_profile
     jobs = [TrainJob.from_dict(t.config) for t in trains]
     runs = [(j.model, j.train, j.schedule) for j in jobs]
     prof = [update_profile(j.train, parse_schedule(j.schedule)) for j in jobs]

@@ -10,8 +10,8 @@ import sys
 
 import click
 
-from depthbench import cli_support as cs
-from depthbench.cli_support import build_config, default_of, emit_json, fail, parse_sets
+from depthbench.cli import support as cs
+from depthbench.cli.support import build_config, default_of, emit_json, fail, parse_sets
 from depthbench.config import ServeConfig, SimConfig
 from depthbench.errors import UserError
 
@@ -204,13 +204,13 @@ def lm_eval_cmd(ctx):
     try:
         from lm_eval.__main__ import cli_evaluate
 
-        from depthbench.lm_eval_adapter import TASKS_DIR  # registers the model
+        from depthbench.evaluate.harness import TASKS_DIR  # registers the model
     except ImportError:
         fail("lm-eval is not installed: pip install 'depthbench[lmeval]'")
     args = list(ctx.args)
     if any(a == "--depths" or a.startswith("--depths=") for a in args):
         return _lm_eval_depths(args)
-    from depthbench.lm_eval_adapter import check_inputs
+    from depthbench.evaluate.harness import check_inputs
     try:
         check_inputs(args)
     except UserError as e:
@@ -236,8 +236,8 @@ def lm_eval_cmd(ctx):
 
 
 def _lm_eval_depths(args: list[str]) -> None:
-    """``depthbench lm-eval [run] --depths SPEC ...`` (see ``lm_eval_adapter.run_depths``)."""
-    from depthbench.lm_eval_adapter import run_depths
+    """``depthbench lm-eval [run] --depths SPEC ...`` (see ``harness.run_depths``)."""
+    from depthbench.evaluate.harness import run_depths
 
     held = io.StringIO()   # lm-eval's log lines, shown only when it fails unexpectedly
     try:

@@ -25,7 +25,7 @@ from depthbench.config import (
 )
 from depthbench.errors import UserError
 
-EXPERIMENTS = Path(__file__).resolve().parent / "experiments"  # package data
+EXPERIMENTS = Path(__file__).resolve().parents[1] / "experiments"  # package data
 
 
 class SpecError(UserError):

@@ -30,7 +30,7 @@ from lm_eval.api.registry import register_model
 
 from depthbench.checkpoint import check_compatible, load_model, read_run, run_dir_of
 from depthbench.config import MAX_DEPTH
-from depthbench.data import Dataset, open_dataset
+from depthbench.data.synthetic import Dataset, open_dataset
 from depthbench.errors import UserError
 
 _ARGS = ("pretrained", "n_loops", "exit", "min_depth", "max_depth", "kv_policy", "data",
@@ -202,8 +202,8 @@ class DepthbenchLM(TemplateLM):
 
 # the task YAMLs: installed beside the package (package data), else the source tree's top-level
 # tasks/ (an editable install)
-TASKS_DIR = next(d for d in (Path(__file__).resolve().parent / "tasks",
-                             Path(__file__).resolve().parent.parent / "tasks") if d.is_dir())
+PKG = Path(__file__).resolve().parents[1]
+TASKS_DIR = next(d for d in (PKG / "tasks", PKG.parent / "tasks") if d.is_dir())
 SPLIT_TASKS = {"eval_reordered": "reordered", "eval_seen_order": "seen_order",
                "eval_unseen_people": "unseen_people"}
 

@@ -11,10 +11,10 @@ import time
 
 import click
 
-from depthbench import cli_support as cs
-from depthbench.cli_serve import lm_eval_cmd, serve_bench_cmd, serve_sim_cmd
-from depthbench.cli_support import build_config, default_of, emit_json, fail, parse_sets
-from depthbench.cli_text import echo_text_eval, prepare_text_cmd
+from depthbench.cli import support as cs
+from depthbench.cli.serve import lm_eval_cmd, serve_bench_cmd, serve_sim_cmd
+from depthbench.cli.support import build_config, default_of, emit_json, fail, parse_sets
+from depthbench.cli.text import echo_text_eval, prepare_text_cmd
 from depthbench.config import EvalConfig, ProbeConfig, ReportConfig
 
 __all__ = ["main", "parse_sets"]
@@ -106,7 +106,7 @@ def train(preset, steps, seed, sets, config_file, as_json, **given):
       torchrun --nproc_per_node=2 -m depthbench train --data data/tiny --out runs/ddp
     """
     from depthbench.config import TrainJob, read_config_file, resolve_presets
-    from depthbench.train import run_train
+    from depthbench.train.loop import run_train
     if steps is not None and given["match_flops"]:
         fail("give either --steps or --match-flops, not both")
     file = read_config_file(config_file, ("model", "train")) if config_file else {}
@@ -134,7 +134,7 @@ def flops(run, preset, schedule, steps, seed, as_json):
     Examples:
       depthbench flops --preset tiny --schedule fixed-first:0.8:4:1-16
     """
-    from depthbench.train import flop_summary
+    from depthbench.train.loop import flop_summary
 
     if (run is None) == (preset is None):
         fail("give either a RUN directory or --preset")
@@ -174,7 +174,7 @@ def eval_cmd(config_file, as_json, **given):
     """
     import pandas as pd
 
-    from depthbench.evaluate import run_eval
+    from depthbench.evaluate.sweep import run_eval
 
     res = run_eval(build_config(EvalConfig, config_file, given))
     if "jsonl" not in res:  # another rank wrote the rows
@@ -216,7 +216,7 @@ def probe_update_cmd(config_file, as_json, **given):
     Examples:
       depthbench probe-update runs/ff --step 480 --depths-a 4 --depths-b 16
     """
-    from depthbench.probe import run_probe
+    from depthbench.train.probe import run_probe
 
     cfg = build_config(ProbeConfig, config_file, given)
     res = run_probe(cfg)
@@ -257,7 +257,7 @@ def run_cmd(spec, out, plan, rerun, executor, as_json):
     """
     from pathlib import Path
 
-    from depthbench.pipeline import Pipeline, load_spec
+    from depthbench.pipeline.run import Pipeline, load_spec
 
     s = load_spec(spec)
     pipe = Pipeline(s, Path(out) if out else Path("runs") / s.name, log=click.echo,
@@ -286,7 +286,7 @@ def report_cmd(config_file, as_json, **given):
       depthbench report runs/quickstart/results --out reports/quickstart
       depthbench report runs/a/eval/step_0000800.jsonl runs/b/eval --out reports/ab
     """
-    from depthbench.report import run_report
+    from depthbench.report.build import run_report
 
     cfg = build_config(ReportConfig, config_file, given)
     files = run_report(cfg)

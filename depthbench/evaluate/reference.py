@@ -32,7 +32,7 @@ import math
 
 import numpy as np
 
-from depthbench.data import Dataset
+from depthbench.data.synthetic import Dataset
 
 _CHUNK = 1 << 20  # rows read at a time: bounded memory at paper scale
 

@@ -24,9 +24,9 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from depthbench import __version__
 from depthbench import checkpoint as ckpt
 from depthbench.config import ModelConfig, TrainConfig, TrainJob
-from depthbench.data import open_dataset
+from depthbench.data.synthetic import open_dataset
 from depthbench.errors import UserError
-from depthbench.evaluate import sweep
+from depthbench.evaluate.sweep import sweep
 from depthbench.flops import FlopModel
 from depthbench.fsio import DirLock, atomic_write_text, is_empty_dir
 from depthbench.model import LoopedTransformer
