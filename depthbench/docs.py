@@ -52,7 +52,7 @@ SPLIT_NAMES = {"eval_reordered": "name only, held-out position",
 
 def summaries(root: Path = ROOT) -> list[tuple[Experiment, dict]]:
     """Each committed report's ``report.summarize``, read once, in the order of EXPERIMENTS."""
-    from depthbench.report.build import load_rows, summarize
+    from depthbench.report import load_rows, summarize
     out = []
     for exp in EXPERIMENTS:
         rows_dir = root / "reports" / exp.name / "rows"

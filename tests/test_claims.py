@@ -9,7 +9,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from depthbench.report.build import _final, labelled, load_rows
+from depthbench.report import labelled, load_rows
+from depthbench.report.load import _final
 
 ROOT = Path(__file__).resolve().parents[1]
 REPORTS = sorted(p.name for p in (ROOT / "reports").iterdir() if (p / "rows").is_dir())

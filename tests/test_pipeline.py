@@ -11,7 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from depthbench.cli.main import main
-from depthbench.report.build import build_report, grid_clock
+from depthbench.report import build_report, grid_clock
 
 SMALL = """
 name = "mini"
@@ -472,7 +472,7 @@ def test_the_report_refuses_readings_that_cannot_be_or_cannot_be_paired(tmp_path
 
 
 def test_stage_rows_that_end_before_they_start_are_refused_and_idle_time_is_not_the_grids():
-    from depthbench.report.build import busy_seconds
+    from depthbench.report import busy_seconds
     # two invocations of one grid a day apart: 100 s and 50 s of stages, not a day
     a = pd.Series([0.0, 10.0, 86400.0])
     b = pd.Series([100.0, 60.0, 86450.0])

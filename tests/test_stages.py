@@ -280,7 +280,7 @@ def test_the_cli_imports_only_actions_and_configs():
                "depthbench.train.loop.run_train", "depthbench.evaluate.sweep.run_eval",
                "depthbench.train.probe.run_probe", "depthbench.serving.bench.run_bench",
                "depthbench.serving.sim.run_sim",
-               "depthbench.report.build.run_report", "depthbench.pipeline.run.Pipeline",
+               "depthbench.report.run_report", "depthbench.pipeline.run.Pipeline",
                "depthbench.pipeline.run.load_spec", "depthbench.train.loop.flop_summary",
                "depthbench.evaluate.harness.TASKS_DIR", "depthbench.evaluate.harness.run_depths",
                "depthbench.evaluate.harness.check_inputs",

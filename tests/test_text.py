@@ -256,7 +256,7 @@ def test_lm_eval_loglikelihood_equals_the_native_nll_of_a_text_run(tmp_path):
 
 def test_a_text_run_through_lm_eval_tasks_at_every_depth(tmp_path):
     pytest.importorskip("lm_eval")
-    from depthbench.report.build import build_report
+    from depthbench.report import build_report
     run, _ = _text_run(tmp_path)
     tasks = tmp_path / "tasks"
     tasks.mkdir()

@@ -286,7 +286,7 @@ def report_cmd(config_file, as_json, **given):
       depthbench report runs/quickstart/results --out reports/quickstart
       depthbench report runs/a/eval/step_0000800.jsonl runs/b/eval --out reports/ab
     """
-    from depthbench.report.build import run_report
+    from depthbench.report import run_report
 
     cfg = build_config(ReportConfig, config_file, given)
     files = run_report(cfg)

@@ -81,7 +81,7 @@ def _serve(cfg):
 
 
 def _report(cfg):
-    from depthbench.report.build import run_report
+    from depthbench.report import run_report
     run_report(cfg)
 
 

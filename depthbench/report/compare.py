@@ -1,0 +1,134 @@
+"""Paired comparisons between arms: per-seed differences, intervals, Holm-corrected sign-flip
+p-values, the verdict, and the words that say only what the rows say."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from depthbench.report.figures import _reference
+from depthbench.report.load import _spans
+from depthbench.stats import holm, paired_differences, sign_flip_p, t_interval
+
+# Where a comparison's 95% interval lies inside +-this on depth-averaged exact match, the two
+# schedules are called equivalent within it (decided before any run: 5 points of exact match).
+EQUIVALENCE_MARGIN = 0.05
+
+
+def _comparisons(re: pd.DataFrame, reference: str | None,
+                 value: str = "exact_match") -> pd.DataFrame:
+    """The comparisons a report states, decided in advance: every schedule against the
+    reference (within each budget, where there are budgets), on exact match averaged over all
+    serving depths (the primary summary) and over depths 1-3 (described beside it). Each gets
+    its paired t-interval and exact sign-flip p over seeds; the primary p-values are
+    Holm-corrected across the report's comparisons."""
+    rows = []
+    budgets = sorted(re["budget"].dropna().unique()) if "budget" in re.columns else []
+    groups = [(b, re[re["budget"] == b]) for b in budgets] or [(None, re)]
+    for b, g in groups:
+        ref = _reference(g["schedule"], reference)
+        if ref is None:
+            continue
+        for lo, hi, part in ((1, int(g["depth"].max()), "primary"), (1, 3, "depths 1-3")):
+            part_rows = g[(g["depth"] >= lo) & (g["depth"] <= hi)]
+            per = part_rows.groupby(["schedule", "seed"])[value].mean()
+            for s in sorted(set(g["schedule"]) - {ref}):
+                if s not in per.index.get_level_values(0):
+                    continue
+                both = per[s].index.intersection(per[ref].index)
+                d = (per[s].loc[both] - per[ref].loc[both]).to_numpy()
+                m, h, n = t_interval(d)
+                rows.append({"budget": b, "schedule": s, "reference": ref, "summary": part,
+                             "depths": f"{lo}-{hi}", "seeds": n, "diff": m, "lo": m - h,
+                             "hi": m + h, "p": sign_flip_p(d), "higher": int((d > 0).sum())})
+    out = pd.DataFrame(rows)
+    if out.empty:
+        return out
+    primary = out["summary"] == "primary"
+    out["p_holm"] = np.nan
+    out.loc[primary, "p_holm"] = holm(out.loc[primary, "p"])
+    return out
+
+
+def _verdict(r) -> str:
+    """What a comparison's numbers allow one to say, and no more."""
+    if r["summary"] != "primary":
+        return "described, not tested"
+    if not np.isfinite(r["hi"]):
+        return "undecided (one seed)"
+    if r["p_holm"] < 0.05 and (r["lo"] > 0 or r["hi"] < 0):
+        return "higher" if r["diff"] > 0 else "lower"
+    if -EQUIVALENCE_MARGIN < r["lo"] and r["hi"] < EQUIVALENCE_MARGIN:
+        return f"equivalent within ±{EQUIVALENCE_MARGIN:g}"
+    floor = 2 / 2 ** r["seeds"]
+    return ("undecided" + (f" ({r['seeds']} seeds: the smallest possible p is {floor:.3g})"
+                           if floor >= 0.05 else ""))
+
+
+def _comparison_table(c: pd.DataFrame) -> pd.DataFrame:
+    t = pd.DataFrame({
+        "comparison": [f"{s} - {r}" for s, r in zip(c["schedule"], c["reference"])],
+        "depths": c["depths"], "seeds": c["seeds"],
+        "difference [95% CI]": [f"{m:+.4f} [{lo:+.4f}, {hi:+.4f}]" if np.isfinite(hi)
+                                else f"{m:+.4f}" for m, lo, hi in zip(c["diff"], c["lo"], c["hi"])],
+        "sign-flip p": c["p"].round(4), "Holm p": c["p_holm"].round(4),
+        "seeds higher": [f"{h} of {n}" for h, n in zip(c["higher"], c["seeds"])],
+        "verdict": [_verdict(r) for _, r in c.iterrows()]})
+    if c["budget"].notna().any():
+        t.insert(0, "budget", [f"{100 * b:.0f}%" for b in c["budget"]])
+    return t
+
+
+def _comparison_words(c: pd.DataFrame, value: str = "exact match",
+                      more: tuple[str, str] = ("recalls more", "recalls less")) -> list[str]:
+    """One sentence per primary comparison."""
+    out = []
+    for _, r in c[c["summary"] == "primary"].iterrows():
+        at = f"At {100 * r['budget']:.0f}% of the budget, " if pd.notna(r["budget"]) else ""
+        v = _verdict(r)
+        what = (f"`{r['schedule']}` {more[0] if v == 'higher' else more[1]} than "
+                f"`{r['reference']}`" if v in ("higher", "lower") else
+                f"`{r['schedule']}` and `{r['reference']}` are {v}" if v.startswith("equiv")
+                else f"`{r['schedule']}` against `{r['reference']}` is {v}")
+        ci = f"[{r['lo']:+.3f}, {r['hi']:+.3f}]" if np.isfinite(r["hi"]) else "(no interval)"
+        out.append(f"{at}{what}: {value} averaged over depths {r['depths']} differs by "
+                   f"{r['diff']:+.3f}, 95% CI {ci}, higher on {r['higher']} of {r['seeds']} "
+                   f"seeds, sign-flip p {r['p']:.3g}, Holm-corrected {r['p_holm']:.3g}.")
+    return out
+
+
+def _paired_mean_em(re: pd.DataFrame, ref: str) -> pd.DataFrame:
+    """Each schedule minus ``ref`` on exact match averaged over the serving depths, per seed."""
+    per = re.groupby(["schedule", "seed"], as_index=False)["exact_match"].mean()
+    d = paired_differences(per.assign(depth=0), "exact_match", ref)
+    return pd.DataFrame({
+        "schedule": d["schedule"], "paired seeds": d["pairs"],
+        "difference [95% CI]": [f"{m:+.4f} [{lo:+.4f}, {hi:+.4f}]" if np.isfinite(h) else f"{m:+.4f}"
+                                for m, lo, hi, h in zip(d["diff"], d["lo"], d["hi"], d["ci95"])],
+        "CI excludes 0": np.where(d["sign"] != 0, "yes", "no")})
+
+
+def _paired_table(d: pd.DataFrame) -> pd.DataFrame:
+    t = d.copy()
+    t["difference [95% CI]"] = [f"{m:+.2f} [{lo:+.2f}, {hi:+.2f}]" if np.isfinite(h) else f"{m:+.2f}"
+                                for m, lo, hi, h in zip(t["diff"], t["lo"], t["hi"], t["ci95"])]
+    t["CI excludes 0"] = np.where(t["sign"] != 0, "yes", "no")
+    return t.pivot_table(index="depth", columns="schedule", values="difference [95% CI]",
+                         aggfunc="first").reset_index()
+
+
+def _per_depth_words(re: pd.DataFrame, r) -> str:
+    """Where the per-depth paired interval on bits per person excludes 0 for one comparison
+    (description beside its verdict, not a second test)."""
+    g = re[re["budget"] == r["budget"]] if pd.notna(r["budget"]) else re
+    d = paired_differences(g[g["schedule"].isin([r["schedule"], r["reference"]])],
+                           "bits_per_person", r["reference"])
+    if d.empty:
+        return ""
+    up = sorted(int(x) for x in d.loc[d["sign"] > 0, "depth"])
+    down = sorted(int(x) for x in d.loc[d["sign"] < 0, "depth"])
+    def at(ds):
+        return f"depth{'s' if len(ds) > 1 else ''} {_spans(ds)}"
+    parts = ([f"above at {at(up)}"] if up else []) + ([f"below at {at(down)}"] if down else [])
+    return ("Per depth, the paired interval on bits per person lies "
+            + (" and ".join(parts) if parts else "across 0 at every depth") + ".")

@@ -1,0 +1,293 @@
+"""The report's figures, each drawn from rows with its brackets (floor, name-blind oracle,
+ceiling, unseen-people control) as lines."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from depthbench.errors import UserError
+from depthbench.stats import mean_ci
+
+PALETTE = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2",
+           "#17becf", "#7f7f7f", "#bcbd22"]
+
+
+def _colors(schedules) -> dict[str, str]:
+    return {s: PALETTE[i % len(PALETTE)] for i, s in enumerate(sorted(set(schedules)))}
+
+
+class _Figures:
+    def __init__(self, out: Path):
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        self.plt, self.out, self.items = plt, out, []
+
+    def new(self, title: str, xlabel: str, ylabel: str):
+        fig, ax = self.plt.subplots(figsize=(6.4, 4.2), dpi=110)
+        ax.set_title(title, fontsize=11)
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel(ylabel)
+        ax.grid(alpha=0.3)
+        return fig, ax
+
+    def save(self, fig, name: str, caption: str):
+        fig.tight_layout()
+        fig.savefig(self.out / name)
+        self.plt.close(fig)
+        self.items.append((name, caption))
+
+
+def _reference(schedules, reference: str | None) -> str | None:
+    """The schedule others are compared with: the one asked for, else the first uniform one."""
+    if reference is not None:
+        if reference not in set(schedules):
+            raise UserError(f"reference schedule {reference!r} has no eval rows; choose one of "
+                            f"{', '.join(sorted(map(str, set(schedules))))}")
+        return reference
+    uni = sorted(s for s in set(schedules) if str(s).startswith("uniform"))
+    return uni[0] if uni else None
+
+
+def _ci_lines(ax, df: pd.DataFrame, value: str, color: dict, label_n: bool = True) -> None:
+    """Mean over seeds per schedule and depth, with its 95% t-interval as a band."""
+    for s, g in df.groupby("schedule"):
+        c = mean_ci(g, ["depth"], value)
+        label = f"{s} (n={g['seed'].nunique()})" if label_n else s
+        ax.plot(c["depth"], c["mean"], "-o", ms=3, color=color[s], label=label)
+        ax.fill_between(c["depth"], c["lo"], c["hi"], color=color[s], alpha=0.18, lw=0)
+
+
+def _floor(re: pd.DataFrame, col: str) -> float | None:
+    """The split's person-agnostic reading, when the rows carry it (older rows do not)."""
+    if col not in re.columns or re[col].isna().all():
+        return None
+    return float(re[col].dropna().iloc[0])
+
+
+def _floor_line(ax, re: pd.DataFrame, col: str) -> None:
+    """The lower oracles of the split as lines: the person-agnostic floor (dotted) and the
+    name-blind record completer (dash-dot), where the rows carry them."""
+    f = _floor(re, col)
+    if f is not None:
+        ax.axhline(f, ls=":", color="k", lw=1.2, label=f"floor (person-agnostic, {f:.2g})")
+    b = _floor(re, col.replace("floor_", "name_blind_"))
+    if b is not None:
+        ax.axhline(b, ls="-.", color="0.4", lw=1.0, label=f"name-blind record completer ({b:.2g})")
+
+
+def _control_line(ax, ctrl: pd.DataFrame | None, col: str) -> None:
+    """The unseen-people control beside a reading: mean over every run at each depth."""
+    if ctrl is not None and not ctrl.empty:
+        c = ctrl.groupby("depth")[col].mean()
+        ax.plot(c.index, c.values, ls="--", color="0.55", lw=1.0, label="unseen people (control)")
+
+
+def _fig_bits(figs, re: pd.DataFrame, color: dict, ctrl: pd.DataFrame | None = None) -> None:
+    fig, ax = figs.new("Recalled bits per person vs serving depth (name only, held-out order)",
+                       "serving depth K", "bits per person")
+    _ci_lines(ax, re, "bits_per_person", color)
+    ax.axhline(float(re["ceiling_bits"].iloc[0]), ls="--", color="k", lw=1, label="task ceiling")
+    _floor_line(ax, re, "floor_bits_per_person")
+    _control_line(ax, ctrl, "bits_per_person")
+    ax.set_ylim(bottom=0)
+    ax.legend(fontsize=8)
+    figs.save(fig, "bits_vs_depth.png", "Recalled bits per person at every serving depth, each "
+              "fact asked from the name alone in a position never trained for that person "
+              "(eval_reordered, final checkpoints). Lines: mean over seeds; bands: 95% confidence "
+              "intervals over seeds (t-interval); dashed black: the task ceiling; dotted: the "
+              "floor (every value's training frequency, no person); dash-dot: the name-blind "
+              "record completer (every training record, no name); dashed grey: the same models "
+              "on unseen people, the metric's bias.")
+
+
+def _fig_exact(figs, re: pd.DataFrame, color: dict, ctrl: pd.DataFrame | None = None) -> None:
+    fig, ax = figs.new("Exact-match recall vs serving depth (name only, held-out order)",
+                       "serving depth K", "exact match")
+    _ci_lines(ax, re, "exact_match", color)
+    ax.axhline(1.0, ls="--", color="k", lw=1, label="every fact")
+    _floor_line(ax, re, "floor_exact_match")
+    _control_line(ax, ctrl, "exact_match")
+    ax.set_ylim(0, 1.05)
+    ax.legend(fontsize=8)
+    figs.save(fig, "exact_match_vs_depth.png", "Exact-match recall (greedy decoding of every "
+              "value token) at every serving depth, eval_reordered, final checkpoints; mean over "
+              "seeds with 95% confidence intervals (t-interval); dotted and dash-dot: the floor's "
+              "and the name-blind completer's greedy answers; dashed grey: unseen people.")
+
+
+def _brackets(fin: pd.DataFrame) -> pd.DataFrame | None:
+    """Floor, ceiling and the task's size per split: what every reading lies between."""
+    if "floor_bits_per_person" not in fin.columns:
+        return None
+    out = []
+    for split, g in fin.groupby("split"):
+        row = {"split": split, "floor bits/person": round(float(g["floor_bits_per_person"].iloc[0]), 2),
+               "floor exact match": round(float(g["floor_exact_match"].iloc[0]), 4)}
+        if "name_blind_bits_per_person" in g.columns and g["name_blind_bits_per_person"].notna().any():
+            row["name-blind bits/person"] = round(float(g["name_blind_bits_per_person"].dropna().iloc[0]), 2)
+            row["name-blind exact match"] = round(float(g["name_blind_exact_match"].dropna().iloc[0]), 4)
+        row["ceiling bits/person"] = round(float(g["ceiling_bits"].iloc[0]), 2)
+        if split != "eval_unseen_people" and "params" in g.columns and g["params"].notna().any():
+            bits = float(g["ceiling_bits"].iloc[0]) * float(g["people_trained"].iloc[0])
+            row["task bits per parameter"] = round(bits / float(g["params"].dropna().iloc[0]), 3)
+        out.append(row)
+    return pd.DataFrame(out)
+
+
+def _fig_budgets(figs, re: pd.DataFrame, color: dict) -> None:
+    """The paper's Figure 1: one panel per matched FLOP budget."""
+    budgets = sorted(re["budget"].dropna().unique())
+    fig, axes = figs.plt.subplots(1, len(budgets), figsize=(4.2 * len(budgets), 4.0), dpi=110,
+                                  sharey=True, squeeze=False)
+    ceiling = float(re["ceiling_bits"].iloc[0])
+    for ax, b in zip(axes[0], budgets):
+        _ci_lines(ax, re[re["budget"] == b], "bits_per_person", color)
+        ax.axhline(ceiling, ls="--", color="k", lw=1, label="task ceiling")
+        _floor_line(ax, re, "floor_bits_per_person")
+        ax.set_title(f"{100 * b:.0f}% of the FLOP budget", fontsize=11)
+        ax.set_xlabel("serving depth K")
+        ax.set_ylim(0, ceiling * 1.05)
+        ax.grid(alpha=0.3)
+    axes[0][0].set_ylabel("bits per person")
+    axes[0][-1].legend(fontsize=7)
+    figs.save(fig, "bits_vs_depth_by_budget.png", "Recalled bits per person vs serving depth at "
+              "each matched training budget (modeled FLOPs; each run's steps derived from its "
+              "schedule's cost). Mean over seeds with 95% confidence intervals (t-interval); "
+              "dashed: the task ceiling; dotted: the person-agnostic floor.")
+
+
+def _fig_paired(figs, pd_bits: pd.DataFrame, pd_nll: pd.DataFrame, ref: str, color: dict) -> None:
+    fig, axes = figs.plt.subplots(1, 2, figsize=(11, 4.2), dpi=110, squeeze=False)
+    for ax, d, ylabel in ((axes[0][0], pd_bits, "bits/person - reference"),
+                          (axes[0][1], pd_nll, "NLL - reference [nats/token]")):
+        for s, g in d.groupby("schedule"):
+            ax.plot(g["depth"], g["diff"], "-o", ms=3, color=color[s], label=s)
+            ax.fill_between(g["depth"], g["lo"], g["hi"], color=color[s], alpha=0.18, lw=0)
+        ax.axhline(0, color="k", lw=1)
+        ax.set_xlabel("serving depth K")
+        ax.set_ylabel(ylabel)
+        ax.grid(alpha=0.3)
+    axes[0][0].set_title(f"Paired difference to {ref}: bits", fontsize=11)
+    axes[0][1].set_title(f"Paired difference to {ref}: NLL", fontsize=11)
+    axes[0][0].legend(fontsize=8)
+    figs.save(fig, "paired_difference.png", f"Per-seed difference of each schedule to {ref} "
+              "(same seed: same initialization and data order), mean over seeds and 95% "
+              "confidence interval (t-interval) at every serving depth. An interval that excludes "
+              "0 is a difference the seeds agree on.")
+
+
+def _fixed_fraction(arm: str) -> float | None:
+    """The fixed phase of a fixed-first arm (None for any other arm, a matched run included)."""
+    from depthbench.schedules import parse_schedule
+    try:
+        s = parse_schedule(str(arm))
+    except UserError:  # a matched arm: schedule~reference
+        return None
+    return s.fraction if s.kind == "fixed-first" else None
+
+
+def _fig_nll_flops(figs, re: pd.DataFrame, color: dict) -> None:
+    """The paper's Figure 2: mean serving NLL (over all serving depths) against modeled training
+    FLOPs. One small marker per run and a large one per arm (mean over seeds, SD bars);
+    fixed-first arms are circles, filled for the shortest fixed phase in the report and open
+    for longer ones (the paper's 67% filled, 80% open); every other arm is a square."""
+    runs = re.groupby(["run", "schedule"]).agg(
+        nll=("nll", "mean"), flops=("modeled_train_flops", "first")).reset_index()
+    fracs = {s: _fixed_fraction(s) for s in runs["schedule"].unique()}
+    shortest = min((f for f in fracs.values() if f is not None), default=None)
+    fig, ax = figs.new("Mean serving NLL vs modeled training FLOPs",
+                       "modeled training FLOPs", "mean NLL over serving depths")
+    for s, g in runs.groupby("schedule"):
+        f = fracs[s]
+        marker = "s" if f is None else "o"
+        face = "none" if f is not None and f != shortest else color[s]
+        ax.scatter(g["flops"], g["nll"], s=10, marker=marker, facecolors=face,
+                   edgecolors=color[s], alpha=0.45, lw=0.8)
+        ax.errorbar(g["flops"].mean(), g["nll"].mean(), xerr=g["flops"].std(ddof=1) if len(g) > 1 else None,
+                    yerr=g["nll"].std(ddof=1) if len(g) > 1 else None, fmt=marker, ms=9,
+                    mfc=face, mec=color[s], ecolor=color[s], mew=1.6, capsize=3,
+                    label=f"{s} (n={g['run'].nunique()})")
+    ax.set_xscale("log")
+    ax.legend(fontsize=8)
+    figs.save(fig, "nll_vs_flops.png", "The paper's Figure 2: mean NLL over all serving depths "
+              "against modeled training FLOPs; small markers are runs, large ones the mean over "
+              "seeds with SD bars. Circles are fixed-first arms (filled: the shortest fixed phase "
+              "in this report; open: longer ones), squares every other arm.")
+
+
+def _fig_fixed(figs, re: pd.DataFrame, color: dict) -> None:
+    """The paper's Figure 5: recall of fixed-depth models normalized by each model's peak."""
+    fixed = re[re["schedule"].astype(str).str.startswith("fixed:")]
+    if fixed.empty:
+        return
+    fig, ax = figs.new("Exact-match recall of fixed-depth models, normalized by peak",
+                       "serving depth K", "recall / peak recall")
+    order = sorted(fixed["schedule"].unique(), key=lambda s: int(str(s).split(":")[1]))
+    for s in order:
+        m = fixed[fixed["schedule"] == s].groupby("depth")["exact_match"].mean()
+        ax.plot(m.index, (m / max(m.max(), 1e-12)).values, "-o", ms=3, color=color[s],
+                label=f"{s} (peak at {int(m.idxmax())})")
+        ax.axvline(int(str(s).split(":")[1]), color=color[s], ls=":", lw=1)
+    ax.legend(fontsize=8)
+    figs.save(fig, "fixed_depth_recall.png", "Exact-match recall across serving depths for models "
+              "trained at one fixed depth, mean over seeds, normalized by each model's peak "
+              "(dotted: the training depth).")
+
+
+def _fig_curves(figs, cur: pd.DataFrame, color: dict) -> None:
+    fig, ax = figs.new("Training loss", "step", "loss (nats/token)")
+    for (s, run), g in cur.groupby(["schedule", "run"]):
+        g = g.sort_values("step")
+        smooth = g["loss"].rolling(max(1, len(g) // 40), min_periods=1).mean()
+        ax.plot(g["step"], smooth, color=color.get(s, "k"), lw=1, alpha=0.8,
+                label=s if run == cur[cur["schedule"] == s]["run"].iloc[0] else None)
+        sw = g["switch_step"].dropna()
+        if len(sw):
+            ax.axvline(float(sw.iloc[0]), color=color.get(s, "k"), ls=":", lw=1)
+    ax.legend(fontsize=8)
+    figs.save(fig, "training_loss.png", "Training loss (smoothed) per run; dotted lines mark the "
+              "switch from the fixed phase to the finishing phase. Before the switch a "
+              "fixed-first run is the fixed-depth run of the same seed (same init, data order "
+              "and depth), so their curves coincide there.")
+
+
+def _fig_probe(figs, pr: pd.DataFrame) -> None:
+    """The paper's Figure 4: left, the benefit of a depth-b over a depth-a update across serving
+    depths at the first two probe points (0 and 16 updates after the switch); right, the benefit
+    averaged over serving depths at every probe point, mean and 95% CI over seeds (each seed's
+    own run is one observation: its interval over batches is not the uncertainty of the mean)."""
+    a, b = int(pr["depth_a"].iloc[0]), int(pr["depth_b"].iloc[0])
+    key = "updates_after_switch" if "updates_after_switch" in pr.columns and \
+        pr["updates_after_switch"].notna().all() else "step"
+    fig, (left, right) = figs.plt.subplots(1, 2, figsize=(10, 4.2), dpi=110)
+    fig.suptitle(f"Update-benefit probe: one update at depth {b} vs depth {a}", fontsize=11)
+    points = sorted(pr[key].unique())
+    for i, k in enumerate(points[:2]):
+        g = pr[pr[key] == k]
+        ci = mean_ci(g.groupby(["seed", "depth"], as_index=False)["nll_diff"].mean()
+                     if "seed" in g.columns and g["seed"].notna().all() else g.assign(seed=0),
+                     ["depth"], "nll_diff")
+        left.errorbar(ci["depth"], ci["mean"], yerr=ci["ci95"].fillna(0), fmt="-o", ms=3,
+                      color=PALETTE[i], capsize=2, label=f"{key.replace('_', ' ')} = {k:g}")
+    left.set_xlabel("serving depth K")
+    left.set_ylabel(f"NLL(update at {a}) - NLL(update at {b})")
+    per_seed = pr.groupby([key, "seed"] if "seed" in pr.columns else [key])["nll_diff"].mean()
+    avg = mean_ci(per_seed.reset_index(), [key], "nll_diff")
+    right.errorbar(avg[key], avg["mean"], yerr=avg["ci95"].fillna(0), fmt="-o", color="k",
+                   capsize=3)
+    right.set_xscale("symlog", linthresh=16)
+    right.set_xticks(points, [f"{p:g}" for p in points])
+    right.set_xlabel(key.replace("_", " "))
+    right.set_ylabel("benefit averaged over serving depths")
+    for ax in (left, right):
+        ax.axhline(0, color="k", lw=1)
+        ax.grid(alpha=0.3)
+    left.legend(fontsize=8)
+    figs.save(fig, "update_probe.png", f"One optimizer update at depth {b} vs one at depth {a} "
+              "from the same checkpoint and batch (positive: the depth-"
+              f"{b} update lowered the NLL more). Left: per serving depth at the first two probe "
+              "points; right: averaged over serving depths at every probe point. Mean and 95% "
+              "CI over seeds.")

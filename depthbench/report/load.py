@@ -1,0 +1,350 @@
+"""Reading a report's row files: each kind's schema and ranges checked, runs that cannot be
+compared refused, and the grid's clock from its stage rows."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from depthbench.errors import UserError
+from depthbench.schedules import parse_schedule
+
+
+def _read(path: Path) -> pd.DataFrame:
+    try:
+        if path.suffix == ".jsonl":
+            return pd.read_json(path, lines=True)
+        return pd.read_csv(path)
+    except (ValueError, pd.errors.ParserError, UnicodeDecodeError) as e:
+        raise UserError(f"cannot read result file {path}: {str(e)[:100]}") from None
+
+
+def load_rows(paths: list[Path]) -> dict[str, pd.DataFrame]:
+    files: list[Path] = []
+    for p in map(Path, paths):
+        if p.is_dir():
+            found = sorted(p.rglob("*.jsonl"))
+            # a CSV next to a JSONL of the same name is the same rows
+            found += [c for c in sorted(p.rglob("*.csv")) if not c.with_suffix(".jsonl").exists()]
+            files += found
+        elif p.is_file():
+            files.append(p)
+        else:
+            raise UserError(f"result path {p} does not exist")
+    if not files:
+        raise UserError(f"no result files (.jsonl or .csv) under {', '.join(map(str, paths))}")
+    # a file named twice (a directory and a file in it, or a path spelled two ways) is read once
+    files = list({f.resolve(): f for f in files}.values())
+    kinds: dict[str, list[pd.DataFrame]] = {k: [] for k in SCHEMA}
+    for f in files:
+        df = _read(f)
+        df["_file"] = str(f)
+        if df.empty:
+            continue
+        if "kind" in df.columns:
+            unknown = sorted(set(df["kind"].astype(str)) - set(SCHEMA))
+            if unknown:
+                raise UserError(f"result file {f} has rows of unknown kind {unknown[0]!r}; "
+                                f"known kinds: {', '.join(SCHEMA)}")
+            for kind, part in df.groupby("kind", sort=False):
+                kinds[kind].append(_checked(part.reset_index(drop=True), kind, f))
+            continue
+        kind = _kind(set(df.columns))
+        if kind is not None:
+            kinds[kind].append(_checked(df, kind, f))
+    out = {k: pd.concat(v, ignore_index=True) for k, v in kinds.items() if v}
+    if not out:
+        raise UserError("none of the given files holds depthbench result rows")
+    for kind, df in out.items():
+        _refuse_duplicates(df, kind)
+    _refuse_mixed_datasets(out)
+    if "eval" in out:
+        _refuse_incomparable(out["eval"])
+    return {k: df.drop(columns="_file") for k, df in out.items()}
+
+
+def _refuse_incomparable(ev: pd.DataFrame) -> None:
+    """Runs compared on paired seeds must be read alike: at their final checkpoints every run of
+    a split covers the same serving depths and, on text, the same number of tokens."""
+    fin = _final(ev)
+    for split, g in fin.groupby("split"):
+        depths = g.groupby("run")["depth"].apply(lambda d: tuple(sorted(set(d))))
+        if depths.nunique() > 1:
+            (r1, d1), (r2, d2) = list(depths.items())[0], next(
+                (r, d) for r, d in depths.items() if d != depths.iloc[0])
+            raise UserError(f"{split}: run {r1} is read at depths {_span(d1)} and run {r2} at "
+                            f"{_span(d2)}; paired comparisons need every run at the same depths: "
+                            "evaluate them with the same --depths")
+        if "tokens" in g.columns and g["tokens"].notna().any():
+            tokens = g.groupby("run")["tokens"].agg(lambda t: tuple(sorted(set(t))))
+            if tokens.nunique() > 1:
+                (r1, t1), (r2, t2) = list(tokens.items())[0], next(
+                    (r, t) for r, t in tokens.items() if t != tokens.iloc[0])
+                raise UserError(f"{split}: run {r1} is read over {t1[0]} tokens and run {r2} "
+                                f"over {t2[0]}; runs compared must be read over the same "
+                                "validation windows (the same dataset and --max-people)")
+
+
+def _span(depths: tuple) -> str:
+    d = list(depths)
+    return f"{d[0]}-{d[-1]}" if d == list(range(d[0], d[-1] + 1)) else ",".join(map(str, d))
+
+
+# kind -> the columns that name one row; two rows with the same key are the same measurement
+# given twice (or two runs of one name), which would count as two seeds
+ROW_KEYS = {"eval": ["run", "step", "split", "depth"], "probe": ["run", "step", "depth",
+                                                                "depth_a", "depth_b"],
+            "curve": ["run", "step"], "run": ["run"], "serve": None,
+            "task": ["run", "step", "task", "depth"], "stage": ["stage"]}
+
+
+def _refuse_duplicates(df: pd.DataFrame, kind: str) -> None:
+    named = ROW_KEYS[kind]
+    # serve: repeated benchmarks are separate rows unless every value repeats (a copied file)
+    key = [c for c in (named or df.columns) if c in df.columns and c != "_file"]
+    key += ["budget"] if "budget" in df.columns and "budget" not in key else []
+    dup = df.duplicated(key, keep=False)
+    if not dup.any():
+        return
+    first = df[dup].iloc[0]
+    same = df[dup & (df[key].astype(str) == first[key].astype(str)).all(axis=1)]
+    where = sorted(set(same["_file"]))
+    what = ", ".join(f"{c} {first[c]}" for c in key) if named else "every column"
+    raise UserError(f"the {kind} row ({what}) is given {len(same)} times (in "
+                    f"{' and '.join(where[:2])}); give each run's rows once, and runs of "
+                    "different experiments under different names")
+
+
+def _refuse_mixed_datasets(rows: dict) -> None:
+    hashes: dict[str, str] = {}
+    for kind in ("eval", "run", "curve", "probe", "task"):
+        df = rows.get(kind)
+        if df is None or "dataset_hash" not in df.columns:
+            continue
+        for h, f in df.dropna(subset=["dataset_hash"]).groupby("dataset_hash")["_file"].first().items():
+            hashes.setdefault(str(h), f)
+    if len(hashes) > 1:
+        (h1, f1), (h2, f2) = sorted(hashes.items())[:2]
+        raise UserError(f"the rows come from {len(hashes)} datasets ({h1[:12]} in {f1}, "
+                        f"{h2[:12]} in {f2}); runs trained on different datasets cannot be "
+                        "compared as paired seeds: report one dataset's rows at a time")
+
+
+# kind -> (the columns that identify it, the columns it must have, which of those are numbers)
+SCHEMA = {
+    "probe": ({"nll_diff", "depth"}, ["run", "step", "depth", "depth_a", "depth_b", "nll_diff",
+                                       "ci95"], ["step", "depth", "depth_a", "depth_b", "nll_diff"]),
+    # a comparison without the static baseline has no speedup: its rows are tabled, not drawn
+    "serve": ({"mode", "tokens_per_s"}, ["mode", "tokens_per_s"], ["tokens_per_s"]),
+    "eval": ({"depth", "split", "bits_per_person"},
+             ["run", "schedule", "seed", "step", "depth", "split", "nll", "bits_per_person",
+              "exact_match", "ceiling_bits", "modeled_train_flops"],
+             ["seed", "step", "depth", "nll", "bits_per_person", "exact_match", "ceiling_bits"]),
+    "curve": ({"loss", "step", "K"}, ["run", "schedule", "step", "K", "loss", "switch_step"],
+               ["step", "K", "loss"]),
+    "run": ({"final_loss", "modeled_train_flops"}, ["run", "schedule", "seed", "final_loss",
+                                                     "modeled_train_flops"], ["seed", "final_loss"]),
+    "task": ({"task", "depth", "harness"}, ["run", "schedule", "seed", "step", "depth", "task"],
+             ["seed", "step", "depth"]),
+    "stage": ({"stage", "finished"}, ["stage", "command", "finished"], ["finished"]),
+}
+
+
+# the eval rows of a text run: (required, numeric) columns in place of the synthetic ones
+TEXT_EVAL = (["run", "schedule", "seed", "step", "depth", "split", "nll", "bits_per_byte",
+              "modeled_train_flops"], ["seed", "step", "depth", "nll", "bits_per_byte"])
+
+
+def _kind(cols: set) -> str | None:
+    if {"depth", "split", "bits_per_byte"} <= cols:
+        return "eval"
+    for kind, (ident, _, _) in SCHEMA.items():
+        if ident <= cols:
+            return kind
+    return None
+
+
+def _checked(df: pd.DataFrame, kind: str, path: Path) -> pd.DataFrame:
+    _, required, numeric = SCHEMA[kind]
+    if kind == "eval" and "bits_per_byte" in df.columns:   # a text run's eval rows
+        required, numeric = TEXT_EVAL
+    missing = [c for c in required if c not in df.columns]
+    if missing:
+        raise UserError(f"result file {path} looks like {kind} rows but lacks the column(s) "
+                        f"{', '.join(missing)}; regenerate it with depthbench")
+    for c in numeric:
+        if not pd.api.types.is_numeric_dtype(df[c]) or not np.isfinite(df[c].astype(float)).all():
+            raise UserError(f"result file {path}: column {c} must hold finite numbers; "
+                            "regenerate it with depthbench")
+    _check_ranges(df, kind, path)
+    if "schedule" in df.columns:
+        _check_schedules(df["schedule"], kind, path)
+    return df
+
+
+# kind -> column -> (least, greatest) a reading can be; a column named here is checked where the
+# rows hold it (None: unbounded on that side). Bits are bounded by the row's own ceiling below.
+RANGES = {
+    "eval": {"nll": (0, None), "value_nll": (0, None), "exact_match": (0, 1), "bits_per_person": (0, None),
+             "ceiling_bits": (0, None), "floor_bits_per_person": (0, None),
+             "name_blind_bits_per_person": (0, None), "floor_exact_match": (0, 1),
+             "name_blind_exact_match": (0, 1), "depth": (1, None), "step": (0, None),
+             "bits_per_byte": (0, None), "tokens": (1, None), "cloze_accuracy": (0, 1),
+             "cloze_accuracy_mi": (0, 1), "modeled_train_flops": (0, None)},
+    "probe": {"depth": (1, None), "depth_a": (1, None), "depth_b": (1, None), "ci95": (0, None),
+              "step": (0, None), "batches": (1, None)},
+    "curve": {"loss": (0, None), "K": (1, None), "step": (0, None)},
+    "run": {"final_loss": (0, None), "modeled_train_flops": (0, None)},
+    "serve": {"tokens_per_s": (0, None), "speedup": (0, None), "ceiling": (0, None)},
+    "task": {"depth": (1, None), "acc": (0, 1), "acc_norm": (0, 1), "acc_mutual_info": (0, 1)},
+    "stage": {"stage_s": (0, None), "started": (0, None), "finished": (0, None),
+              "workers": (1, None), "peak_rss_mb": (0, None)},
+}
+
+
+def _check_ranges(df: pd.DataFrame, kind: str, path: Path) -> None:
+    """A reading that cannot be (a negative NLL, an exact match above 1, bits above the row's
+    ceiling, a stage that ends before it starts) is refused, not drawn."""
+    def refuse(what: str):
+        raise UserError(f"result file {path}: {what}, which no {kind} row can hold; "
+                        "regenerate it with depthbench")
+    for c, (lo, hi) in RANGES.get(kind, {}).items():
+        if c not in df.columns:
+            continue
+        v = pd.to_numeric(df[c], errors="coerce").dropna()
+        if lo is not None and (v < lo).any():
+            refuse(f"column {c} holds {v[v < lo].iloc[0]!r} (below {lo})")
+        if hi is not None and (v > hi).any():
+            refuse(f"column {c} holds {v[v > hi].iloc[0]!r} (above {hi})")
+    if kind == "eval" and "ceiling_bits" in df.columns:
+        ceiling = pd.to_numeric(df["ceiling_bits"], errors="coerce")
+        for c in ("bits_per_person", "unfloored_bits_per_person", "floor_bits_per_person",
+                  "name_blind_bits_per_person"):
+            if c in df.columns:
+                over = pd.to_numeric(df[c], errors="coerce") > ceiling * (1 + 1e-9) + 1e-9
+                if over.any():
+                    refuse(f"column {c} holds {df.loc[over, c].iloc[0]!r}, above the row's "
+                           f"ceiling of {ceiling[over].iloc[0]!r} bits")
+    if kind == "stage" and {"started", "finished"} <= set(df.columns):
+        a, b = (pd.to_numeric(df[c], errors="coerce") for c in ("started", "finished"))
+        if (b < a).any():
+            refuse(f"stage {df.loc[b < a, 'stage'].iloc[0]} ends before it starts")
+
+
+def _check_schedules(col: pd.Series, kind: str, path: Path) -> None:
+    """A schedule column holds schedule specs (a serve row of a random model: none)."""
+    for v in col.unique():
+        if v is None or (isinstance(v, float) and np.isnan(v)):
+            if kind == "serve":
+                continue
+            raise UserError(f"result file {path}: a {kind} row has no schedule; regenerate it "
+                            "with depthbench")
+        try:
+            parse_schedule(v)
+        except UserError:
+            raise UserError(f"result file {path}: schedule {v!r} is not a schedule spec; "
+                            "regenerate it with depthbench") from None
+
+
+def _final(ev: pd.DataFrame) -> pd.DataFrame:
+    """Rows of each run's final (latest) checkpoint."""
+    last = ev.groupby("run")["step"].transform("max")
+    return ev[ev["step"] == last]
+
+
+def _fmt(mean: float, sd: float, digits: int = 3) -> str:
+    if pd.isna(mean):
+        return "n/a"
+    return f"{mean:.{digits}f} ± {0.0 if pd.isna(sd) else sd:.{digits}f}"
+
+
+# the paper's terminal NLL: training NLL over the final 200 of about 4,800 updates
+TERMINAL_SHARE = 0.04
+
+
+def arm_label(schedule: str, matched_to) -> str:
+    """A FLOP-matched run's arm, told apart from its schedule's full-budget runs:
+    ``uniform:1-16~fixed-first:0.67:4:1-16`` is uniform:1-16 at the FLOPs of the schedule
+    after "~" (the paper's "Uniform, matched")."""
+    return f"{schedule}~{matched_to}" if isinstance(matched_to, str) and matched_to else schedule
+
+
+CURVE_POINTS = 100  # a committed training curve keeps about this many points per run
+
+
+def _row_files(rows: dict) -> dict[str, str]:
+    """The rows a report is drawn from, as ``rows/KIND.csv`` beside it, so that every number
+    in it can be recomputed (``depthbench report REPORT/rows``): every row, except that a
+    training curve keeps about CURVE_POINTS points per run and all of its final updates (the
+    terminal NLL's window)."""
+    out = {}
+    for kind, df in rows.items():
+        if kind == "curve":
+            keep = []
+            for _, g in df.groupby("run", sort=False):
+                g = g.sort_values("step")
+                last = g["step"].max()
+                stride = max(1, len(g) // CURVE_POINTS)
+                final = (g["step"] > last * (1 - 2 * TERMINAL_SHARE)).to_numpy()
+                mask = (np.arange(len(g)) % stride == 0) | final
+                keep.append(g[mask])
+            df = pd.concat(keep, ignore_index=True)
+        out[f"rows/{kind}.csv"] = df.to_csv(index=False)
+    return out
+
+
+def labelled(rows: dict[str, pd.DataFrame]) -> dict[str, pd.DataFrame]:
+    """The rows with each matched run's schedule named as its arm (``arm_label``); a new dict,
+    the caller's is left as it was."""
+    out = {}
+    for kind, df in rows.items():
+        if "matched_to" in df.columns and "schedule" in df.columns:
+            df = df.assign(schedule=[arm_label(s, m) for s, m in
+                                     zip(df["schedule"], df["matched_to"])])
+        out[kind] = df
+    return out
+
+
+def busy_seconds(started: pd.Series, finished: pd.Series) -> float:
+    """Wall seconds during which at least one stage ran: the union of the stages' intervals, so
+    that the idle time between two invocations of a resumed grid is not counted (nan if the
+    rows hold no interval)."""
+    spans = sorted((float(a), float(b)) for a, b in zip(started, finished) if a == a and b == b)
+    if not spans:
+        return float("nan")
+    total, (lo, hi) = 0.0, spans[0]
+    for a, b in spans[1:]:
+        if a > hi:
+            total, lo = total + hi - lo, a
+        hi = max(hi, b)
+    return total + hi - lo
+
+
+def grid_clock(st: pd.DataFrame) -> dict:
+    """How long a ``depthbench run`` grid took, from its stage rows: wall seconds while a stage
+    ran (``busy_seconds``; the report stage aside), the pool's workers,
+    the seconds its stages ran, summed per command, and the largest peak resident memory of
+    a process that ran them (MB; None where the rows do not say)."""
+    def col(name):
+        return (pd.to_numeric(st[name], errors="coerce") if name in st
+                else pd.Series(float("nan"), index=st.index))
+    workers, rss = col("workers").dropna().unique(), col("peak_rss_mb").max()
+    return {"wall_s": busy_seconds(col("started"), col("finished")),
+            "workers": int(workers[0]) if len(workers) == 1 else None,
+            "peak_rss_mb": None if pd.isna(rss) else float(rss),
+            "stage_s": {c: float(v) for c, v in col("stage_s").groupby(st["command"]).sum().items()},
+            "stages": {c: int(v) for c, v in st["command"].value_counts().items()}}
+
+
+def _spans(depths: list[int]) -> str:
+    """[1, 2, 5, 6, 7] -> '1-2, 5-7'."""
+    out, start = [], None
+    for i, d in enumerate(depths):
+        if start is None:
+            start = d
+        if i + 1 == len(depths) or depths[i + 1] != d + 1:
+            out.append(f"{start}-{d}" if d != start else f"{d}")
+            start = None
+    return ", ".join(out)

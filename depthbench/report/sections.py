@@ -1,0 +1,433 @@
+"""The report's sections: evaluation, text, tasks, findings, summary tables, stage times and
+serving, each returning its Markdown and figures."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from depthbench.errors import UserError
+from depthbench.report.compare import (
+    EQUIVALENCE_MARGIN,
+    _comparison_table,
+    _comparison_words,
+    _comparisons,
+    _paired_mean_em,
+    _paired_table,
+    _per_depth_words,
+    _verdict,
+)
+from depthbench.report.figures import (
+    _brackets,
+    _ci_lines,
+    _fig_bits,
+    _fig_budgets,
+    _fig_exact,
+    _fig_fixed,
+    _fig_nll_flops,
+    _fig_paired,
+    _floor,
+    _reference,
+)
+from depthbench.report.load import TERMINAL_SHARE, _final, _fmt, grid_clock, labelled
+from depthbench.stats import mean_ci, paired_differences, t_interval
+
+
+def _eval_sections(figs, ev: pd.DataFrame, color: dict, reference: str | None, tables, notes,
+                   files: dict[str, str], curves: pd.DataFrame | None = None):
+    fin = _final(ev)
+    re = fin[fin["split"] == "eval_reordered"]
+    if re.empty:
+        raise UserError(f"the eval rows hold no eval_reordered split (only "
+                        f"{', '.join(sorted(map(str, ev['split'].unique())))}); the report reads "
+                        "recall on eval_reordered: evaluate with --split eval_reordered")
+    if "budget" in re.columns and re["budget"].notna().any():
+        _fig_budgets(figs, re, color)
+    comparisons = _comparisons(re, reference)
+    if not comparisons.empty:
+        notes += _comparison_words(comparisons)
+        tables.append(("Comparisons decided in advance: each schedule minus the reference on "
+                       "exact match averaged over serving depths (the claim), and over depths "
+                       "1-3 (described); paired 95% t-interval and exact sign-flip p over seeds, "
+                       "Holm-corrected across this report's claims; equivalent where the "
+                       f"interval lies within ±{EQUIVALENCE_MARGIN:g}",
+                       _comparison_table(comparisons)))
+    if "budget" in re.columns and re["budget"].notna().any():
+        re = re[re["budget"] == re["budget"].max()]  # the other figures: the full budget
+    ctrl_all = fin[fin["split"] == "eval_unseen_people"]
+    _fig_bits(figs, re, color, ctrl_all)
+    _fig_exact(figs, re, color, ctrl_all)
+    ref = _reference(re["schedule"], reference)
+    if ref is not None and re["schedule"].nunique() > 1:
+        d_bits = paired_differences(re, "bits_per_person", ref)
+        d_nll = paired_differences(re, "nll", ref)
+        if not d_bits.empty:
+            _fig_paired(figs, d_bits, d_nll, ref, color)
+            tables.append((f"Paired difference to {ref}: bits per person (per seed, then mean and "
+                           "95% CI over seeds)", _paired_table(d_bits)))
+            tables.append((f"Paired difference to {ref}: exact match averaged over serving depths "
+                           "(per seed, then mean and 95% CI over seeds)", _paired_mean_em(re, ref)))
+    _fig_fixed(figs, re, color)
+    _fig_nll_flops(figs, re, color)
+    tables[:0] = _summary_tables(re, ref, curves)
+    brackets = _brackets(fin)
+    if brackets is not None:
+        tables.insert(0, ("Brackets: the person-agnostic floor (training value frequencies, no "
+                          "name, no model), the name-blind record completer (every training "
+                          "record, no name: the strongest shortcut that does not read the "
+                          "name), the task ceiling, and the task's size (trained people x "
+                          "ceiling bits per model parameter)", brackets))
+    if "n_grad_loops" in fin.columns and (fin["n_grad_loops"].fillna(0) > 0).any():
+        trunc = fin[fin["n_grad_loops"].fillna(0) > 0].groupby("schedule")["n_grad_loops"].first()
+        notes.append("Truncated backprop: " + "; ".join(
+            f"`{s}` trained with gradients through its last {int(g)} loops only"
+            for s, g in trunc.items()) + " (the other runs: full backprop).")
+    files["findings.md"] = _findings(re, ref)
+    ctrl = fin[fin["split"] == "eval_unseen_people"]
+    if not ctrl.empty:
+        cols = ["bits_per_person"] + [c for c in ("unfloored_bits_per_person", "exact_match")
+                                      if c in ctrl.columns]
+        control = ctrl.groupby("schedule")[cols].agg(["mean", "max"]).round(3)
+        control.columns = [f"{c} {a}" for c, a in control.columns]
+        tables.append(("Control: unseen people, all depths (floored bits about 0 or a little "
+                       "above: the per-fact max(0, .) bias; the unfloored bits and exact match "
+                       "are unbiased)", control.reset_index()))
+
+
+def _text_sections(figs, ev: pd.DataFrame, color: dict, reference: str | None, tables, notes,
+                   files: dict[str, str], curves: pd.DataFrame | None = None) -> None:
+    """A text corpus's report: validation NLL and bits per byte against serving depth per
+    schedule (the paper's Figure 8 style), the schedules' summary, the comparisons decided in
+    advance on NLL averaged over serving depths, and the findings table."""
+    va = _final(ev)
+    va = va[va["split"] == "validation"]
+    if va.empty:
+        raise UserError("the text eval rows hold no validation split; evaluate the runs with "
+                        "`depthbench eval`")
+    cloze = "cloze_accuracy" in va.columns and va["cloze_accuracy"].notna().all()
+    mi = cloze and "cloze_accuracy_mi" in va.columns and va["cloze_accuracy_mi"].notna().all()
+    for value, label, name in (("nll", "validation NLL (nats/token)", "nll_vs_depth.png"),
+                               ("bits_per_byte", "bits per byte", "bpb_vs_depth.png"),
+                               *((("cloze_accuracy", "cloze accuracy (4 choices)",
+                                   "cloze_vs_depth.png"),) if cloze else ()),
+                               *((("cloze_accuracy_mi", "cloze accuracy, mutual information "
+                                   "(4 choices)", "cloze_mi_vs_depth.png"),) if mi else ())):
+        fig, ax = figs.new(f"{label} vs serving depth", "serving depth K", label)
+        _ci_lines(ax, va, value, color)
+        ax.legend(fontsize=8)
+        figs.save(fig, name, f"{label} on the validation split at every serving depth, final "
+                  "checkpoints; lines: mean over seeds, bands: 95% t-interval over seeds.")
+    ref = _reference(va["schedule"], reference)
+    re, clock = _with_train_time(va)
+    term = _terminal_nll(curves)
+    deepest = int(re["depth"].max())
+    per = re.groupby(["run", "schedule"]).apply(lambda g: pd.Series({
+        "mean_nll": g["nll"].mean(), "deep_nll": g.loc[g["depth"].idxmax(), "nll"],
+        "best_depth": g.loc[g["nll"].idxmin(), "depth"], "bpb": g["bits_per_byte"].mean(),
+        "cloze": g["cloze_accuracy"].mean() if cloze else np.nan,
+        "cloze_mi": g["cloze_accuracy_mi"].mean() if mi else np.nan,
+        "flops": g["modeled_train_flops"].iloc[0], "time": g["train_time"].iloc[0]}),
+        include_groups=False).reset_index()
+    per["terminal"] = [term.get(r, np.nan) for r in per["run"]]
+    ref_flops = per.loc[per["schedule"] == ref, "flops"].mean() if ref else np.nan
+    summary = pd.DataFrame([{
+        "schedule": sch, "seeds": len(g),
+        f"terminal training NLL (final {100 * TERMINAL_SHARE:.0f}% of updates)":
+            _fmt(g["terminal"].mean(), g["terminal"].std()),
+        "mean serving NLL": _fmt(g["mean_nll"].mean(), g["mean_nll"].std()),
+        f"NLL at depth {deepest}": _fmt(g["deep_nll"].mean(), g["deep_nll"].std()),
+        "bits per byte, mean over depths": _fmt(g["bpb"].mean(), g["bpb"].std()),
+        "depth of lowest NLL (per seed)": ", ".join(str(int(d)) for d in g["best_depth"]),
+        **({"cloze accuracy, mean over depths (chance 0.25)": _fmt(g["cloze"].mean(),
+                                                                   g["cloze"].std())}
+           if cloze else {}),
+        **({"cloze accuracy by mutual information, mean over depths (chance 0.25)":
+            _fmt(g["cloze_mi"].mean(), g["cloze_mi"].std())} if mi else {}),
+        f"modeled FLOPs (% of {ref or 'reference'})": _fmt(100 * g["flops"].mean() / ref_flops,
+                                                           100 * g["flops"].std() / ref_flops, 1),
+        f"train {clock} s/run": f"{g['time'].mean():.0f}"} for sch, g in per.groupby("schedule")])
+    tables.append(("Schedules on the validation split (mean ± SD over seeds, final checkpoints)",
+                   summary))
+    ci = mean_ci(re, ["depth", "schedule"], "nll")
+    ci["cell"] = [f"{m:.3f} ± {h:.3f}" if np.isfinite(h) else f"{m:.3f}"
+                  for m, h in zip(ci["mean"], ci["ci95"])]
+    tables.append(("Validation NLL by serving depth (mean ± 95% CI half-width over seeds)",
+                   ci.pivot_table(index="depth", columns="schedule", values="cell",
+                                  aggfunc="first").reset_index()))
+    comparisons = _comparisons(re, reference, "nll")
+    if not comparisons.empty:
+        notes += _comparison_words(comparisons, "validation NLL",
+                                   ("has higher NLL", "has lower NLL"))
+        tables.append(("Comparisons decided in advance: each schedule minus the reference on "
+                       "validation NLL averaged over serving depths (the claim), and over depths "
+                       "1-3 (described); paired 95% t-interval and exact sign-flip p over seeds, "
+                       f"Holm-corrected; equivalent within ±{EQUIVALENCE_MARGIN:g} nats",
+                       _comparison_table(comparisons)))
+    files["findings.md"] = _text_findings(re, per, deepest, mi)
+
+
+def _text_findings(re: pd.DataFrame, per: pd.DataFrame, deepest: int, mi: bool) -> str:
+    """The README's text findings table: validation NLL (bits per byte) at depths 1, 4 and
+    the deepest, with 95% t-intervals over seeds, and the cloze accuracies over depths."""
+    depths = [d for d in (1, 4, deepest) if d in set(re["depth"])]
+    head = (["schedule", "seeds"] + [f"depth {d}: NLL (bits/byte)" for d in depths]
+            + (["cloze accuracy over depths 1-16: summed LL (mutual information); chance 0.25"]
+               if mi else []))
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for sch, g in re.groupby("schedule"):
+        cells = [f"`{sch}`", str(g["seed"].nunique())]
+        for d in depths:
+            m, h, _ = t_interval(g.loc[g["depth"] == d, "nll"])
+            cells.append(f"{m:.3f}{f' ± {h:.3f}' if np.isfinite(h) else ''} "
+                         f"({g.loc[g['depth'] == d, 'bits_per_byte'].mean():.3f})")
+        if mi:
+            a = per.loc[per["schedule"] == sch]
+            m, h, _ = t_interval(a["cloze"])
+            m2, h2, _ = t_interval(a["cloze_mi"])
+            cells.append(f"{m:.3f} ± {h:.3f} ({m2:.3f} ± {h2:.3f})")
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def _task_section(figs, tk: pd.DataFrame, color: dict) -> tuple[str, pd.DataFrame]:
+    """Downstream tasks across serving depths (the paper's Figure 3, bottom): accuracy against
+    depth per task and schedule, and its Table 4: per schedule and task the accuracy averaged
+    over depths and at the deepest depth, mean ± SD over seeds."""
+    tk = _final(tk).copy()
+    # a task's accuracy (acc), else its exact match (generation tasks)
+    score = pd.Series(np.nan, index=tk.index)
+    for col in ("acc", "exact_match"):
+        if col in tk.columns:
+            score = score.combine_first(pd.to_numeric(tk[col], errors="coerce"))
+    tk["acc"] = score
+    tk = tk[tk["acc"].notna()]
+    if tk.empty:
+        raise UserError("the task rows hold neither acc nor exact_match; nothing to draw")
+    tasks = sorted(tk["task"].unique())
+    fig, axes = figs.plt.subplots(1, len(tasks), figsize=(4.2 * len(tasks), 3.8), dpi=110,
+                                  squeeze=False)
+    for ax, t in zip(axes[0], tasks):
+        _ci_lines(ax, tk[tk["task"] == t], "acc", color)
+        ax.set_title(t, fontsize=10)
+        ax.set_xlabel("serving depth K")
+        ax.grid(alpha=0.3)
+    axes[0][0].set_ylabel("accuracy")
+    axes[0][0].legend(fontsize=7)
+    figs.save(fig, "task_accuracy_vs_depth.png", "Downstream task accuracy at every serving "
+              "depth (lm-eval); lines: mean over seeds, bands: 95% t-interval over seeds.")
+    deepest = int(tk["depth"].max())
+    per = tk.groupby(["schedule", "task", "seed"]).apply(lambda g: pd.Series({
+        "avg": g["acc"].mean(), "deep": g.loc[g["depth"].idxmax(), "acc"]}),
+        include_groups=False).reset_index()
+    table = per.groupby(["schedule", "task"]).apply(lambda g: pd.Series({
+        "seeds": len(g), "depth-averaged accuracy": _fmt(g["avg"].mean(), g["avg"].std()),
+        f"accuracy at K={deepest}": _fmt(g["deep"].mean(), g["deep"].std())}),
+        include_groups=False).reset_index()
+    return ("Table 4: downstream accuracy, depth-averaged and at the deepest depth (mean ± SD "
+            "over seeds)", table)
+
+
+def _with_train_time(re: pd.DataFrame) -> tuple[pd.DataFrame, str]:
+    """The rows with a ``train_time`` column and what it is: the training process's CPU
+    seconds (``train_cpu_s``, unaffected by other processes sharing the machine) where every
+    row has them ("CPU"), else wall-clock seconds ("wall")."""
+    if "train_cpu_s" in re.columns and re["train_cpu_s"].notna().all():
+        return re.assign(train_time=re["train_cpu_s"]), "CPU"
+    return re.assign(train_time=re["wall_clock_s"] if "wall_clock_s" in re.columns
+                     else np.nan), "wall"
+
+
+def _findings(re: pd.DataFrame, ref: str | None) -> str:
+    """The README's findings table: bits per person at depths 1, 4 and the deepest, with 95%
+    CIs over seeds, and each schedule's modeled FLOPs and training time per run (the training
+    process's CPU seconds where the rows have them: a run's time, not its neighbours')."""
+    deepest = int(re["depth"].max())
+    depths = [d for d in (1, 4, deepest) if d in set(re["depth"])]
+    re, clock = _with_train_time(re)
+    runs = re.groupby(["run", "schedule"]).agg(flops=("modeled_train_flops", "first"),
+                                               wall=("train_time", "first")).reset_index()
+    ref_flops = runs.loc[runs["schedule"] == ref, "flops"].mean() if ref else np.nan
+    ceiling = float(re["ceiling_bits"].iloc[0])
+    head = (["schedule", "seeds"] + [f"depth {d}: bits (EM)" for d in depths]
+            + [f"modeled FLOPs (% of {ref})" if ref else "modeled FLOPs", f"train {clock} s/run"])
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    floor = _floor(re, "floor_bits_per_person")
+    if floor is not None:
+        em = _floor(re, "floor_exact_match")
+        lines.append("| floor (no model) | - | " + " | ".join(
+            f"{floor:.1f} ({100 * floor / ceiling:.0f}%), EM {em:.2f}" for _ in depths) + " | - | - |")
+    for s, g in re.groupby("schedule"):
+        cells = [f"`{s}`", str(g["seed"].nunique())]
+        for d in depths:
+            m, h, _ = t_interval(g.loc[g["depth"] == d, "bits_per_person"])
+            ci = f" ± {h:.1f}" if np.isfinite(h) else ""
+            em = g.loc[g["depth"] == d, "exact_match"].mean()
+            cells.append(f"{m:.1f}{ci} ({100 * m / ceiling:.0f}%), EM {em:.2f}")
+        r = runs[runs["schedule"] == s]
+        cells.append(f"{100 * r['flops'].mean() / ref_flops:.0f}%" if ref else f"{r['flops'].mean():.2e}")
+        cells.append(f"{r['wall'].mean():.0f}")
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def _terminal_nll(curves: pd.DataFrame | None) -> dict:
+    """Per run: the mean logged training loss over its final 4% of updates."""
+    if curves is None or curves.empty:
+        return {}
+    out = {}
+    for run, g in curves.groupby("run"):
+        last = g["step"].max()
+        out[run] = float(g.loc[g["step"] > last * (1 - TERMINAL_SHARE), "loss"].mean())
+    return out
+
+
+def _summary_tables(re: pd.DataFrame, ref: str | None,
+                    curves: pd.DataFrame | None = None) -> list[tuple[str, pd.DataFrame]]:
+    re, clock = _with_train_time(re)
+    terminal = _terminal_nll(curves)
+    per_run = re.groupby(["run", "schedule"]).apply(lambda g: pd.Series({
+        "mean_serving_nll": g["nll"].mean(),
+        "exact_match": g.loc[g["depth"].idxmax(), "exact_match"],
+        "mean_exact_match": g["exact_match"].mean(),
+        "best_bits": g["bits_per_person"].max(),
+        "best_unfloored": g["unfloored_bits_per_person"].max()
+        if "unfloored_bits_per_person" in g.columns else np.nan,
+        "flops": g["modeled_train_flops"].iloc[0],
+        "wall": g["train_time"].iloc[0],
+    }), include_groups=False).reset_index()
+    per_run["terminal_nll"] = [terminal.get(r, np.nan) for r in per_run["run"]]
+    base = per_run[per_run["schedule"] == ref] if ref is not None else per_run.iloc[:0]
+    ref_flops = base["flops"].mean() if not base.empty else np.nan
+    ref_wall = base["wall"].mean() if not base.empty else np.nan
+    ref_name = ref or "reference"
+    summary = []
+    for s, g in per_run.groupby("schedule"):
+        summary.append({
+            "schedule": s, "seeds": len(g),
+            f"terminal training NLL (final {100 * TERMINAL_SHARE:.0f}% of updates)":
+                _fmt(g["terminal_nll"].mean(), g["terminal_nll"].std()),
+            "mean serving NLL": _fmt(g["mean_serving_nll"].mean(), g["mean_serving_nll"].std()),
+            f"modeled FLOPs (% of {ref_name})": _fmt(100 * g["flops"].mean() / ref_flops,
+                                                    100 * g["flops"].std() / ref_flops, 1),
+            f"{clock} time reduction vs {ref_name} (%)":
+                _fmt(100 * (1 - g["wall"].mean() / ref_wall), 100 * g["wall"].std() / ref_wall, 1),
+            "exact match at max depth": _fmt(g["exact_match"].mean(), g["exact_match"].std()),
+            "exact match, mean over depths": _fmt(g["mean_exact_match"].mean(),
+                                                  g["mean_exact_match"].std()),
+            "best bits/person": _fmt(g["best_bits"].mean(), g["best_bits"].std(), 1),
+            "best unfloored bits/person": _fmt(g["best_unfloored"].mean(),
+                                               g["best_unfloored"].std(), 1),
+        })
+    def by_depth(value: str, digits: int) -> pd.DataFrame:
+        ci = mean_ci(re, ["depth", "schedule"], value)
+        ci["cell"] = [f"{m:.{digits}f} ± {h:.{digits}f}" if np.isfinite(h) else f"{m:.{digits}f}"
+                      for m, h in zip(ci["mean"], ci["ci95"])]
+        return ci.pivot_table(index="depth", columns="schedule", values="cell",
+                              aggfunc="first").reset_index()
+    return [("Schedules (mean ± SD over seeds, eval_reordered, final checkpoints)",
+             pd.DataFrame(summary)),
+            ("Recalled bits per person by serving depth (mean ± 95% CI half-width over seeds, "
+             "t-interval)", by_depth("bits_per_person", 1)),
+            ("Exact-match recall by serving depth (mean ± 95% CI half-width over seeds, "
+             "t-interval)", by_depth("exact_match", 3))]
+
+
+def _stage_table(st: pd.DataFrame) -> tuple[str, pd.DataFrame]:
+    clock = grid_clock(st)
+    rows = [{"stages": k, "count": n, "stage seconds (sum)": round(clock["stage_s"].get(k, 0), 1)}
+            for k, n in sorted(clock["stages"].items())]
+    wall = clock["wall_s"]
+    rows.append({"stages": "whole grid (wall clock while a stage ran)",
+                 "count": sum(clock["stages"].values()),
+                 "stage seconds (sum)": "-" if wall != wall else
+                 f"{round(wall, 1)} ({int(round(wall)) // 60} min {int(round(wall)) % 60} s)"})
+    if clock["peak_rss_mb"]:
+        rows.append({"stages": "peak resident memory of one stage process (MB)", "count": "-",
+                     "stage seconds (sum)": f"{clock['peak_rss_mb']:.0f}"})
+    who = f"{clock['workers']} local workers" if clock["workers"] else "submitted jobs"
+    return (f"Time by stage ({who}; a stage's seconds run from its start, or submission, to its "
+            "end; the report stage is not counted)", pd.DataFrame(rows))
+
+
+def _serve_section(figs, sv: pd.DataFrame) -> tuple[str, pd.DataFrame]:
+    for c in ("speedup", "ceiling"):
+        if c in sv.columns and not np.isfinite(pd.to_numeric(sv[c], errors="coerce")).all():
+            raise UserError(f"serve rows: column {c} must hold finite numbers; regenerate them "
+                            "with depthbench")
+    if not {"speedup", "ceiling"} <= set(sv.columns):   # no static baseline ran
+        cols = [c for c in ("mode", "tokens_per_s", "mean_depth", "rows_per_launch", "padding_waste",
+                            "ttft_p50_ms", "itl_p50_ms", "itl_p99_ms", "exact_match") if c in sv.columns]
+        return ("Serving benchmark (no static baseline among the modes: tokens/s only)",
+                sv[cols].round(3))
+    fig, ax = figs.new("Realized speedup vs FLOP ceiling per batching mode", "batching mode",
+                       "speedup over static")
+    x = np.arange(len(sv))
+    achievable = "achievable_bound" in sv.columns
+    w = 0.27 if achievable else 0.4
+    ax.bar(x - w / 2 * (2 if achievable else 1), sv["speedup"], w, label="realized", color="#1f77b4")
+    if achievable:
+        ax.bar(x, sv["achievable_bound"], w, label="achievable bound", color="#7fb3d5")
+    ax.bar(x + w / 2 * (2 if achievable else 1), sv["ceiling"], w, label="FLOP ceiling",
+           color="#bbbbbb")
+    ax.set_xticks(x, sv["mode"])
+    ax.axhline(1, color="k", lw=1)
+    ax.legend(fontsize=8)
+    figs.save(fig, "serving_speedup.png", "Tokens/s over the static baseline for each batching "
+              "mode, next to " + ("the achievable bound (prefill of every prompt token at full "
+                                  "depth and each token's prelude, coda and head are shared "
+                                  "work) and " if achievable else "")
+              + "the FLOP ceiling (F0 + K_max Fr) / (F0 + mean depth Fr).")
+    cols = [c for c in ("mode", "tokens_per_s", "speedup", "achievable_bound",
+                        "achievable_fraction", "steady_achievable_fraction", "ceiling",
+                        "fraction_of_ceiling", "fraction_of_gain", "mean_depth",
+                        "rows_per_launch", "padding_waste", "ttft_p50_ms", "itl_p50_ms",
+                        "itl_p99_ms", "exact_match") if c in sv.columns]
+    return ("Serving benchmark", sv[cols].round(3))
+
+
+def summarize(rows: dict[str, pd.DataFrame], reference: str | None = None) -> dict:
+    """What the results pages say of one report, computed from its rows by the same functions
+    that draw the report (``depthbench.docs``): its arms and seeds, the comparisons decided in
+    advance with their verdicts, the best seed-mean reading as a share of the ceiling per split,
+    the findings table and the grid's wall clock."""
+    rows = labelled(rows)
+    ev = rows.get("eval")
+    out = {"kind": "none", "reading": "-", "arms": [], "seeds": 0, "comparisons": [], "sentences": [],
+           "best_share": {}, "findings": "", "wall_s": None}
+    st = rows.get("stage")
+    if st is not None and not st.empty:
+        out["wall_s"] = grid_clock(st)["wall_s"]
+    if ev is None or ev.empty:
+        return out
+    fin = _final(ev)
+    out["arms"] = sorted(map(str, fin["schedule"].unique()))
+    out["seeds"] = int(fin.groupby("schedule")["seed"].nunique().max())
+    if "bits_per_byte" in fin.columns and fin["bits_per_byte"].notna().any():
+        out["kind"] = "text"
+        return out
+    out["kind"] = "synthetic"
+    # rows from before dataset format 4 scored every fact of a row, teacher-forced after the
+    # person's earlier values; they carry no name-blind oracle
+    out["reading"] = ("name only" if "name_blind_bits_per_person" in fin.columns
+                      and fin["name_blind_bits_per_person"].notna().any()
+                      else "record completion (before the name-only reading)")
+    re = fin[fin["split"] == "eval_reordered"]
+    c = _comparisons(re, reference)
+    if not c.empty:
+        prim = c[c["summary"] == "primary"]
+        out["comparisons"] = [{**{k: (None if isinstance(v, float) and np.isnan(v) else v)
+                                  for k, v in r.items()}, "verdict": _verdict(r)}
+                              for _, r in prim.iterrows()]
+        out["sentences"] = [f"{w} {_per_depth_words(re, r)}" for w, (_, r) in
+                            zip(_comparison_words(c), prim.iterrows())]
+    for split, g in fin.groupby("split"):
+        if split == "eval_unseen_people":
+            continue
+        keys = ["schedule", "depth"] + (["budget"] if "budget" in g.columns and
+                                        g["budget"].notna().any() else [])
+        best = g.groupby(keys)["bits_per_person"].mean().max()   # a seed mean of one arm
+        out["best_share"][split] = float(best / g["ceiling_bits"].mean())
+    full = re[re["budget"] == re["budget"].max()] if "budget" in re.columns and \
+        re["budget"].notna().any() else re
+    out["findings"] = _findings(full, _reference(full["schedule"], reference))
+    return out
