@@ -275,7 +275,7 @@ def test_module_imports_have_no_cycle():
 
 def test_the_cli_imports_only_actions_and_configs():
     allowed = {"depthbench.cli.support", "depthbench.cli.serve", "depthbench.cli.text",
-               "depthbench.config", "depthbench.data.text.prepare_text",
+               "depthbench.config", "depthbench.data.corpus.prepare_text",
                "depthbench.errors.UserError",
                "depthbench.train.loop.run_train", "depthbench.evaluate.sweep.run_eval",
                "depthbench.train.probe.run_probe", "depthbench.serving.bench.run_bench",

@@ -13,7 +13,9 @@ from click.testing import CliRunner
 from depthbench.cli.main import main
 from depthbench.config import ModelConfig
 from depthbench.model import LoopedTransformer
-from depthbench.data.text import TextBatches, TextDataset, documents, prepare_text, text_sweep
+from depthbench.data.corpus import documents, prepare_text
+from depthbench.data.text import TextBatches, TextDataset
+from depthbench.evaluate.text import text_sweep
 
 WORDS = ("the quick brown fox jumps over a lazy dog while seven wizards quietly judge boxing "
          "matches near old river banks and every curious child reads long stories about "
@@ -98,7 +100,7 @@ def test_text_sweep_matches_a_forward_per_depth(tmp_path):
     model = LoopedTransformer(ModelConfig(vocab_size=len(ds.vocab), d_model=32, n_heads=4,
                                           n_prelude=1, n_core=1, n_coda=1, max_seq_len=32)).eval()
     res = text_sweep(model, ds, [1, 3], batch_size=5)
-    from depthbench.data.text import eval_windows
+    from depthbench.evaluate.text import eval_windows
     w = torch.as_tensor(eval_windows(ds.tokens["validation"], ds.seq_len))
     nbytes = ds.token_bytes()[w[:, 1:].numpy()].sum()
     for k in (1, 3):
@@ -243,7 +245,7 @@ def test_lm_eval_loglikelihood_equals_the_native_nll_of_a_text_run(tmp_path):
     pytest.importorskip("lm_eval")
     from depthbench.checkpoint import open_run
     from depthbench.evaluate.harness import DepthbenchLM
-    from depthbench.data.text import eval_windows
+    from depthbench.evaluate.text import eval_windows
     run, ds = _text_run(tmp_path)
     lm = DepthbenchLM(pretrained=str(run), n_loops=3, batch_size=2)
     assert lm.tok_encode("the quick fox") == ds.tokenizer().encode("the quick fox").ids
@@ -287,7 +289,7 @@ metric_list:
     assert all(x["kind"] == "task" and 0 <= x["acc"] <= 1 for x in rows)
     # the native cloze scores are lm-eval's acc and acc_mutual_info of the same items
     from depthbench.checkpoint import open_run
-    from depthbench.data.text import cloze_accuracy
+    from depthbench.evaluate.text import cloze_accuracy
     model, _, _, ds = open_run(run)
     native = cloze_accuracy(model, ds, [1, 2])
     for x in rows:
@@ -371,7 +373,7 @@ def test_duplicates_never_straddle_the_split(tmp_path, seed):
 
 
 def test_a_bom_is_not_text_and_a_long_file_without_blank_lines_is_cut(tmp_path, monkeypatch):
-    import depthbench.data.text as text
+    import depthbench.data.corpus as text
     (tmp_path / "bom.txt").write_text("hello world " * 5 + "\n", encoding="utf-8-sig")
     assert list(documents([str(tmp_path / "bom.txt")])) == ["hello world " * 5]
     monkeypatch.setattr(text, "MAX_DOC_CHARS", 100)

@@ -39,7 +39,7 @@ def prepare_text_cmd(inputs, out, vocab_size, tokenizer, val_fraction, seq_len, 
       depthbench prepare-text python-docs --out data/pydocs --vocab-size 2048
       depthbench prepare-text corpus/*.jsonl.gz --out data/web --tokenizer tokenizer.json
     """
-    from depthbench.data.text import prepare_text
+    from depthbench.data.corpus import prepare_text
     t0 = time.perf_counter()
     m = prepare_text(list(inputs), out, vocab_size or 0, tokenizer, val_fraction, seed, seq_len,
                      force)

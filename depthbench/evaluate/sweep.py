@@ -17,9 +17,9 @@ from depthbench.checkpoint import open_run, run_dir_of
 from depthbench.config import EVAL_SPLITS, EvalConfig
 from depthbench.data.synthetic import Dataset
 from depthbench.errors import UserError
-from depthbench.fsio import refuse_over_inputs
 from depthbench.evaluate.metrics import EvalSums, FactIndex
 from depthbench.evaluate.reference import NameBlind, PersonAgnostic
+from depthbench.fsio import refuse_over_inputs
 from depthbench.rows import row_paths, tag_rows, write_rows
 from depthbench.runtime import Runtime, shard_range
 
@@ -111,7 +111,7 @@ def _adapter():
 def _text_eval(cfg: EvalConfig, model, ck, meta, name, ds, depths, rt) -> list[dict]:
     """A text run's rows: NLL per token and bits per byte at every depth on the validation
     split (the synthetic splits and the harness do not apply)."""
-    from depthbench.data.text import cloze_accuracy, text_rows, text_sweep
+    from depthbench.evaluate.text import cloze_accuracy, text_rows, text_sweep
     if cfg.harness == "lm-eval":
         if not cfg.tasks:
             raise UserError("a text run through lm-eval needs --task (e.g. hellaswag, piqa, "

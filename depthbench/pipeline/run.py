@@ -52,7 +52,7 @@ def _generate(cfg: dict) -> None:
 
 
 def _prepare_text(cfg: dict) -> None:
-    from depthbench.data.text import prepare_text
+    from depthbench.data.corpus import prepare_text
     prepare_text(list(cfg["corpus"]), cfg["out"], cfg["vocab_size"], cfg["tokenizer"] or None,
                  cfg["val_fraction"], cfg["seed"], cfg["seq_len"], force=True)
 
@@ -335,7 +335,7 @@ class Pipeline:
     def _key(self, st: Stage) -> str:
         key = {"config": _semantic(st.config), "after": [self.keys.get(a) for a in st.after]}
         if st.command == "prepare-text":   # a corpus edited in place is another input
-            from depthbench.data.text import corpus_digest
+            from depthbench.data.corpus import corpus_digest
             key["corpus"] = corpus_digest(list(st.config["corpus"]), st.config["tokenizer"] or None)
         return _hash(key)
 

@@ -23,7 +23,7 @@ from depthbench.rows import row_paths, tag_rows, write_rows
 from depthbench.runtime import setup, teardown
 from depthbench.schedules import parse_depths, parse_schedule
 from depthbench.stats import t_interval
-from depthbench.data.text import text_sweep
+from depthbench.evaluate.text import text_sweep
 from depthbench.train.loop import lr_at, make_optimizer, train_step
 
 

@@ -1,0 +1,431 @@
+"""``depthbench prepare-text``: a natural-text corpus -> a tokenized text dataset.
+
+Documents are identified by content (exact copies dropped before the tokenizer is trained),
+split by a seeded draw from each document's digest, tokenized with a trained or given HF
+tokenizer, and written with a word-order cloze whose candidates share no 8-word run with
+training."""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+
+from data_gen.generate import dataset_hash, sha256_file
+from depthbench.data.text import (
+    EOT,
+    FILES,
+    FORMAT,
+    FORMAT_VERSION,
+    SPLITS,
+    TextDataError,
+    _dtype,
+    _load_tokenizer,
+)
+
+BUILTIN = "python-docs"
+
+
+SUFFIXES = (".txt", ".jsonl", ".txt.gz", ".jsonl.gz")
+
+
+BATCH_DOCS = 512          # documents encoded and written together
+
+
+# ---- reading documents ---------------------------------------------------------------------------
+def _python_docs() -> Iterator[str]:
+    """The help topics pydoc ships, then the docstrings of the standard library's modules,
+    classes and functions, each cut into paragraphs, in a fixed order (the corpus depends on the
+    Python version; the manifest's hash records it)."""
+    import ast
+    import pkgutil
+    import sys
+    try:
+        from pydoc_data.topics import topics
+    except ImportError:
+        topics = {}
+    texts = [topics[name] for name in sorted(topics)]
+    stdlib = Path(os.__file__).parent
+    names = sorted(m.name for m in pkgutil.iter_modules([str(stdlib)])
+                   if not m.name.startswith("_") and m.name not in sys.builtin_module_names
+                   and m.name not in ("test", "idlelib", "lib2to3", "tkinter", "turtledemo"))
+    for name in names:
+        f = stdlib / f"{name}.py"
+        if not f.is_file():
+            f = stdlib / name / "__init__.py"
+        try:
+            tree = ast.parse(f.read_text(encoding="utf-8"))
+        except (OSError, SyntaxError, UnicodeDecodeError, ValueError):
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
+                doc = ast.get_docstring(node)
+                if doc:
+                    texts.append(doc)
+    for text in texts:
+        for para in text.split("\n\n"):
+            if len(para.strip()) >= 80:
+                yield para.strip()
+
+
+def input_files(inputs: list[str]) -> list[str | Path]:
+    """The corpus files of ``inputs`` in reading order (a directory: its files with a corpus
+    suffix, sorted, recursively); ``python-docs`` stays a name."""
+    out: list[str | Path] = []
+    for item in inputs:
+        if item == BUILTIN:
+            out.append(BUILTIN)
+            continue
+        p = Path(item)
+        if p.is_dir():
+            # hidden files and directories (.git, .ipynb_checkpoints copies) are not corpus
+            found = sorted(f for f in p.rglob("*") if f.is_file() and f.name.endswith(SUFFIXES)
+                           and not any(part.startswith(".") for part in f.relative_to(p).parts))
+            if not found:
+                raise TextDataError(f"{p} holds no corpus file ({', '.join(SUFFIXES)})")
+            out += found
+        elif p.is_file():
+            if not p.name.endswith(SUFFIXES):
+                raise TextDataError(f"{p} is not a corpus file; give {', '.join(SUFFIXES)} files, "
+                                    f"directories of them or {BUILTIN}")
+            out.append(p)
+        else:
+            raise TextDataError(f"corpus input {p} does not exist")
+    if not out:
+        raise TextDataError("give at least one corpus input")
+    # one file reached twice (named twice, a directory and a file in it, a symlink to it) is
+    # read once; a copy under another name is caught document by document (``documents``)
+    seen, unique = set(), []
+    for f in out:
+        key = f if f == BUILTIN else Path(f).resolve()
+        if key not in seen:
+            seen.add(key)
+            unique.append(f)
+    return unique
+
+
+def corpus_digest(inputs: list[str], tokenizer: str | None = None) -> str:
+    """The sha256 of what ``prepare_text`` would read: every input file's bytes in reading
+    order (``python-docs``: the Python version it is read from) and a given tokenizer's, so
+    that a corpus edited in place is a different input."""
+    import sys
+    h = hashlib.sha256()
+    for f in input_files(inputs):
+        if f == BUILTIN:
+            h.update(f"{BUILTIN} {sys.version}".encode())
+        else:
+            h.update(sha256_file(f).encode())
+    if tokenizer:
+        h.update(sha256_file(tokenizer).encode())
+    return h.hexdigest()
+
+
+# a document longer than this many characters (a file without blank lines) is cut at whitespace
+# into documents of at most this size, so that memory stays bounded by it, not by the file
+MAX_DOC_CHARS = 1 << 20
+
+
+def _cut(text: str, cap: int = 0) -> Iterator[str]:
+    cap = cap or MAX_DOC_CHARS
+    while len(text) > cap:
+        at = max(text.rfind(" ", 0, cap), text.rfind("\n", 0, cap))
+        at = at if at > 0 else cap
+        yield text[:at]
+        text = text[at:].lstrip()
+    if text.strip():
+        yield text
+
+
+def _lines(path: Path) -> Iterator[str]:
+    opener = gzip.open if path.name.endswith(".gz") else open
+    try:
+        with opener(path, "rt", encoding="utf-8-sig", newline="") as f:   # a BOM is not text
+            for line in f:
+                if "\x00" in line:
+                    raise UnicodeDecodeError("utf-8", b"", 0, 1, "NUL byte")
+                yield line
+    except (UnicodeDecodeError, gzip.BadGzipFile, EOFError, OSError) as e:
+        why = "not UTF-8 text (binary?)" if isinstance(e, UnicodeDecodeError) else \
+            f"unreadable ({type(e).__name__})"
+        raise TextDataError(f"corpus file {path} is {why}; give plain text or jsonl") from None
+
+
+def documents(inputs: list[str]) -> Iterator[str]:
+    """Every document of the corpus, streamed, in a fixed order; empty documents are skipped and
+    one longer than ``MAX_DOC_CHARS`` is cut (``_cut``). Exact duplicates are removed later, by
+    content (``prepare_text``)."""
+    for src in input_files(inputs):
+        yield from (piece for doc in _file_documents(src) for piece in _cut(doc))
+
+
+def _file_documents(src) -> Iterator[str]:
+    """One input's documents, in order (``documents`` cuts and deduplicates them)."""
+    if src == BUILTIN:
+        yield from (d for d in _python_docs() if d.strip())
+        return
+    path = Path(src)
+    if ".jsonl" in path.name:
+        for i, line in enumerate(_lines(path)):
+            if not line.strip():
+                continue
+            try:
+                text = json.loads(line).get("text")
+            except (json.JSONDecodeError, AttributeError):
+                raise TextDataError(f"{path} line {i + 1} is not a JSON object") from None
+            if not isinstance(text, str):
+                raise TextDataError(f"{path} line {i + 1} has no string 'text' field")
+            try:
+                text.encode("utf-8")
+            except UnicodeEncodeError:   # JSON can spell a lone surrogate, "\ud800"
+                raise TextDataError(f"{path} line {i + 1}: its text holds a lone UTF-16 "
+                                    "surrogate (not Unicode text); fix or drop the line") from None
+            if text.strip():
+                yield text
+        return
+    para: list[str] = []
+    size = 0
+    for line in _lines(path):
+        if line.strip() and size < MAX_DOC_CHARS:
+            para.append(line)
+            size += len(line)
+        elif para:   # a blank line, or a paragraph past the cap (this line starts the next)
+            yield "".join(para).rstrip("\n")
+            para, size = ([line], len(line)) if line.strip() else ([], 0)
+    if para:
+        yield "".join(para).rstrip("\n")
+
+
+# ---- preparing -----------------------------------------------------------------------------------
+def _train_tokenizer(inputs: list[str], vocab_size: int):
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=[EOT],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+                                  show_progress=False)
+    tok.train_from_iterator((d for d, _ in unique_documents(inputs)), trainer=trainer)
+    return tok
+
+
+CLOZE_CONTEXT, CLOZE_CONT, CLOZE_NGRAM = 16, 8, 8   # words of context, of continuation; n-gram
+
+
+def _ngrams(words: list[str], n: int = CLOZE_NGRAM) -> set[tuple[str, ...]]:
+    return {tuple(words[i:i + n]) for i in range(len(words) - n + 1)}
+
+
+def _cloze(held_out: list[str], seed: int, training: Iterator[str] | None = None, n: int = 256,
+           choices: int = 4) -> tuple[list[dict], int]:
+    """A small sanity task from held-out documents: a document's first 16 words as context, its
+    next 8 as the true continuation, and as distractors the same 8 words in other seeded orders,
+    so every choice holds the same words and no rule that reads words but not their order (word
+    overlap with the context, word frequencies) can tell them apart: it reads chance exactly.
+    A candidate whose 24 words share any 8-word run with a ``training`` document is left out
+    (its answer could be memorized, not predicted). Returns the items and how many candidates
+    were left out."""
+    docs = [d.split() for d in held_out if len(d.split()) >= CLOZE_CONTEXT + CLOZE_CONT]
+    # a continuation whose words cannot make ``choices`` distinct orders gives no item
+    docs = [w for w in docs if len(set(w[CLOZE_CONTEXT:CLOZE_CONTEXT + CLOZE_CONT])) >= 3][: 4 * n]
+    index: dict[tuple[str, ...], list[int]] = {}
+    for i, w in enumerate(docs):
+        for g in _ngrams(w[:CLOZE_CONTEXT + CLOZE_CONT]):
+            index.setdefault(g, []).append(i)
+    seen = set()
+    for doc in training or ():
+        for g in _ngrams(doc.split()):
+            seen.update(index.get(g, ()))
+    clean = [w for i, w in enumerate(docs) if i not in seen]
+    rng = np.random.default_rng([seed, 7])
+    items = []
+    for words in clean[:n]:
+        ctx = words[:CLOZE_CONTEXT]
+        cont = words[CLOZE_CONTEXT:CLOZE_CONTEXT + CLOZE_CONT]
+        opts = [cont]
+        while len(opts) < choices:
+            alt = [cont[k] for k in rng.permutation(len(cont))]
+            if alt not in opts:
+                opts.append(alt)
+        order = rng.permutation(choices)
+        items.append({"context": " ".join(ctx), "choices": [" " + " ".join(opts[k]) for k in order],
+                      "label": int(np.flatnonzero(order == 0)[0])})
+    return items, len(seen)
+
+
+def content_key(doc: str) -> bytes:
+    """A document's identity: the digest of its text with whitespace runs collapsed, so that a
+    copy reached by any route (another file, a re-wrapped paragraph) is the same document."""
+    return hashlib.blake2b(" ".join(doc.split()).encode("utf-8"), digest_size=16).digest()
+
+
+def unique_documents(inputs: list[str], removed: dict | None = None) -> Iterator[tuple[str, bytes]]:
+    """(document, ``content_key``) of every document of ``documents`` but exact copies of an
+    earlier one, which are counted in ``removed`` (documents, bytes). The index of keys holds
+    16 bytes per document."""
+    seen: set[bytes] = set()
+    for doc in documents(inputs):
+        key = content_key(doc)
+        if key in seen:
+            if removed is not None:
+                removed["documents"] += 1
+                removed["bytes"] += len(doc.encode("utf-8"))
+            continue
+        seen.add(key)
+        yield doc, key
+
+
+def in_validation(key: bytes, seed: int, val_fraction: float) -> bool:
+    """Whether the document of ``key`` is held out: a seeded draw from its content alone (not its
+    position), so the same text always lands on the same side."""
+    h = hashlib.blake2b(key, digest_size=8, salt=seed.to_bytes(8, "little")).digest()
+    return int.from_bytes(h, "little") / 2 ** 64 < val_fraction
+
+
+def _uncovered(doc: str, enc) -> int | None:
+    """The first non-blank character of ``doc`` that no token of ``enc`` covers, or that became
+    the unknown token (a tokenizer that cannot encode it); None if every character is encoded."""
+    cover = np.zeros(len(doc) + 1, dtype=np.int64)
+    unk = {i for i, t in enumerate(enc.tokens) if t in ("[UNK]", "<unk>", "<UNK>")}
+    for i, (a, b) in enumerate(enc.offsets):
+        if i not in unk:
+            cover[a] += 1
+            cover[b] -= 1
+    covered = np.cumsum(cover[:-1]) > 0
+    blank = np.array([c.isspace() for c in doc], dtype=bool)
+    bad = np.flatnonzero(~covered & ~blank)
+    return int(bad[0]) if len(bad) else None
+
+
+def _write_splits(tok, inputs: list[str], tmp: Path, val_fraction: float, seed: int,
+                  dtype: np.dtype, eot: int, check_coverage: bool = False) -> tuple[dict, list[str]]:
+    """Encode the corpus in batches of documents into ``tmp/{train,validation}.bin``, each
+    document followed by end-of-text, once (an exact copy of an earlier document, whitespace
+    aside, is dropped and counted) and held out by ``in_validation`` of its content; the counts
+    per split (and of the copies dropped) and the first held-out documents (for the cloze
+    task). With ``check_coverage`` (a given tokenizer) a document the tokenizer cannot encode
+    whole is refused."""
+    counts = {s: {"documents": 0, "tokens": 0, "bytes": 0} for s in SPLITS}
+    counts["duplicates_removed"] = {"documents": 0, "bytes": 0}
+    held_out: list[str] = []
+    sinks = {s: open(tmp / f"{s}.bin", "wb") for s in SPLITS}
+
+    def flush(batch: list[tuple[str, bytes]]) -> None:
+        docs = [d for d, _ in batch]
+        for (doc, key), enc in zip(batch, tok.encode_batch(docs)):
+            if check_coverage and (at := _uncovered(doc, enc)) is not None:
+                n = counts["train"]["documents"] + counts["validation"]["documents"] + 1
+                raise TextDataError(f"the tokenizer cannot encode {doc[at]!r} (document {n}, "
+                                    f"character {at}): that text would be dropped silently; give "
+                                    "a tokenizer that covers the corpus (byte-level BPE) or "
+                                    "--vocab-size to train one")
+            v = in_validation(key, seed, val_fraction)
+            s = "validation" if v else "train"
+            ids = np.asarray(enc.ids + [eot], dtype=dtype)
+            sinks[s].write(ids.tobytes())
+            c = counts[s]
+            c["documents"] += 1
+            c["tokens"] += len(ids)
+            c["bytes"] += len(doc.encode("utf-8"))
+            if v and len(held_out) < 2048:
+                held_out.append(doc)
+    try:
+        batch: list[tuple[str, bytes]] = []
+        for doc, key in unique_documents(inputs, counts["duplicates_removed"]):
+            batch.append((doc, key))
+            if len(batch) == BATCH_DOCS:
+                flush(batch)
+                batch = []
+        if batch:
+            flush(batch)
+    finally:
+        for f in sinks.values():
+            f.close()
+    return counts, held_out
+
+
+def _check_counts(counts: dict, val_fraction: float, seq_len: int) -> None:
+    """Splits that could not train or be read: no document, no side, or less than a window."""
+    if not counts["train"]["documents"] + counts["validation"]["documents"]:
+        raise TextDataError("the corpus holds no document (empty input)")
+    if not counts["validation"]["documents"]:
+        raise TextDataError(f"--val-fraction {val_fraction} left no validation document of "
+                            f"{counts['train']['documents']}; raise it")
+    if not counts["train"]["documents"]:
+        raise TextDataError(f"--val-fraction {val_fraction} left no training document; "
+                            "lower it")
+    if counts["validation"]["tokens"] < seq_len + 1:
+        raise TextDataError(f"the validation split has {counts['validation']['tokens']} "
+                            f"tokens, fewer than one window of --seq-len {seq_len} (it "
+                            "would score nothing); raise --val-fraction or lower --seq-len")
+    if counts["train"]["tokens"] <= seq_len + 1:
+        raise TextDataError(f"the training split has {counts['train']['tokens']} tokens, "
+                            f"fewer than one window of --seq-len {seq_len}; give more text "
+                            "or a shorter --seq-len")
+
+
+def prepare_text(inputs: list[str], out: str | Path, vocab_size: int = 0,
+                 tokenizer: str | None = None, val_fraction: float = 0.01, seed: int = 0,
+                 seq_len: int = 128, force: bool = False, log=None) -> dict:
+    """Tokenize a corpus into a text dataset at ``out`` (see the module docstring); returns its
+    manifest. Nothing is left at ``out`` unless every file was written."""
+    from depthbench.fsio import check_replaceable, replaced_dir
+    if bool(vocab_size) == bool(tokenizer):
+        raise TextDataError("give either --vocab-size N (train a byte-level BPE) or --tokenizer "
+                            "tokenizer.json")
+    if vocab_size and not 260 <= vocab_size <= 2 ** 20:
+        raise TextDataError(f"--vocab-size {vocab_size} must be between 260 (the 256 bytes and "
+                            "a few merges) and 1048576")
+    if not (isinstance(val_fraction, float | int) and 0 < val_fraction < 1):
+        raise TextDataError(f"--val-fraction {val_fraction} must be strictly between 0 and 1")
+    if not 8 <= seq_len <= 65536:
+        raise TextDataError(f"--seq-len {seq_len} must be between 8 and 65536")
+    out = Path(out)
+    files = input_files(inputs)   # every input exists before anything is written
+    if out.is_dir() and any(p.name != ".lock" for p in out.iterdir()) and not force:
+        raise TextDataError(f"{out} is not empty; pass --force to replace it or choose another "
+                            "--out")
+    check_replaceable(out, "text-dataset")
+    for f in files:
+        if f != BUILTIN and (out.resolve() == Path(f).resolve()
+                             or out.resolve() in Path(f).resolve().parents):
+            raise TextDataError(f"--out {out} holds the corpus file {f}; write elsewhere")
+    tok = _load_tokenizer(tokenizer) if tokenizer else _train_tokenizer(inputs, vocab_size)
+    vocab = tok.get_vocab_size()
+    eot = tok.token_to_id(EOT)
+    dtype = _dtype(vocab)
+    with replaced_dir(out, "text-dataset") as tmp:
+        tok.save(str(tmp / "tokenizer.json"))
+        counts, held_out = _write_splits(tok, inputs, tmp, val_fraction, seed, dtype, eot,
+                                         check_coverage=bool(tokenizer))
+        removed = counts.pop("duplicates_removed")
+        _check_counts(counts, val_fraction, seq_len)
+        # a second pass over the training documents leaves out cloze candidates they contain
+        training = (d for d, key in unique_documents(inputs)
+                    if not in_validation(key, seed, val_fraction))
+        items, contaminated = _cloze(held_out, seed, training)
+        (tmp / "cloze.jsonl").write_text("".join(json.dumps(r) + "\n" for r in items))
+        manifest = {
+            "format": FORMAT, "format_version": FORMAT_VERSION,
+            "settings": {"inputs": [str(f) if f == BUILTIN else Path(f).name for f in files],
+                         "vocab_size": vocab_size, "tokenizer": Path(tokenizer).name if tokenizer
+                         else None, "val_fraction": val_fraction, "seed": seed,
+                         "seq_len": seq_len},
+            "vocab_size": vocab, "eot_id": eot, "dtype": dtype.name, "seq_len": seq_len,
+            "tokenizer_sha256": sha256_file(tmp / "tokenizer.json"),
+            "splits": counts, "duplicates_removed": removed,
+            "cloze": {"items": len(items), "left_out_in_training": contaminated},
+            "bytes_per_token": {s: c["bytes"] / max(1, c["tokens"]) for s, c in counts.items()},
+            "files": {name: {"sha256": sha256_file(tmp / name), "bytes": (tmp / name).stat().st_size}
+                      for name in FILES},
+        }
+        manifest["dataset_hash"] = dataset_hash(manifest)
+        (tmp / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
+    if log:
+        log(f"{out}: {counts['train']['tokens']:,} training and "
+            f"{counts['validation']['tokens']:,} validation tokens, vocabulary {vocab}")
+    return manifest
