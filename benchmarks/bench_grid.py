@@ -197,9 +197,10 @@ def shared_work(names: list[str]) -> dict:
     stages (a compute-matched run at the steps its match resolves to)."""
     from data_gen import resolve_config
     from depthbench.config import TrainJob, resolve_presets
-    from depthbench.pipeline.run import Pipeline, matched_steps_of
-    from depthbench.schedules import parse_schedule
+    from depthbench.pipeline import Pipeline
     from depthbench.pipeline.spec import load_spec
+    from depthbench.pipeline.steps import matched_steps_of
+    from depthbench.schedules import parse_schedule
     out = {}
     for name in names:
         spec = load_spec(name)

@@ -164,9 +164,9 @@ def run_one(recipe: str, schedule: str, seed: int, threads: int, work: str) -> d
     torch.set_num_threads(threads)
     from depthbench.config import model_preset, train_preset
     from depthbench.data.synthetic import Dataset
+    from depthbench.evaluate.reference import name_blind, person_agnostic
     from depthbench.evaluate.sweep import sweep
     from depthbench.flops import FlopModel, match_steps, schedule_flops
-    from depthbench.evaluate.reference import name_blind, person_agnostic
     from depthbench.schedules import parse_schedule
     from depthbench.train.loop import train
 
@@ -179,9 +179,9 @@ def run_one(recipe: str, schedule: str, seed: int, threads: int, work: str) -> d
     schedule_part, _, fraction = schedule.partition("@")
     train_schedule, _, matched_to = schedule_part.partition("~")
     if fraction:
-        from depthbench.pipeline.run import budget_steps
         from data_gen import GenConfig
         from data_gen.config import tiny
+        from depthbench.pipeline.steps import budget_steps
         gen = GenConfig.from_dict({**tiny().to_dict(), **over.get("data", {})})
         steps_of = budget_steps(gen, mcfg.replace(vocab_size=len(ds.vocab)), tcfg,
                                 BUDGET_SCHEDULE)

@@ -531,7 +531,7 @@ class ServeConfig(_Plain):
         if self.random:
             _one_of(self.random, tuple(MODEL_PRESETS), "random")
         _check(not self.model_set or bool(self.random), "model_set", "only applies to random")
-        from depthbench.serving.exits import parse_exit
+        from depthbench.exits import parse_exit
         try:
             parse_exit(self.exit, self.min_depth, self.max_depth, self.lookahead, self.seed)
         except UserError as e:

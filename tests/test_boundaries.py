@@ -24,9 +24,9 @@ from depthbench.fsio import (
     refuse_over_inputs,
     replaced_dir,
 )
+from depthbench.pipeline.spec import TrainSpec
 from depthbench.rows import RESERVED_COLUMNS, tag_rows, tags_problem
 from depthbench.schedules import parse_schedule
-from depthbench.pipeline.spec import TrainSpec
 
 SETTINGS = settings(max_examples=60, deadline=None,
                     suppress_health_check=[HealthCheck.function_scoped_fixture])

@@ -16,8 +16,8 @@ from click.testing import CliRunner
 from depthbench.checkpoint import load_model
 from depthbench.cli.main import main
 from depthbench.data.synthetic import Dataset
-from depthbench.evaluate.sweep import sweep, sweep_per_depth
 from depthbench.evaluate.metrics import EvalSums, FactIndex, fact_bits
+from depthbench.evaluate.sweep import sweep, sweep_per_depth
 
 
 def test_one_pass_sweep_equals_per_depth_passes(trained_run, small_data):

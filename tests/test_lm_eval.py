@@ -15,8 +15,8 @@ from depthbench.checkpoint import load_model  # noqa: E402
 from depthbench.cli.main import main  # noqa: E402
 from depthbench.data.synthetic import Dataset  # noqa: E402
 from depthbench.errors import UserError  # noqa: E402
-from depthbench.evaluate.sweep import sweep  # noqa: E402
 from depthbench.evaluate.harness import DepthbenchLM, harness_sweep  # noqa: E402
+from depthbench.evaluate.sweep import sweep  # noqa: E402
 
 
 def test_harness_sweep_agrees_with_depthbench_eval(trained_run, small_data):

@@ -22,7 +22,7 @@ from depthbench import checkpoint as ckpt
 from depthbench.checkpoint import CheckpointError, load_model
 from depthbench.cli.main import main, parse_sets
 from depthbench.errors import UserError
-from depthbench.serving.exits import ExitSpecError, parse_exit
+from depthbench.exits import ExitSpecError, parse_exit
 from depthbench.train.loop import metrics_rows
 from depthbench.vocab import Vocab
 

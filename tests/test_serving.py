@@ -9,13 +9,13 @@ from click.testing import CliRunner
 
 from depthbench.cli.main import main
 from depthbench.config import ModelConfig, ServeConfig
+from depthbench.exits import ExitSpecError, parse_exit
 from depthbench.flops import FlopModel
 from depthbench.model import LoopedTransformer
 from depthbench.serving.bench import serve_bench
 from depthbench.serving.compare import random_workload
 from depthbench.serving.engine import Engine
 from depthbench.serving.executor import WallClock
-from depthbench.serving.exits import ExitSpecError, parse_exit
 from depthbench.serving.kvcache import KV_POLICIES
 from depthbench.serving.scheduler import Request, Scheduler
 

@@ -13,10 +13,10 @@ from click.testing import CliRunner
 
 from depthbench.cli.main import main
 from depthbench.config import ConfigError, ModelConfig, SimConfig
+from depthbench.exits import parse_exit
 from depthbench.model import LoopedTransformer
 from depthbench.serving.compare import random_workload
 from depthbench.serving.engine import Engine
-from depthbench.serving.exits import parse_exit
 from depthbench.serving.scheduler import Scheduler
 from depthbench.serving.sim import (
     Profile,

@@ -196,8 +196,8 @@ def test_stages_use_the_specs_device(tmp_path, monkeypatch):
     assert devices["eval"] == devices["probe-update"] == devices["serve-bench"] == "cuda"
     assert pipe.stages()[1][0].config["train"]["device"] == "cuda"
     # and the actions really ask the runtime for it: a fake "cuda" that runs on the CPU
-    import depthbench.train.probe
     import depthbench.runtime
+    import depthbench.train.probe
     asked = []
     real = depthbench.runtime.setup
 
@@ -269,8 +269,50 @@ def test_module_imports_have_no_cycle():
 
     for m in mods:
         visit(m, [])
-    # evaluate and train: train uses the sweep, evaluate never reaches back into training
-    assert not any(i.startswith("depthbench.train.loop") for i in _imports(PKG / "evaluate" / "sweep.py", False))
+
+
+# The house's floors, lowest first: a module imports only from its own floor or below. The
+# ground floor is torch-free; cli and docs are the top.
+FLOORS = [
+    ("depthbench.errors", "depthbench.stats", "depthbench.vocab", "depthbench.__init__"),
+    ("depthbench.fsio", "depthbench.runtime", "depthbench.schedules", "depthbench.rows",
+     "depthbench.exits"),
+    ("depthbench.config",),
+    ("depthbench.model", "depthbench.flops", "depthbench.data", "depthbench.report"),
+    ("depthbench.checkpoint", "depthbench.evaluate.metrics", "depthbench.evaluate.reference"),
+    ("depthbench.serving",),
+    ("depthbench.evaluate",),
+    ("depthbench.train",),
+    ("depthbench.pipeline",),
+    ("depthbench.cli", "depthbench.docs", "depthbench.__main__"),
+]
+
+
+def _floor(mod: str) -> int:
+    best = max(((len(p), i) for i, ps in enumerate(FLOORS) for p in ps
+                if mod == p or mod.startswith(p + ".")), default=None)
+    assert best is not None, f"{mod} has no floor in FLOORS"
+    return best[1]
+
+
+def test_no_module_imports_from_a_floor_above_its_own():
+    mods = {_module(p): p for p in PKG.rglob("*.py") if "tasks" not in p.parts}
+    up = []
+    for m, p in mods.items():
+        mm = m.removesuffix(".__init__")
+        for i in _imports(p, top_level_only=False):
+            if i in mods and _floor(i) > _floor(mm):
+                up.append(f"{m} -> {i}")
+    assert not up, up
+    # the generator stands alone: numpy only, nothing of depthbench
+    for p in (PKG.parent / "data_gen").glob("*.py"):
+        assert not any(i.startswith("depthbench") for i in _imports(p, False)), p.name
+
+
+def test_no_module_is_longer_than_450_lines():
+    long = [f"{p.relative_to(PKG)} ({n})" for p in PKG.rglob("*.py")
+            if (n := len(p.read_text().splitlines())) > 450]
+    assert not long, long
 
 
 def test_the_cli_imports_only_actions_and_configs():
@@ -280,8 +322,8 @@ def test_the_cli_imports_only_actions_and_configs():
                "depthbench.train.loop.run_train", "depthbench.evaluate.sweep.run_eval",
                "depthbench.train.probe.run_probe", "depthbench.serving.bench.run_bench",
                "depthbench.serving.sim.run_sim",
-               "depthbench.report.run_report", "depthbench.pipeline.run.Pipeline",
-               "depthbench.pipeline.run.load_spec", "depthbench.train.loop.flop_summary",
+               "depthbench.report.run_report", "depthbench.pipeline.Pipeline",
+               "depthbench.pipeline.load_spec", "depthbench.train.loop.flop_summary",
                "depthbench.evaluate.harness.TASKS_DIR", "depthbench.evaluate.harness.run_depths",
                "depthbench.evaluate.harness.check_inputs",
                "data_gen.generate", "data_gen.resolve_config"}

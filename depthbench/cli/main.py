@@ -257,7 +257,7 @@ def run_cmd(spec, out, plan, rerun, executor, as_json):
     """
     from pathlib import Path
 
-    from depthbench.pipeline.run import Pipeline, load_spec
+    from depthbench.pipeline import Pipeline, load_spec
 
     s = load_spec(spec)
     pipe = Pipeline(s, Path(out) if out else Path("runs") / s.name, log=click.echo,

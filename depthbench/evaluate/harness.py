@@ -90,8 +90,8 @@ class DepthbenchLM(TemplateLM):
         self.exit_spec = exit
         self.engine = None
         if exit:
+            from depthbench.exits import parse_exit
             from depthbench.serving.engine import Engine
-            from depthbench.serving.exits import parse_exit
             crit = parse_exit(exit, self.min_depth, self.max_depth)
             self.engine = Engine(self.model, crit, kv_policy, 1, self.max_len + 1)
         self.kv_policy = kv_policy

@@ -11,21 +11,17 @@ A finished stage leaves ``OUT/stages/ID.json`` with its config; a rerun skips it
 config, its inputs and its outputs are unchanged, resumes an interrupted training run, and
 refuses (naming the fields that differ) to replace a finished stage whose settings changed
 unless ``--rerun PATTERN`` names it. Stages run in a local process pool, or one job each
-through submitit (SLURM, or submitit's local executor).
-"""
+through submitit (SLURM, or submitit's local executor)."""
 
 from __future__ import annotations
 
 import fnmatch
-import hashlib
 import json
 import os
 import shlex
 import shutil
-import sys
 import time
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from depthbench.config import (
@@ -39,147 +35,17 @@ from depthbench.config import (
 )
 from depthbench.errors import UserError
 from depthbench.fsio import DirLock, atomic_write_text
-from depthbench.rows import write_rows
 from depthbench.pipeline.spec import ExperimentSpec, budget_tag, load_spec  # noqa: F401  (load_spec re-exported)
-
-CONFIGS = {"train": TrainJob, "eval": EvalConfig, "probe-update": ProbeConfig,
-           "serve-bench": ServeConfig, "report": ReportConfig}
-
-
-def _generate(cfg: dict) -> None:
-    from data_gen import GenConfig, generate
-    generate(GenConfig.from_dict(cfg["dataset"]), cfg["out"], force=True)
-
-
-def _prepare_text(cfg: dict) -> None:
-    from depthbench.data.corpus import prepare_text
-    prepare_text(list(cfg["corpus"]), cfg["out"], cfg["vocab_size"], cfg["tokenizer"] or None,
-                 cfg["val_fraction"], cfg["seed"], cfg["seq_len"], force=True)
-
-
-def _train(job: TrainJob) -> None:
-    from depthbench.train.loop import run_train
-    log_dir = Path(job.out).parent.parent / "logs"
-    log_dir.mkdir(parents=True, exist_ok=True)
-    with open(log_dir / f"train-{Path(job.out).name}.log", "a") as f:
-        run_train(job, progress=False, log=lambda m: print(m, file=f, flush=True))
-
-
-def _eval(cfg):
-    from depthbench.evaluate.sweep import run_eval
-    run_eval(cfg)
-
-
-def _probe(cfg):
-    from depthbench.train.probe import run_probe
-    run_probe(cfg)
-
-
-def _serve(cfg):
-    from depthbench.serving.bench import run_bench
-    run_bench(cfg)
-
-
-def _report(cfg):
-    from depthbench.report import run_report
-    run_report(cfg)
-
-
-ACTIONS = {"generate": _generate, "prepare-text": _prepare_text, "train": _train, "eval": _eval,
-           "probe-update": _probe,
-           "serve-bench": _serve, "report": _report}
-
-
-def run_stage(command: str, config: dict, cwd: str | None = None, threads: int = 0) -> float:
-    """Run one stage from its plain config (in this process, a pool worker or a submitit job);
-    returns the process's peak resident memory so far in MB (a pool worker's whole life, not
-    this stage alone)."""
-    if cwd:
-        os.chdir(cwd)
-    if threads:
-        import torch
-        torch.set_num_threads(threads)
-    if os.environ.get("SUBMITIT_EXECUTOR") == "slurm" and int(os.environ.get("SLURM_NTASKS", 1)) > 1:
-        import submitit  # several tasks: torchrun's environment from SLURM's
-        submitit.helpers.TorchDistributedEnvironment().export(set_cuda_visible_devices=False)
-    cls = CONFIGS.get(command)
-    ACTIONS[command](cls.from_dict(config) if cls else config)
-    return peak_rss_mb()
-
-
-def peak_rss_mb() -> float:
-    import resource
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss   # KB on Linux, bytes on macOS
-    return peak / (2**20 if sys.platform == "darwin" else 2**10)
-
-
-def _hash(obj) -> str:
-    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:16]
-
-
-def _flat(d, prefix: str = "") -> dict:
-    if not isinstance(d, dict):
-        return {prefix: d}
-    out = {}
-    for k, v in d.items():
-        out.update(_flat(v, f"{prefix}.{k}" if prefix else str(k)))
-    return out
-
-
-def differences(old: dict, new: dict) -> list[str]:
-    """``key: old -> new`` for every (dotted) key whose value differs."""
-    a, b = _flat(old), _flat(new)
-    return [f"{k}: {json.dumps(a.get(k))} -> {json.dumps(b.get(k))}"
-            for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
-
-
-# a training stage's keys that say where its shared prefix comes from, not what it computes
-_PREFIX_KEYS = ("start_from", "start_step", "share_steps")
-
-
-def _semantic(config: dict) -> dict:
-    """A stage's config without the shared-prefix keys (what its key and its reruns compare)."""
-    return {k: v for k, v in config.items() if k not in _PREFIX_KEYS}
-
-
-def slug(schedule: str, seed: int) -> str:
-    return schedule.replace(":", "_").replace(".", "p").replace(",", "_").replace("=", "") + f"-s{seed}"
-
-
-@dataclass
-class Stage:
-    id: str
-    command: str
-    config: dict                   # the plain config of the command's action
-    outputs: list[Path]
-    after: list[str] = field(default_factory=list)  # stages whose outputs it reads
-    gpus: int = 0                  # SLURM: GPUs (torchrun-style tasks) of a training stage
-    # stages that must finish first without being inputs (a run a shared prefix starts from):
-    # they order the stages and change neither the stage's key nor what it computes
-    waits: list[str] = field(default_factory=list)
-
-    def __post_init__(self):  # plain JSON values, as the marker and the plan file hold them
-        self.config = json.loads(json.dumps(self.config))
-
-    def argv(self, config_file: Path) -> list[str]:
-        if self.command == "generate":
-            return ["depthbench", "generate", "--config", str(config_file), "--out",
-                    self.config["out"], "--force"]
-        if self.command == "prepare-text":
-            c = self.config
-            return ["depthbench", "prepare-text", *c["corpus"], "--out", c["out"],
-                    *(["--vocab-size", str(c["vocab_size"])] if c["vocab_size"] else
-                      ["--tokenizer", c["tokenizer"]]),
-                    "--val-fraction", str(c["val_fraction"]), "--seq-len", str(c["seq_len"]),
-                    "--seed", str(c["seed"]), "--force"]
-        head = ["depthbench"]
-        if self.command == "train":
-            head = ["torchrun", "--standalone", f"--nproc_per_node={max(1, self.gpus)}", "-m",
-                    "depthbench"]
-        return [*head, self.command, "--config", str(config_file)]
-
-    def file_config(self) -> dict:
-        return self.config["dataset"] if self.command == "generate" else self.config
+from depthbench.pipeline.stages import (
+    Stage,
+    _hash,
+    _semantic,
+    differences,
+    run_stage,
+    slug,
+)
+from depthbench.pipeline.steps import _share_prefixes, budget_steps, matched_steps_of
+from depthbench.rows import write_rows
 
 
 class Pipeline:
@@ -416,8 +282,8 @@ class Pipeline:
     # ---- running -------------------------------------------------------------------------------
     def preflight(self) -> None:
         """What the spec already shows is wrong, refused before the first stage runs."""
+        from depthbench.exits import parse_exit
         from depthbench.fsio import check_replaceable
-        from depthbench.serving.exits import parse_exit
         check_replaceable(self.report_dir, "report", "the report directory")
         r, o = self.report_dir.resolve(), self.out.resolve()
         parts = [o / n for n in ("data", "results", "runs", "stages", "plan", "logs",
@@ -554,85 +420,3 @@ class Pipeline:
                 raise UserError(f"stage {st.id} failed ({last[:200]}); see {job.paths.stderr}") from None
             self._mark(st, rss)
             self.log(f"done {st.id}")
-
-
-def _share_prefixes(trains: list[Stage], matched: list[Stage] = (), matched_steps=None,
-                    least: float = 0.1) -> list[Stage]:
-    """Runs that make the same first updates as another run of the grid start from its
-    checkpoint where they part (``train.shared_steps``) instead of repeating them; a run that
-    would share less than ``least`` of its steps trains alone. The cheapest runs (lowest mean
-    depth) are placed first and each later one starts from the placed run it shares most with
-    (the shallowest such run on a tie), so fixed:4 carries fixed-first:0.8:4:... and a long run
-    carries the same schedule's shorter ones. A compute-matched run (a later group) starts from
-    a run of the grid, at the steps ``matched_steps(job)`` that its match resolves to. Returns
-    the training stages with every run after the run it starts from."""
-    from depthbench.schedules import parse_schedule
-    from depthbench.train.loop import resolved_train_config, shared_steps, update_profile
-    jobs = [TrainJob.from_dict(t.config) for t in trains]
-    runs = [(j.model, j.train, j.schedule) for j in jobs]
-    prof = [update_profile(j.train, parse_schedule(j.schedule)) for j in jobs]
-    level: dict[int, int] = {}
-
-    def attach(stage: Stage, run: tuple, kept: list[int]) -> int | None:
-        """Let ``stage`` (its model, recipe and schedule ``run``) start from the placed run it
-        shares most with; the index of that run, or None."""
-        p = update_profile(run[1], parse_schedule(run[2]))
-        best = max(((min([shared_steps(run, runs[t], (p, prof[t])), *kept]), -level[t], t)
-                    for t in level), default=None)
-        if best is None or best[0] < max(1, least * run[1].steps):
-            return None
-        n, t = best[0], best[2]
-        stage.config.update(start_from=jobs[t].out, start_step=n)
-        trains[t].config["share_steps"] = sorted({*trains[t].config.get("share_steps", []), n})
-        stage.waits = [trains[t].id]
-        return t
-
-    for c in sorted(range(len(jobs)), key=lambda i: (prof[i][0].mean(), -jobs[i].train.steps, i)):
-        kept = [k for k in resolved_train_config(jobs[c]).keep_steps if k >= 1]
-        t = attach(trains[c], runs[c], kept)
-        level[c] = 0 if t is None else level[t] + 1
-    for m in matched:
-        job = TrainJob.from_dict(m.config)
-        attach(m, (job.model, job.train.replace(steps=matched_steps(job)), job.schedule),
-               list(job.train.keep_steps))
-    return [trains[i] for i in sorted(range(len(trains)), key=lambda i: (level[i], i))]
-
-
-def _flop_model(gen_cfg, mcfg):
-    """The FLOP model of ``mcfg`` on the dataset ``gen_cfg`` generates (before it exists)."""
-    from data_gen import build_vocab
-    from depthbench.flops import FlopModel
-    return FlopModel.of(mcfg.replace(vocab_size=mcfg.vocab_size or len(build_vocab(gen_cfg))),
-                        gen_cfg.seq_len - 1)
-
-
-def matched_steps_of(gen_cfg, mcfg, trains: list[Stage]):
-    """``steps(job)``: the steps a compute-matched job's ``match_flops`` resolves to once its
-    reference run (one of ``trains``) exists (``train.matched_steps``), computed beforehand from
-    the generator config and the reference's stage."""
-    from depthbench.flops import matched_run_steps
-    from depthbench.schedules import parse_schedule
-    fm, seq = _flop_model(gen_cfg, mcfg), gen_cfg.seq_len - 1
-    refs = {t.config["out"]: TrainJob.from_dict(t.config) for t in trains}
-
-    def steps(job: TrainJob) -> int:
-        ref = refs[job.match_flops]
-        return matched_run_steps(fm, parse_schedule(ref.schedule), ref.train.steps,
-                                 ref.train.seed, ref.train.batch_size * seq, fm,
-                                 parse_schedule(job.schedule), job.train.seed,
-                                 job.train.batch_size * seq)
-    return steps
-
-
-def budget_steps(gen_cfg, mcfg, tcfg, budget_schedule: str):
-    """``steps_of(schedule, fraction, seed)``: the steps at which ``schedule`` spends ``fraction``
-    of the full budget, the modeled training FLOPs of ``budget_schedule`` over ``tcfg.steps``
-    steps (its seed-0 draws). Computed from the generator config, so ``--plan`` needs no data."""
-    from depthbench.flops import match_steps, schedule_flops
-    from depthbench.schedules import parse_schedule
-    fm, tps = _flop_model(gen_cfg, mcfg), tcfg.batch_size * (gen_cfg.seq_len - 1)
-    full = schedule_flops(fm, parse_schedule(budget_schedule), tcfg.steps, 0, tps)
-
-    def steps_of(schedule: str, fraction: float, seed: int) -> int:
-        return match_steps(fm, parse_schedule(schedule), fraction * full, tcfg.steps, seed, tps)
-    return steps_of

@@ -172,7 +172,7 @@ class ServeSpec(_Plain):
 
     def __post_init__(self):
         from depthbench.config import _one_of
-        from depthbench.serving.exits import parse_exit
+        from depthbench.exits import parse_exit
         self._check_types()
         object.__setattr__(self, "schedule", _canonical(self.schedule, "schedule"))
         _check(bool(self.modes), "modes", f"choose from {', '.join(SERVE_MODES)}")

@@ -15,6 +15,7 @@ import torch
 
 from depthbench.config import ServeConfig
 from depthbench.errors import UserError
+from depthbench.exits import parse_exit, replay_file
 from depthbench.model import LoopedTransformer
 from depthbench.rows import row_paths
 from depthbench.runtime import hold_freed_memory
@@ -28,7 +29,6 @@ from depthbench.serving.compare import (
     with_arrivals,
 )
 from depthbench.serving.engine import Engine
-from depthbench.serving.exits import parse_exit, replay_file
 from depthbench.serving.scheduler import Request
 
 

@@ -30,9 +30,9 @@ import time
 import numpy as np
 import torch
 
+from depthbench.exits import ExitCriterion
 from depthbench.model import LoopedTransformer
 from depthbench.serving.executor import Clock, HostState
-from depthbench.serving.exits import ExitCriterion
 from depthbench.serving.kvcache import KVStore, SlotView, copies_on_exit
 
 

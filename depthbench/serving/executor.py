@@ -15,7 +15,7 @@ from typing import Protocol
 
 import numpy as np
 
-from depthbench.serving.exits import ExitCriterion
+from depthbench.exits import ExitCriterion
 
 STAGES = ("prefill", "start", "core", "finish")
 

@@ -46,8 +46,8 @@ import numpy as np
 
 from depthbench.config import ModelConfig, SimConfig, copies_on_exit, kv_layout, model_preset
 from depthbench.errors import UserError
+from depthbench.exits import ExitCriterion, parse_exit, replay_file
 from depthbench.serving.executor import STAGES, Clock, HostState
-from depthbench.serving.exits import ExitCriterion, parse_exit, replay_file
 
 PROFILE_DIR = Path(__file__).parent / "profiles"
 
