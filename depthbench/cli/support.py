@@ -13,8 +13,9 @@ import threading
 
 import click
 
-from depthbench.config import MAX_DEPTH, ConfigError, read_config_file
+from depthbench.config import ConfigError, read_config_file
 from depthbench.errors import UserError
+from depthbench.schedules import MAX_DEPTH
 
 
 def fail(message: str) -> None:

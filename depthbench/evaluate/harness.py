@@ -29,9 +29,9 @@ from lm_eval.api.model import TemplateLM
 from lm_eval.api.registry import register_model
 
 from depthbench.checkpoint import check_compatible, load_model, read_run, run_dir_of
-from depthbench.config import MAX_DEPTH
 from depthbench.data.synthetic import Dataset, open_dataset
 from depthbench.errors import UserError
+from depthbench.schedules import MAX_DEPTH
 
 _ARGS = ("pretrained", "n_loops", "exit", "min_depth", "max_depth", "kv_policy", "data",
          "checkpoint_step", "batch_size", "max_batch_size", "device", "max_length")

@@ -13,17 +13,10 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from depthbench.config import (
-    DEFAULT_SERVE_MODES,
-    EVAL_SPLITS,
-    MAX_DEPTH,
-    SERVE_MODES,
-    ConfigError,
-    _check,
-    _Plain,
-    kv_layout,
-)
+from depthbench.config import DEFAULT_SERVE_MODES, EVAL_SPLITS, SERVE_MODES, ConfigError, kv_layout
+from depthbench.config.base import PlainConfig, require
 from depthbench.errors import UserError
+from depthbench.schedules import MAX_DEPTH
 
 EXPERIMENTS = Path(__file__).resolve().parents[1] / "experiments"  # package data
 
@@ -33,7 +26,7 @@ class SpecError(UserError):
 
 
 @dataclass(frozen=True, kw_only=True)
-class DataSpec(_Plain):
+class DataSpec(PlainConfig):
     preset: str = "tiny"
     seed: int = 0
     set: dict = field(default_factory=dict)
@@ -46,15 +39,15 @@ class DataSpec(_Plain):
 
     def __post_init__(self):
         self._check_types()
-        _check(0 <= self.seed <= 2**32 - 1, "seed", "must be between 0 and 4294967295")
-        _check("seed" not in self.set, "set.seed", "is given by data.seed; give it there")
+        require(0 <= self.seed <= 2**32 - 1, "seed", "must be between 0 and 4294967295")
+        require("seed" not in self.set, "set.seed", "is given by data.seed; give it there")
         if self.corpus:
-            _check(not self.set, "set", "configures the generated dataset; a corpus takes "
+            require(not self.set, "set", "configures the generated dataset; a corpus takes "
                    "vocab_size, tokenizer, val_fraction and seq_len")
-            _check(bool(self.vocab_size) != bool(self.tokenizer), "vocab_size",
+            require(bool(self.vocab_size) != bool(self.tokenizer), "vocab_size",
                    "give either vocab_size (train a BPE) or tokenizer (a tokenizer.json)")
-            _check(0 < self.val_fraction < 1, "val_fraction", "must be strictly between 0 and 1")
-            _check(8 <= self.seq_len <= 65536, "seq_len", "must be between 8 and 65536")
+            require(0 < self.val_fraction < 1, "val_fraction", "must be strictly between 0 and 1")
+            require(8 <= self.seq_len <= 65536, "seq_len", "must be between 8 and 65536")
 
     @property
     def text(self) -> bool:
@@ -62,7 +55,7 @@ class DataSpec(_Plain):
 
 
 @dataclass(frozen=True, kw_only=True)
-class TrainSpec(_Plain):
+class TrainSpec(PlainConfig):
     preset: str = "tiny"
     schedules: tuple[str, ...] = ("uniform:1-16",)
     seeds: tuple[int, ...] = (0,)
@@ -75,7 +68,7 @@ class TrainSpec(_Plain):
 
     def __post_init__(self):
         self._check_types()
-        _check(bool(self.schedules) and bool(self.seeds), "schedules",
+        require(bool(self.schedules) and bool(self.seeds), "schedules",
                "need at least one schedule and one seed")
         # one spelling per schedule: "fixed:02" and " fixed:2 " are fixed:2
         object.__setattr__(self, "schedules", tuple(_canonical(s, "schedules")
@@ -83,26 +76,26 @@ class TrainSpec(_Plain):
         for f in ("matched_schedule", "budget_schedule") + (("matched_uniform",)
                                                             if self.matched_uniform else ()):
             object.__setattr__(self, f, _canonical(getattr(self, f), f))
-        _check(len(set(self.schedules)) == len(self.schedules), "schedules",
+        require(len(set(self.schedules)) == len(self.schedules), "schedules",
                "must not repeat (after spelling each one canonically: "
                f"{', '.join(self.schedules)})")
-        _check(len(set(self.seeds)) == len(self.seeds), "seeds", "must not repeat")
-        _check(all(0 <= s <= 2**32 - 1 for s in self.seeds), "seeds",
+        require(len(set(self.seeds)) == len(self.seeds), "seeds", "must not repeat")
+        require(all(0 <= s <= 2**32 - 1 for s in self.seeds), "seeds",
                "must be between 0 and 4294967295")
-        _check(0 <= self.steps <= 10**9, "steps", "must be between 0 and 1000000000")
-        _check(all(0 < b <= 1 for b in self.budgets) and len(set(self.budgets)) == len(self.budgets),
+        require(0 <= self.steps <= 10**9, "steps", "must be between 0 and 1000000000")
+        require(all(0 < b <= 1 for b in self.budgets) and len(set(self.budgets)) == len(self.budgets),
                "budgets", "must be distinct fractions of the full FLOP budget in (0, 1], e.g. "
                "[0.15, 0.45, 1.0]")
         ids = [budget_tag(b) for b in self.budgets]
-        _check(len(set(ids)) == len(ids), "budgets",
+        require(len(set(ids)) == len(ids), "budgets",
                "must differ by at least 0.01 (runs are named by whole percents: "
                f"{', '.join(ids)})")
         for key, where in (("seed", "train.seeds"), ("steps", "train.steps")):
-            _check(key not in self.set, f"set.{key}",
+            require(key not in self.set, f"set.{key}",
                    f"is given by {where}, once per run; give it there, not in train.set")
-        _check(not (self.budgets and self.matched_uniform), "budgets",
+        require(not (self.budgets and self.matched_uniform), "budgets",
                "budgets and matched_uniform do not combine; use one of them")
-        _check(not self.matched_uniform or self.matched_uniform in self.schedules,
+        require(not self.matched_uniform or self.matched_uniform in self.schedules,
                "matched_uniform", f"{self.matched_uniform!r} is not one of train.schedules")
 
 
@@ -120,7 +113,7 @@ def budget_tag(b: float) -> str:
 
 
 @dataclass(frozen=True, kw_only=True)
-class EvalSpec(_Plain):
+class EvalSpec(PlainConfig):
     depths: str = "1-16"
     splits: tuple[str, ...] = ("eval_reordered", "eval_seen_order", "eval_unseen_people")
     switch_checkpoints: tuple[int, ...] = (0, 16, 64, 256)  # fixed-first: also eval switch + k
@@ -130,21 +123,21 @@ class EvalSpec(_Plain):
     task_limit: int = 0             # at most this many documents per task (0: all)
 
     def __post_init__(self):
-        from depthbench.config import _depths_ok, _one_of
+        from depthbench.config import depths_ok, one_of
         self._check_types()
-        _depths_ok(self.depths, "depths")
+        depths_ok(self.depths, "depths")
         for s in self.splits:
-            _one_of(s, EVAL_SPLITS, "splits")
+            one_of(s, EVAL_SPLITS, "splits")
         object.__setattr__(self, "splits", tuple(dict.fromkeys(self.splits)))
-        _check("eval_reordered" in self.splits, "splits",
+        require("eval_reordered" in self.splits, "splits",
                "must include eval_reordered (the split the report reads recall on)")
-        _check(all(k >= 0 for k in self.switch_checkpoints), "switch_checkpoints",
+        require(all(k >= 0 for k in self.switch_checkpoints), "switch_checkpoints",
                "must be integers >= 0")
-        _check(1 <= self.batch_size <= 1 << 20, "batch_size", "must be between 1 and 1048576")
+        require(1 <= self.batch_size <= 1 << 20, "batch_size", "must be between 1 and 1048576")
 
 
 @dataclass(frozen=True, kw_only=True)
-class ProbeSpec(_Plain):
+class ProbeSpec(PlainConfig):
     enabled: bool = True
     depth_a: int = 4
     depth_b: int = 16
@@ -154,13 +147,13 @@ class ProbeSpec(_Plain):
     def __post_init__(self):
         self._check_types()
         for f in ("depth_a", "depth_b"):
-            _check(1 <= getattr(self, f) <= MAX_DEPTH, f, f"must be between 1 and {MAX_DEPTH}")
-        _check(2 <= self.batches <= 1 << 16, "batches", "must be between 2 and 65536")
-        _check(1 <= self.max_people <= 1 << 30, "max_people", "must be >= 1")
+            require(1 <= getattr(self, f) <= MAX_DEPTH, f, f"must be between 1 and {MAX_DEPTH}")
+        require(2 <= self.batches <= 1 << 16, "batches", "must be between 2 and 65536")
+        require(1 <= self.max_people <= 1 << 30, "max_people", "must be >= 1")
 
 
 @dataclass(frozen=True, kw_only=True)
-class ServeSpec(_Plain):
+class ServeSpec(PlainConfig):
     enabled: bool = True
     schedule: str = "uniform:1-16"  # the seed-0 run of this schedule is benchmarked
     modes: tuple[str, ...] = DEFAULT_SERVE_MODES
@@ -171,21 +164,21 @@ class ServeSpec(_Plain):
     max_depth: int = 16
 
     def __post_init__(self):
-        from depthbench.config import _one_of
+        from depthbench.config import one_of
         from depthbench.exits import parse_exit
         self._check_types()
         object.__setattr__(self, "schedule", _canonical(self.schedule, "schedule"))
-        _check(bool(self.modes), "modes", f"choose from {', '.join(SERVE_MODES)}")
+        require(bool(self.modes), "modes", f"choose from {', '.join(SERVE_MODES)}")
         for m in self.modes:
-            _one_of(m, SERVE_MODES, "modes")
-        _check("static" in self.modes, "modes", "must include static (speedups are measured "
+            one_of(m, SERVE_MODES, "modes")
+        require("static" in self.modes, "modes", "must include static (speedups are measured "
                "against it)")
         try:
             kv_layout(self.kv_policy, self.max_depth)
         except ConfigError as e:
             raise ConfigError(f"kv_policy: {e}") from None
         for f, hi in (("requests", 1 << 20), ("width", 1 << 16), ("max_depth", MAX_DEPTH)):
-            _check(1 <= getattr(self, f) <= hi, f, f"must be between 1 and {hi}")
+            require(1 <= getattr(self, f) <= hi, f, f"must be between 1 and {hi}")
         try:
             parse_exit(self.exit, 1, self.max_depth)
         except UserError as e:
@@ -193,13 +186,13 @@ class ServeSpec(_Plain):
 
 
 @dataclass(frozen=True, kw_only=True)
-class ReportSpec(_Plain):
+class ReportSpec(PlainConfig):
     name: str = ""                 # "": the experiment's name
     out: str = ""                  # "": reports/NAME (with run --out DIR: DIR/report)
 
     def __post_init__(self):
         self._check_types()
-        _check(self.name == "" or _plain_name(self.name), "name",
+        require(self.name == "" or _plain_name(self.name), "name",
                "must be letters, digits, '-' and '_' (a folder under reports/); use "
                "report.out for another place")
 
@@ -210,7 +203,7 @@ def _plain_name(name) -> bool:
 
 
 @dataclass(frozen=True, kw_only=True)
-class RunSpec(_Plain):
+class RunSpec(PlainConfig):
     workers: int = 0               # local executor: parallel stages (0: one per CPU core)
     device: str = ""               # eval, probe and serve stages ("": the training preset's)
     # --executor slurm: submitit.SlurmExecutor parameters, e.g. partition, time (minutes),
@@ -223,8 +216,8 @@ class RunSpec(_Plain):
 
     def __post_init__(self):
         self._check_types()
-        _check(0 <= self.workers <= 1024, "workers", "must be between 0 and 1024 (0: one per core)")
-        _check(self.device in ("", "auto", "cpu", "cuda"), "device", "must be auto, cpu or cuda")
+        require(0 <= self.workers <= 1024, "workers", "must be between 0 and 1024 (0: one per core)")
+        require(self.device in ("", "auto", "cpu", "cuda"), "device", "must be auto, cpu or cuda")
 
 
 SECTIONS = {"data": DataSpec, "train": TrainSpec, "eval": EvalSpec, "probe": ProbeSpec,

@@ -1,0 +1,53 @@
+"""Configs: keyword-only dataclasses of plain values, validated in ``__post_init__`` (the error
+names the field), presets as functions. No torch import here.
+
+``ModelConfig`` and ``TrainConfig`` are a model's shape and its training recipe; ``TrainJob``,
+``EvalConfig``, ``ProbeConfig``, ``ServeConfig`` and ``ReportConfig`` are what one stage action
+needs (paths included), the same object whether the CLI builds it from options, ``--config``
+reads it from a file, or ``depthbench run`` builds it from a spec."""
+
+from depthbench.config.base import ConfigError, read_config_file
+from depthbench.config.model import (
+    KV_POLICIES,
+    MODEL_PRESETS,
+    ModelConfig,
+    copies_on_exit,
+    huginn_like_model,
+    kv_layout,
+    model_preset,
+    ouro_like_model,
+    paper_1b_model,
+    paper_200m_model,
+    small_model,
+    tiny_model,
+)
+from depthbench.config.stages import (
+    DEFAULT_SERVE_MODES,
+    EVAL_SPLITS,
+    SERVE_MODES,
+    EvalConfig,
+    ProbeConfig,
+    ReportConfig,
+    ServeConfig,
+    SimConfig,
+    depths_ok,
+    one_of,
+)
+from depthbench.config.train import (
+    DEVICES,
+    TRAIN_PRESETS,
+    TrainConfig,
+    TrainJob,
+    resolve_presets,
+    split_sets,
+    train_preset,
+)
+
+__all__ = [
+    "ConfigError", "read_config_file", "KV_POLICIES", "MODEL_PRESETS", "ModelConfig",
+    "copies_on_exit", "huginn_like_model", "kv_layout", "model_preset", "ouro_like_model",
+    "paper_1b_model", "paper_200m_model", "small_model", "tiny_model", "DEFAULT_SERVE_MODES",
+    "EVAL_SPLITS", "SERVE_MODES", "EvalConfig", "ProbeConfig", "ReportConfig", "ServeConfig",
+    "SimConfig", "depths_ok", "one_of", "DEVICES", "TRAIN_PRESETS", "TrainConfig", "TrainJob",
+    "resolve_presets", "split_sets", "train_preset",
+]

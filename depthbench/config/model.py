@@ -1,0 +1,137 @@
+"""The looped model's config, its presets (CPU to paper scale, and the Ouro- and Huginn-shaped
+serving shapes), and the KV-cache layouts a model's loops imply."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from depthbench.config.base import ConfigError, PlainConfig, bounded, require
+from depthbench.schedules import MAX_DEPTH
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelConfig(PlainConfig):
+    vocab_size: int = 0            # 0: taken from the dataset at train time
+    d_model: int = 64
+    n_heads: int = 4
+    d_ff: int = 0                  # 0: 4 * d_model
+    n_prelude: int = 0             # unshared layers before the loop
+    n_core: int = 1                # shared layers applied n_loops times
+    n_coda: int = 0                # unshared layers after the loop
+    injection: str = "concat"      # concat | add | none: how the prelude output enters each loop
+    init_state: str = "zeros"      # zeros | random | prelude: the state before the first loop
+    norm: str = "pre"              # pre | sandwich
+    qk_norm: bool = False          # RMSNorm on queries and keys per head (bounds attention logits)
+    rope: bool = True              # rotary positions; else learned absolute positions
+    max_seq_len: int = 256
+    tie_embeddings: bool = False
+    exit_gate: bool = False        # a learned per-loop halting probability
+    n_grad_loops: int = 0          # truncated backprop: gradients through the last n loops (0 = all)
+    init_std: float = 0.02
+
+    def __post_init__(self):
+        self._check_types()
+        for f in ("d_model", "n_heads", "n_core", "max_seq_len"):
+            require(isinstance(getattr(self, f), int) and getattr(self, f) >= 1, f,
+                   f"must be a positive integer (got {getattr(self, f)!r})")
+        for f in ("vocab_size", "d_ff", "n_prelude", "n_coda", "n_grad_loops"):
+            require(isinstance(getattr(self, f), int) and getattr(self, f) >= 0, f,
+                   f"must be an integer >= 0 (got {getattr(self, f)!r})")
+        require(self.d_model % self.n_heads == 0, "n_heads",
+               f"must divide d_model={self.d_model} (got {self.n_heads})")
+        require(not self.rope or (self.d_model // self.n_heads) % 2 == 0, "n_heads",
+               "rope needs an even head dimension")
+        require(self.injection in ("concat", "add", "none"), "injection",
+               f"must be concat, add or none (got {self.injection!r})")
+        require(self.init_state in ("zeros", "random", "prelude"), "init_state",
+               f"must be zeros, random or prelude (got {self.init_state!r})")
+        require(self.injection != "none" or self.init_state == "prelude", "injection",
+               "'none' needs init_state='prelude', or the loop never sees the input")
+        require(self.norm in ("pre", "sandwich"), "norm", f"must be pre or sandwich (got {self.norm!r})")
+        require(0 < self.init_std <= 1, "init_std", "must be in (0, 1]")
+        bounded(self, {"d_model": 1 << 16, "n_heads": 1024, "d_ff": 1 << 20, "n_prelude": 1024,
+                        "n_core": 1024, "n_coda": 1024, "max_seq_len": 1 << 20,
+                        "vocab_size": 1 << 24, "n_grad_loops": MAX_DEPTH})
+
+    @property
+    def ff(self) -> int:
+        return self.d_ff or 4 * self.d_model
+
+
+# ---- presets -----------------------------------------------------------------------------------
+# tiny: a fully looped model (no prelude or coda, one shared layer, about 75k parameters) sized
+# against the tiny dataset (768 people x 48 record bits: about 0.5 bits per parameter) so that no
+# schedule saturates at the full budget on the name-only reading. Additive injection keeps an
+# identity path across loops: with the concat adapter, uniform:1-16 with full backprop stayed
+# on its loss plateau (docs/calibration.md).
+def tiny_model() -> ModelConfig:
+    return ModelConfig(d_model=64, n_heads=4, n_prelude=0, n_core=1, n_coda=0, injection="add")
+
+
+def small_model() -> ModelConfig:
+    return ModelConfig(d_model=128, n_heads=4, n_prelude=1, n_core=2, n_coda=1)
+
+
+def paper_200m_model() -> ModelConfig:
+    """About 200M parameters: 2 prelude, 6 core, 2 coda layers at width 1280."""
+    return ModelConfig(d_model=1280, n_heads=10, n_prelude=2, n_core=6, n_coda=2,
+                       init_state="random", max_seq_len=512)
+
+
+def paper_1b_model() -> ModelConfig:
+    """About 1B parameters: 2 prelude, 16 core, 2 coda layers at width 2048."""
+    return ModelConfig(d_model=2048, n_heads=16, n_prelude=2, n_core=16, n_coda=2,
+                       init_state="random", max_seq_len=512)
+
+
+def ouro_like_model() -> ModelConfig:
+    """Shaped like Ouro-1.4B: fully looped, 24 layers applied 4 times, width 2048 (serving only)."""
+    return ModelConfig(d_model=2048, n_heads=16, n_prelude=0, n_core=24, n_coda=0,
+                       injection="none", init_state="prelude", vocab_size=49152, max_seq_len=4096)
+
+
+def huginn_like_model() -> ModelConfig:
+    """Shaped like Huginn-3.5B: 2 prelude, 4 core, 2 coda layers at width 5280 (serving only)."""
+    return ModelConfig(d_model=5280, n_heads=55, n_prelude=2, n_core=4, n_coda=2,
+                       init_state="random", vocab_size=65536, max_seq_len=4096)
+
+
+MODEL_PRESETS = {"tiny": tiny_model, "small": small_model, "paper-200m": paper_200m_model,
+                 "paper-1b": paper_1b_model, "ouro-like": ouro_like_model,
+                 "huginn-like": huginn_like_model}
+
+
+def model_preset(name: str) -> ModelConfig:
+    if name not in MODEL_PRESETS:
+        raise ConfigError(f"unknown model preset {name!r}; choose one of {', '.join(MODEL_PRESETS)}")
+    return MODEL_PRESETS[name]()
+
+
+KV_POLICIES = ("depth_indexed", "last_exited", "single", "first_then_shared")
+
+
+def kv_layout(policy: str, max_depth: int) -> tuple[int, bool, bool]:
+    """(private slots per core layer, whether a shared slot follows them, whether exits copy)
+    of a KV policy: ``depth_indexed``, ``last_exited``, ``single`` or ``first_then_shared[:N]``
+    (N private loops, default 1). See ``serving.kvcache``."""
+    name, sep, arg = str(policy).partition(":")
+    if name == "first_then_shared":
+        n = 1
+        if sep:
+            if not arg.isdigit() or not 1 <= int(arg) < max_depth:
+                raise ConfigError(f"KV policy {policy!r}: N must be an integer in 1..{max_depth - 1} "
+                                  "(max_depth - 1)")
+            n = int(arg)
+        return n, True, False
+    if sep or name not in KV_POLICIES:
+        raise ConfigError(f"unknown KV policy {policy!r}; choose one of {', '.join(KV_POLICIES)} "
+                          "(first_then_shared:N for N private loops)")
+    return {"depth_indexed": (max_depth, False, False), "last_exited": (max_depth, False, True),
+            "single": (0, True, False)}[name]
+
+
+def copies_on_exit(policy: str, max_depth: int, depths) -> int:
+    """Per core layer, how many (slot, position) entries an exit copies (``last_exited``)."""
+    if policy != "last_exited":
+        return 0
+    return int(sum(max_depth - int(d) for d in depths))

@@ -1,0 +1,207 @@
+"""The configs of the stages after training: the depth sweep, the update probe, serving
+(measured and simulated) and the report."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from data_gen.generate import SPLITS
+from depthbench.config.base import ConfigError, PlainConfig, require
+from depthbench.config.model import MODEL_PRESETS, kv_layout
+from depthbench.config.train import DEVICES
+from depthbench.errors import UserError
+from depthbench.schedules import MAX_DEPTH, parse_depths
+
+# ---- stage configs ------------------------------------------------------------------------------
+EVAL_SPLITS = SPLITS[1:]
+
+
+# static: cdb's scheduler (resident pool, coda batching) with every token at max depth, so that
+# cdb's speedup over it is what depth buys; static_lockstep: today's token-lockstep batches at
+# max depth (pool = width), beside it on request
+SERVE_MODES = ("static", "no_refill", "batch1", "cdb", "static_lockstep")
+
+
+DEFAULT_SERVE_MODES = ("static", "no_refill", "batch1", "cdb")
+
+
+def depths_ok(spec: str, name: str) -> None:
+    try:
+        parse_depths(spec)
+    except UserError as e:
+        raise ConfigError(f"{name}: {e}") from None
+
+
+def one_of(value, choices, name: str) -> None:
+    require(value in choices, name, f"must be one of {', '.join(choices)} (got {value!r})")
+
+
+@dataclass(frozen=True, kw_only=True)
+class EvalConfig(PlainConfig):
+    """A serving-depth sweep of one checkpoint: ``evaluate.run_eval(cfg)``."""
+    run: str                       # run directory or checkpoint file
+    data: str = ""                 # dataset directory ("": the one the run records)
+    depths: str = "1-16"           # serving depths, e.g. 1-16 or 1,4,16
+    splits: tuple[str, ...] = ()   # (): every eval split
+    checkpoint: int | None = None  # step (None: the latest)
+    batch_size: int = 256
+    max_people: int | None = None  # only the first N people of each split
+    out: str = ""                  # result file base ("": RUN/eval/step_NNNNNNN)
+    device: str = "auto"
+    harness: str = "native"        # native | lm-eval (through lm_eval.simple_evaluate)
+    tasks: tuple[str, ...] = ()    # a text run through lm-eval: these tasks at every depth
+    task_path: str = ""            # a folder of further lm-eval task YAMLs
+    tags: dict = field(default_factory=dict)
+
+    def __post_init__(self):
+        self._check_types()
+        depths_ok(self.depths, "depths")
+        require(not self.tasks or self.harness == "lm-eval", "tasks", "need --harness lm-eval")
+        for s in self.splits:
+            one_of(s, EVAL_SPLITS, "splits")
+        object.__setattr__(self, "splits", tuple(dict.fromkeys(self.splits)))  # each split once
+        one_of(self.device, DEVICES, "device")
+        one_of(self.harness, ("native", "lm-eval"), "harness")
+        require(1 <= self.batch_size <= 1 << 20, "batch_size", "must be in 1..1048576")
+        require(self.max_people is None or self.max_people >= 1, "max_people", "must be >= 1")
+        require(self.checkpoint is None or self.checkpoint >= 0, "checkpoint", "must be >= 0")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ProbeConfig(PlainConfig):
+    """The update-benefit probe of one checkpoint: ``probe.run_probe(cfg)``."""
+    run: str
+    checkpoint: int | None = None
+    depth_a: int = 4
+    depth_b: int = 16
+    depths: str = "1-16"           # serving depths the NLL difference is read at
+    batches: int = 8               # training batches averaged over (>= 2, for a CI)
+    max_people: int = 256          # people of eval_reordered the NLL is measured on
+    seed: int = 0
+    lr: float | None = None        # None: the run's next LR (its peak LR after a full decay)
+    out: str = ""                  # result file base ("": RUN/probe/step_N_A_vs_B)
+    device: str = "auto"
+    tags: dict = field(default_factory=dict)
+
+    def __post_init__(self):
+        self._check_types()
+        depths_ok(self.depths, "depths")
+        for f in ("depth_a", "depth_b"):
+            require(1 <= getattr(self, f) <= MAX_DEPTH, f, f"must be in 1..{MAX_DEPTH}")
+        require(2 <= self.batches <= 1 << 16, "batches", "must be in 2..65536")
+        require(1 <= self.max_people <= 1 << 30, "max_people", "must be >= 1")
+        require(self.lr is None or self.lr > 0, "lr", "must be > 0")
+        require(self.checkpoint is None or self.checkpoint >= 0, "checkpoint", "must be >= 0")
+        require(0 <= self.seed <= 2**32 - 1, "seed", "must be in 0..2**32-1")
+        one_of(self.device, DEVICES, "device")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ServeConfig(PlainConfig):
+    """A serving benchmark, every batching mode on one workload: ``serving.bench.run_bench``."""
+    run: str = ""                  # run directory or checkpoint (or random)
+    random: str = ""               # a random-weight model of this model preset instead
+    model_set: dict = field(default_factory=dict)  # model config overrides of random
+    data: str = ""                 # workload dataset ("": the run's)
+    modes: tuple[str, ...] = DEFAULT_SERVE_MODES
+    exit: str = "latent:0.05"
+    kv_policy: str = "depth_indexed"
+    width: int = 64                # rows per core launch at most
+    pool: int = 0                  # cdb: requests resident at once (0: the device's default,
+                                   # scheduler.knob_defaults; GPU width + min_coda_batch)
+    requests: int = 256
+    rate: float = 0.0              # requests/s (Poisson arrivals); 0: all at t = 0 (offline)
+    max_new_tokens: int = 0        # 0: the rest of the dataset sequence (or 32 for random prompts)
+    prompt_len: int = 8            # prompt length of random
+    length_spread: float = 0.0     # random: new tokens per request vary by +-this fraction
+    min_depth: int = 1
+    max_depth: int = 16
+    lookahead: bool = False        # exit decisions one loop ahead
+    admit_min: int = 0             # free rows needed to admit while busy (0: GPU width/8, CPU 3w/4)
+    min_coda_batch: int = 0        # cdb: exited tokens that wait before the coda runs (0: GPU w/2,
+                                   # CPU 3w/2)
+    coda_wait: int = 0             # cdb: core launches the oldest exited token waits at most (0:
+                                   # GPU 4, CPU 16)
+    prefill_chunk: int = 0         # cdb, static: prompt tokens in core launches at once (chunked
+                                   # prefill); 0: each admission's prompts in a prefill launch
+    seed: int = 0
+    warmup_requests: int = 4
+    interleave: bool = True        # CPU: the modes measured side by side, a step of each in turn
+    device: str = "auto"
+    out: str = ""                  # result file base ("": no file)
+    save_trace: str = ""           # write the cdb mode's exit depths as a replay trace
+    tags: dict = field(default_factory=dict)
+
+    def __post_init__(self):
+        self._check_types()
+        require(bool(self.modes), "modes", "must name at least one mode")
+        for m in self.modes:
+            one_of(m, SERVE_MODES, "modes")
+        try:
+            kv_layout(self.kv_policy, self.max_depth)
+        except ConfigError as e:
+            raise ConfigError(f"kv_policy: {e}") from None
+        one_of(self.device, DEVICES, "device")
+        for f, hi in (("width", 1 << 16), ("requests", 1 << 20), ("min_depth", MAX_DEPTH),
+                      ("max_depth", MAX_DEPTH), ("prompt_len", 1 << 16)):
+            require(1 <= getattr(self, f) <= hi, f, f"must be in 1..{hi} (got {getattr(self, f)})")
+        for f, hi in (("max_new_tokens", 1 << 16), ("admit_min", 1 << 16), ("pool", 1 << 16),
+                      ("min_coda_batch", 1 << 16), ("coda_wait", 1 << 16),
+                      ("prefill_chunk", 1 << 16),
+                      ("warmup_requests", 1 << 16), ("seed", 2**32 - 1)):
+            require(0 <= getattr(self, f) <= hi, f, f"must be in 0..{hi} (got {getattr(self, f)})")
+        require(self.max_new_tokens != 1, "max_new_tokens",
+               "must be 0 (the dataset's sequence) or at least 2: the first token comes from the "
+               "prompt's forward, so 1 leaves no decode step to batch or exit early")
+        require(0 <= self.rate <= 1e9, "rate", "must be in [0, 1e9]")
+        require(0 <= self.length_spread < 1, "length_spread", "must be in [0, 1)")
+        require(self.min_depth <= self.max_depth, "min_depth", "must be <= max_depth")
+        if self.random:
+            one_of(self.random, tuple(MODEL_PRESETS), "random")
+        require(not self.model_set or bool(self.random), "model_set", "only applies to random")
+        from depthbench.exits import parse_exit
+        try:
+            parse_exit(self.exit, self.min_depth, self.max_depth, self.lookahead, self.seed)
+        except UserError as e:
+            raise ConfigError(f"exit: {e}") from None
+
+
+@dataclass(frozen=True, kw_only=True)
+class SimConfig(ServeConfig):
+    """A simulated serving benchmark (``serving.sim.run_sim``): the serve-bench workload and
+    scheduler knobs on a random-shaped model, priced by a hardware profile instead of run."""
+    exit: str = ""                 # trace, replay or fixed ("": the first of means, or a trace
+                                   # of mean (1 + max_depth) / 2)
+    profile: str = "h100"          # packaged profile name (h100, h200) or a profile TOML
+    means: tuple[float, ...] = ()  # sweep these trace means (speedup vs mean depth, plotted)
+    plot: str = ""                 # the sweep's PNG ("": OUT.png when out is given)
+    calibrate: str = ""            # measure this machine and write a fitted profile here instead
+    calibrate_widths: tuple[int, ...] = (16, 64)
+
+    def __post_init__(self):
+        if not self.exit:
+            mean = self.means[0] if self.means else (1 + self.max_depth) / 2
+            object.__setattr__(self, "exit", f"trace:{mean:g}")
+        super().__post_init__()
+        require(bool(self.random), "random", "serve-sim needs a model shape: --random PRESET")
+        require(not self.run, "run", "serve-sim runs no checkpoint; give --random PRESET")
+        kind = self.exit.partition(":")[0]
+        require(kind in ("trace", "replay", "fixed"), "exit",
+               "serve-sim needs exit depths known in advance: trace:MEAN, replay:FILE or fixed:K")
+        for m in self.means:
+            require(1 <= m <= self.max_depth, "means", f"must be in [1, max_depth] (got {m:g})")
+        for w in self.calibrate_widths:
+            require(1 <= w <= 1 << 16, "calibrate_widths", f"must be in 1..65536 (got {w})")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReportConfig(PlainConfig):
+    """A report from result rows: ``report.build_report``."""
+    results: tuple[str, ...]       # result files or directories
+    out: str
+    title: str = "depthbench report"
+    reference: str = ""            # schedule compared with on paired seeds ("": first uniform)
+
+    def __post_init__(self):
+        self._check_types()
+        require(bool(self.results), "results", "must name at least one result file or directory")
