@@ -39,7 +39,7 @@ from depthbench.config import ServeConfig, SimConfig
 from depthbench.data.synthetic import Dataset
 from depthbench.model import LoopedTransformer
 from depthbench.serving.bench import dataset_workload, serve_bench
-from depthbench.serving.sim import sim_model
+from depthbench.serving.profile import sim_model
 
 DEFAULT_RUN = Path("runs/quickstart/runs/uniform_1-16-s0")
 
@@ -314,7 +314,8 @@ def trained_sim(mcfg, cdb: dict, n: int, width: int, prompt_len: float) -> dict:
     """(a) on a GPU, simulated (H100): the trained model's shape, a trace of cdb's measured mean
     depth, prompts and generations of the workload's mean lengths; prefill's share of cdb's time
     with separate prefill launches and with chunked prefill (2 x width prompt tokens at once)."""
-    from depthbench.serving.sim import load_profile, simulate
+    from depthbench.serving.profile import load_profile
+    from depthbench.serving.sim import simulate
     cfg = SimConfig(random="tiny", model_set=mcfg.to_dict(), max_depth=16, width=width,
                     exit=f"trace:{cdb['mean_depth']:.2f}", requests=n,
                     prompt_len=round(prompt_len), max_new_tokens=round(cdb["output_tokens"] / n),
@@ -362,7 +363,8 @@ def random_model_section(args) -> dict:
     and 48 beside 64 (all twelve runs interleaved, so they share the machine's speed); the
     calibrated simulator beside it; (c) the profile fitted to that round's widths 16 and 64
     predicts its held-out widths 32 and 48."""
-    from depthbench.serving.sim import fit_profile, measure, simulate
+    from depthbench.serving.profile import fit_profile, measure
+    from depthbench.serving.sim import simulate
     cfg = _cfg(args, width=args.width, calibrate_widths=(16, args.width))
     torch.manual_seed(0)
     model = LoopedTransformer(sim_model(cfg)).eval()
@@ -422,7 +424,8 @@ def gpu_section(args) -> dict:
     """(d) the documented GPU profiles: ouro-like (max depth 4, trace mean 2) and huginn-like
     (max depth 16, trace mean 8), 512 requests x 256+-50% tokens, prompts of 16, width 64; the
     coda run once width/2 exited tokens wait (the default) and every iteration."""
-    from depthbench.serving.sim import load_profile, simulate
+    from depthbench.serving.profile import load_profile
+    from depthbench.serving.sim import simulate
     out = {}
     print("\n(d) simulated GPU profiles (steady state; cdb pool: width + min_coda_batch)")
     for prof in ("h100", "h200"):
@@ -463,7 +466,8 @@ def grid_entry(prof: str, shape: str, name: str) -> dict:
     (2 x width prompt tokens at once, cdb and its static baseline, no_refill beside them as in
     the comparison without it), static_lockstep's speedup
     over static, and the largest fraction of any bound."""
-    from depthbench.serving.sim import load_profile, simulate
+    from depthbench.serving.profile import load_profile
+    from depthbench.serving.sim import simulate
     modes = ("static", "no_refill", "cdb", "static_lockstep")
     p = load_profile(prof)
     md, base = GRID_SHAPES[shape]
@@ -535,7 +539,7 @@ def cpu_grid_section(args) -> dict:
     --set d_model=512``), static, no_refill and cdb side by side at the CPU's scheduler
     defaults: per mode the steady-state and whole-run fractions of the achievable bound, and
     the largest fraction of any bound."""
-    from depthbench.serving.sim import measure
+    from depthbench.serving.profile import measure
     out = {}
     print(f"\n(f) workload grid measured on this CPU ({args.threads} thread(s); steady-state "
           "fraction of the achievable bound)")

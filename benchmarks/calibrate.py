@@ -169,7 +169,6 @@ def run_one(recipe: str, schedule: str, seed: int, threads: int, work: str) -> d
     from depthbench.flops import FlopModel, match_steps, schedule_flops
     from depthbench.schedules import parse_schedule
     from depthbench.train.loop import train
-
     over = RECIPES[recipe][1]
     data = _dataset(over.get("data", {}), Path(work))
     mcfg = model_preset("tiny").replace(**over.get("model", {}))
@@ -198,7 +197,7 @@ def run_one(recipe: str, schedule: str, seed: int, threads: int, work: str) -> d
                         log=lambda *a, **k: None)
         wall = time.perf_counter() - t0
         from depthbench.checkpoint import load_model
-        from depthbench.train.loop import metrics_rows
+        from depthbench.train.metrics import metrics_rows
         model, _ = load_model(Path(tmp) / "run")
         curve = [round(r["loss"], 3) for r in metrics_rows(Path(tmp) / "run")
                  if "loss" in r and r["step"] % 50 == 0]

@@ -53,7 +53,7 @@ def test_resuming_a_run_whose_training_log_is_gone_is_one_line(small_data, tmp_p
 
 
 def test_an_all_zero_fitted_profile_is_refused(tmp_path):
-    from depthbench.serving.sim import STAGES
+    from depthbench.serving.executor import STAGES
     f = tmp_path / "zero.toml"
     f.write_text('name = "z"\nkind = "fitted"\n\n[fit]\n' +
                  "".join(f"{s} = [0.0, 0.0, 0.0]\n" for s in STAGES))

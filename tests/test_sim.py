@@ -17,16 +17,9 @@ from depthbench.exits import parse_exit
 from depthbench.model import LoopedTransformer
 from depthbench.serving.compare import random_workload
 from depthbench.serving.engine import Engine
+from depthbench.serving.profile import Profile, calibrate, fit_records, load_profile, stage_work
 from depthbench.serving.scheduler import Scheduler
-from depthbench.serving.sim import (
-    Profile,
-    SimEngine,
-    calibrate,
-    fit_records,
-    load_profile,
-    simulate,
-    stage_work,
-)
+from depthbench.serving.sim import SimEngine, simulate
 
 IDEAL = Profile("ideal", peak_flops=1e12, mem_bw=1e30, attention=False)
 SHAPE = dict(n_prelude=1, n_core=2, n_coda=1)
@@ -158,7 +151,7 @@ def test_scheduler_and_simulator_run_without_torch():
         "assert not any(m.startswith('depthbench.serving.engine') or m == 'depthbench.model'\n"
         "               for m in sys.modules), 'the scheduler imported the engine'\n"
         "from depthbench.config import SimConfig\n"
-        "from depthbench.serving.sim import load_profile, simulate\n"
+        "from depthbench.serving.profile import load_profile\nfrom depthbench.serving.sim import simulate\n"
         "res = simulate(SimConfig(random='ouro-like', exit='trace:2', max_depth=4, requests=32),\n"
         "               load_profile('h100'))\n"
         "print(' '.join(sorted(r['mode'] for r in res['results'])))\n")

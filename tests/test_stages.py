@@ -319,11 +319,11 @@ def test_the_cli_imports_only_actions_and_configs():
     allowed = {"depthbench.cli.support", "depthbench.cli.serve", "depthbench.cli.text",
                "depthbench.config", "depthbench.data.corpus.prepare_text",
                "depthbench.errors.UserError",
-               "depthbench.train.loop.run_train", "depthbench.evaluate.sweep.run_eval",
+               "depthbench.train.job.run_train", "depthbench.evaluate.sweep.run_eval",
                "depthbench.train.probe.run_probe", "depthbench.serving.bench.run_bench",
                "depthbench.serving.sim.run_sim",
                "depthbench.report.run_report", "depthbench.pipeline.Pipeline",
-               "depthbench.pipeline.load_spec", "depthbench.train.loop.flop_summary",
+               "depthbench.pipeline.load_spec", "depthbench.train.job.flop_summary",
                "depthbench.evaluate.harness.TASKS_DIR", "depthbench.evaluate.harness.run_depths",
                "depthbench.evaluate.harness.check_inputs",
                "data_gen.generate", "data_gen.resolve_config"}

@@ -18,7 +18,8 @@ from depthbench.cli.main import main
 from depthbench.config import ModelConfig, TrainConfig
 from depthbench.flops import FlopModel, schedule_flops
 from depthbench.schedules import parse_schedule
-from depthbench.train.loop import lr_at, metrics_rows, train
+from depthbench.train.loop import lr_at, train
+from depthbench.train.metrics import metrics_rows
 
 MODEL = ModelConfig(d_model=32, n_heads=4, n_core=1)
 SETS = ["--set", "d_model=32", "--set", "batch_size=16", "--set", "log_every=1",
@@ -228,7 +229,7 @@ def test_in_training_eval_rows(data, tmp_path):
 @pytest.mark.parametrize("preset", ["tiny", "small", "paper-200m", "paper-1b"])
 def test_presets_train_with_full_backprop_and_the_paper_fixed_first_saving(preset):
     from depthbench.config import model_preset
-    from depthbench.train.loop import flop_summary
+    from depthbench.train.job import flop_summary
     assert model_preset(preset).n_grad_loops == 0
     # the paper: 62.4% of uniform's FLOPs at a fixed phase of 80%, 68.7% at 67% (F0/Fr about 1)
     f80 = flop_summary("fixed-first:0.8:4:1-16", preset=preset)["fraction_of_uniform"]

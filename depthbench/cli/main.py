@@ -106,7 +106,7 @@ def train(preset, steps, seed, sets, config_file, as_json, **given):
       torchrun --nproc_per_node=2 -m depthbench train --data data/tiny --out runs/ddp
     """
     from depthbench.config import TrainJob, read_config_file, resolve_presets
-    from depthbench.train.loop import run_train
+    from depthbench.train.job import run_train
     if steps is not None and given["match_flops"]:
         fail("give either --steps or --match-flops, not both")
     file = read_config_file(config_file, ("model", "train")) if config_file else {}
@@ -134,8 +134,7 @@ def flops(run, preset, schedule, steps, seed, as_json):
     Examples:
       depthbench flops --preset tiny --schedule fixed-first:0.8:4:1-16
     """
-    from depthbench.train.loop import flop_summary
-
+    from depthbench.train.job import flop_summary
     if (run is None) == (preset is None):
         fail("give either a RUN directory or --preset")
     s = flop_summary(schedule, run, preset, steps, seed)

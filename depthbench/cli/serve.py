@@ -163,7 +163,6 @@ def serve_sim_cmd(sets, modes, means, calibrate_widths, config_file, as_json, **
       depthbench serve-sim --random small --set d_model=512 --exit trace:8 --profile cpu.toml
     """
     from depthbench.serving.sim import run_sim
-
     given = _modes(given, sets, modes)
     given["means"] = means and cs.float_list(means, "--means")
     given["calibrate_widths"] = calibrate_widths and cs.int_list(calibrate_widths, "--calibrate-widths")

@@ -241,7 +241,7 @@ class Pipeline:
         if st.command != "train" or not (Path(st.config["out"]) / "run.json").is_file():
             return []
         from depthbench.checkpoint import read_run
-        from depthbench.train.loop import job_record
+        from depthbench.train.job import job_record
         keys = ("model", "train", "schedule", "dataset_hash")
         old, new = read_run(st.config["out"]), job_record(TrainJob.from_dict(st.config))
         return differences({k: old[k] for k in keys}, json.loads(json.dumps({k: new[k] for k in keys})))

@@ -34,7 +34,7 @@ def _prepare_text(cfg: dict) -> None:
 
 
 def _train(job: TrainJob) -> None:
-    from depthbench.train.loop import run_train
+    from depthbench.train.job import run_train
     log_dir = Path(job.out).parent.parent / "logs"
     log_dir.mkdir(parents=True, exist_ok=True)
     with open(log_dir / f"train-{Path(job.out).name}.log", "a") as f:

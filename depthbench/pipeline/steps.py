@@ -20,7 +20,8 @@ def _share_prefixes(trains: list[Stage], matched: list[Stage] = (), matched_step
     a run of the grid, at the steps ``matched_steps(job)`` that its match resolves to. Returns
     the training stages with every run after the run it starts from."""
     from depthbench.schedules import parse_schedule
-    from depthbench.train.loop import resolved_train_config, shared_steps, update_profile
+    from depthbench.train.job import resolved_train_config
+    from depthbench.train.loop import shared_steps, update_profile
     jobs = [TrainJob.from_dict(t.config) for t in trains]
     runs = [(j.model, j.train, j.schedule) for j in jobs]
     prof = [update_profile(j.train, parse_schedule(j.schedule)) for j in jobs]

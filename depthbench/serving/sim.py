@@ -30,175 +30,24 @@ A profile prices it one of two ways:
 With every overhead zero and cost proportional to FLOPs the simulated speedup equals the
 paper-convention bound exactly (tests check it). Simulating imports no torch (the scheduler,
 the executor interface and the comparison are torch-free); only ``--calibrate``, which runs the
-real engine, needs it.
-"""
+real engine, needs it."""
 
 from __future__ import annotations
 
-import json
-import math
-import platform
-import tomllib
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-import numpy as np
-
-from depthbench.config import ModelConfig, SimConfig, copies_on_exit, kv_layout, model_preset
+from depthbench.config import ModelConfig, SimConfig, copies_on_exit
 from depthbench.errors import UserError
 from depthbench.exits import ExitCriterion, parse_exit, replay_file
-from depthbench.serving.executor import STAGES, Clock, HostState
-
-PROFILE_DIR = Path(__file__).parent / "profiles"
-
-
-# ---- hardware profiles -------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class Profile:
-    name: str
-    kind: str = "roofline"         # roofline | fitted
-    source: str = ""               # where the constants come from
-    bytes_per_value: int = 2       # bf16 weights and KV (fp32 CPU: 4)
-    peak_flops: float = 0.0        # dense matmul FLOP/s (roofline)
-    mem_bw: float = 0.0            # bytes/s (roofline)
-    flops_efficiency: float = 1.0  # achieved fraction of peak_flops
-    bw_efficiency: float = 1.0     # achieved fraction of mem_bw
-    launch: float = 0.0            # host seconds per stage launch
-    sync: float = 0.0              # seconds per device-to-host read
-    token: float = 0.0             # host seconds per emitted token
-    iteration: float = 0.0         # scheduler seconds per core launch
-    attention: bool = True         # count attention FLOPs and KV bytes (False: parameters only)
-    paged: bool = True             # attention reads each row's own positions (a paged or varlen
-                                   # kernel); False: every row reads the launch's longest context
-    overlap: bool = True           # host work runs while the device works (asynchronous launches);
-                                   # only syncs add to the device time
-    fit: dict = field(default_factory=dict)   # fitted: stage -> [a, alpha, beta]
-    device: str = ""               # the device kind priced, whose scheduler defaults apply ("cpu",
-                                   # "cuda"; "": cuda for a roofline, cpu for a fitted profile)
-
-    @property
-    def device_type(self) -> str:
-        return self.device or ("cuda" if self.kind == "roofline" else "cpu")
-
-    def __post_init__(self):
-        for f in ("attention", "paged", "overlap"):
-            if not isinstance(getattr(self, f), bool):
-                raise UserError(f"profile {self.name}: {f} must be true or false")
-        if not (isinstance(self.name, str) and isinstance(self.source, str)):
-            raise UserError("profile name and source must be strings")
-        if not (type(self.bytes_per_value) is int and 1 <= self.bytes_per_value <= 8):
-            raise UserError(f"profile {self.name}: bytes_per_value must be an integer in 1..8")
-        if not (isinstance(self.fit, dict) and all(isinstance(c, list) for c in self.fit.values())):
-            raise UserError(f"profile {self.name}: [fit] maps stages to [a, alpha, beta]")
-        if self.device not in ("", "cpu", "cuda"):
-            raise UserError(f"profile {self.name}: device must be cpu or cuda (got {self.device!r})")
-        if self.kind not in ("roofline", "fitted"):
-            raise UserError(f"profile {self.name}: kind must be roofline or fitted (got {self.kind!r})")
-        if self.kind == "roofline" and not (self.peak_flops > 0 and self.mem_bw > 0):
-            raise UserError(f"profile {self.name}: a roofline profile needs peak_flops and mem_bw > 0")
-        if self.kind == "fitted" and set(self.fit) != set(STAGES):
-            raise UserError(f"profile {self.name}: a fitted profile needs [fit] {', '.join(STAGES)}")
-        nums = [self.peak_flops, self.mem_bw, self.flops_efficiency, self.bw_efficiency,
-                self.launch, self.sync, self.token, self.iteration,
-                *(v for c in self.fit.values() for v in c)]
-        if not all(type(v) in (int, float) and math.isfinite(v) and v >= 0 for v in nums):
-            raise UserError(f"profile {self.name}: every constant must be a finite number >= 0 "
-                            "(true and false are not numbers)")
-        for f in ("flops_efficiency", "bw_efficiency"):
-            if not 0 < getattr(self, f) <= 1:
-                raise UserError(f"profile {self.name}: {f} must be in (0, 1] (a fraction of the "
-                                f"peak; got {getattr(self, f)!r})")
-        if not all(len(c) == 3 for c in self.fit.values()):
-            raise UserError(f"profile {self.name}: each [fit] stage is [a, alpha, beta]")
-        free = [st for st, c in self.fit.items() if not any(c)]
-        if free and not (self.launch or self.sync or self.token or self.iteration):
-            raise UserError(f"profile {self.name}: [fit] {free[0]} is all zeros and the profile "
-                            "has no host cost, so that stage would take no time and every rate "
-                            "divide by zero; fit the profile again (serve-sim --calibrate)")
-
-    def seconds(self, stage: str, flops: float, nbytes: float, syncs: int, tokens: int,
-                host_extra: float = 0.0) -> float:
-        host = self.launch + self.token * tokens + host_extra
-        if self.kind == "fitted":
-            a, alpha, beta = self.fit[stage]
-            device = a + alpha * flops + beta * nbytes
-        else:
-            device = max(flops / (self.peak_flops * self.flops_efficiency),
-                         nbytes / (self.mem_bw * self.bw_efficiency))
-        return (max(host, device) if self.overlap else host + device) + self.sync * syncs
-
-    def to_toml(self) -> str:
-        d = asdict(self)
-        fit = d.pop("fit")
-        lines = [f"{k} = {json.dumps(v)}" for k, v in d.items()]
-        if fit:
-            lines += ["", "[fit]  # stage = [a seconds, alpha seconds/FLOP, beta seconds/byte]"]
-            lines += [f"{k} = [{', '.join(repr(float(x)) for x in v)}]" for k, v in fit.items()]
-        return "\n".join(lines) + "\n"
-
-
-def load_profile(name_or_path: str) -> Profile:
-    """A packaged profile (``h100``, ``h200``) or a profile TOML file (``serve-sim --calibrate``
-    writes one for this machine)."""
-    path = Path(name_or_path)
-    if not path.suffix:
-        path = PROFILE_DIR / f"{name_or_path}.toml"
-        if not path.is_file():
-            names = ", ".join(sorted(p.stem for p in PROFILE_DIR.glob("*.toml")))
-            raise UserError(f"no hardware profile {name_or_path!r}; packaged: {names}, or a .toml file")
-    try:
-        d = tomllib.loads(path.read_text())
-    except FileNotFoundError:
-        raise UserError(f"profile {path} does not exist") from None
-    except OSError as e:
-        raise UserError(f"cannot read profile {path}: {e.strerror}") from None
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
-        raise UserError(f"profile {path} is not valid TOML: {e}") from None
-    known = {f for f in Profile.__dataclass_fields__}
-    unknown = sorted(set(d) - known)
-    if unknown:
-        raise UserError(f"profile {path}: unknown key(s) {', '.join(unknown)}; "
-                        f"known: {', '.join(sorted(known))}")
-    d.setdefault("name", path.stem)
-    try:
-        return Profile(**d)
-    except TypeError as e:
-        raise UserError(f"profile {path}: {e}") from None
-
-
-# ---- the work of a launch ----------------------------------------------------------------------------
-def stage_layers(cfg: ModelConfig, stage: str, max_depth: int) -> tuple[int, bool]:
-    """(transformer layers a launch of ``stage`` runs, whether it reads out the head)."""
-    return {"prefill": (cfg.n_prelude + max_depth * cfg.n_core + cfg.n_coda, True),
-            "start": (cfg.n_prelude, False), "core": (cfg.n_core, False),
-            "finish": (cfg.n_coda, True)}[stage]
-
-
-def stage_work(cfg: ModelConfig, stage: str, rows: int, tokens: int, L: int, max_depth: int,
-               bytes_per_value: int, copies: int = 0, attention: bool = True,
-               read: int | None = None) -> tuple[float, float]:
-    """(FLOPs, bytes moved) of one launch; see the module docstring. ``read``: cached
-    positions read per layer (default ``rows * L``, every row padded to the longest context);
-    ``attention=False`` counts parameters only (the paper's convention)."""
-    read = rows * L if read is None else read
-    if not attention:
-        L = copies = read = 0
-    d = cfg.d_model
-    n, head = stage_layers(cfg, stage, max_depth)
-    params = n * (4 * d * d + 2 * d * cfg.ff) + (d * cfg.vocab_size if head else 0)
-    if cfg.injection == "concat":
-        params += 2 * d * d * {"prefill": max_depth, "core": 1}.get(stage, 0)
-    per_token = read / max(rows, 1) * (tokens / max(rows, 1))   # positions each token attends
-    flops = 2.0 * tokens * params + 4.0 * d * per_token * rows * n
-    values = params + 2.0 * d * n * (read + tokens * (L > 0)) + 4.0 * d * cfg.n_core * copies
-    return flops, values * bytes_per_value
-
-
-def kv_bytes(cfg: ModelConfig, policy: str, max_depth: int, rows: int, max_len: int,
-             bytes_per_value: int) -> int:
-    n_private, shared, _ = kv_layout(policy, max_depth)
-    slots = cfg.n_prelude + cfg.n_core * (n_private + int(shared)) + cfg.n_coda
-    return 2 * slots * rows * max_len * cfg.d_model * bytes_per_value
+from depthbench.serving.executor import Clock, HostState
+from depthbench.serving.profile import (
+    Profile,
+    calibrate,
+    kv_bytes,
+    load_profile,
+    sim_model,
+    stage_work,
+)
 
 
 class VirtualClock:
@@ -276,12 +125,6 @@ class SimEngine(HostState):
         return [0] * len(items), depths
 
 
-# ---- simulating a workload ---------------------------------------------------------------------------
-def sim_model(cfg: SimConfig) -> ModelConfig:
-    mcfg = model_preset(cfg.random).replace(**cfg.model_set)
-    return mcfg if mcfg.vocab_size else mcfg.replace(vocab_size=256)
-
-
 def simulate(cfg: SimConfig, profile: Profile, mcfg: ModelConfig | None = None) -> dict:
     """Every mode of ``cfg`` on ``profile``: serve-bench's result (rows, bounds, speedups)."""
     from depthbench.serving.compare import (
@@ -308,123 +151,6 @@ def simulate(cfg: SimConfig, profile: Profile, mcfg: ModelConfig | None = None) 
 
     sim = cfg.replace(warmup_requests=0)   # a virtual clock has nothing to warm up
     return compare_modes(engines, mcfg, reqs, sim, cfg.prompt_len + (cfg.max_new_tokens or 32))
-
-
-def machine() -> str:
-    import torch
-    return f"{platform.machine()} {platform.processor() or platform.system()}, " \
-           f"torch {torch.__version__}, {torch.get_num_threads()} thread(s)"
-
-
-# ---- calibration on this machine -----------------------------------------------------------------
-def fit_records(cfg: ModelConfig, records, max_depth: int, bytes_per_value: int) -> dict:
-    """Per stage [a, alpha, beta] by non-negative least squares of launch seconds on
-    (1, FLOPs, bytes), and the fit's R^2."""
-    from scipy.optimize import nnls
-    fit, r2 = {}, {}
-    for stage in STAGES:
-        rec = [r for r in records if r[0] == stage]
-        if len(rec) < 3:
-            raise UserError(f"calibration saw {len(rec)} {stage} launches; raise --requests")
-        X = np.array([[1.0, *stage_work(cfg, stage, rows, tok, L, max_depth, bytes_per_value, cp)]
-                      for _, rows, tok, L, cp, _ in rec])
-        y = np.array([r[-1] for r in rec])
-        scale = X.max(axis=0)
-        scale[scale == 0] = 1.0
-        coef, _ = nnls(X / scale, y)
-        coef = coef / scale
-        fit[stage] = [float(c) for c in coef]
-        resid = y - X @ coef
-        r2[stage] = float(1 - (resid ** 2).sum() / max(((y - y.mean()) ** 2).sum(), 1e-30))
-    return {"fit": fit, "r2": r2}
-
-
-def calibrate(cfg: SimConfig, log=None) -> tuple[Profile, dict]:
-    """Run the real engine on this machine (the random model of ``cfg``'s shape, every mode at
-    each of ``cfg.calibrate_widths``) with launch timers on; fit a profile to the timings."""
-    import torch
-
-    from depthbench.model import LoopedTransformer
-
-    mcfg = sim_model(cfg)
-    torch.manual_seed(cfg.seed)
-    model = LoopedTransformer(mcfg).eval()
-    runs, measured = [], {}
-    for (width, mode), run in measure(model, cfg, widths=cfg.calibrate_widths).items():
-        runs.append(run)
-        measured[width, mode] = run[0]["tokens_per_s"]
-        if log:
-            log(f"  width {width} {mode}: {run[0]['tokens_per_s']:.1f} tokens/s")
-    p = next(model.parameters())
-    prof, info = fit_profile(mcfg, runs, cfg, p.element_size(), p.device.type)
-    return prof, {**info, "measured_tokens_per_s": measured}
-
-
-def measure(model, cfg: SimConfig, modes=(), widths=()) -> dict[tuple[int, str], tuple]:
-    """The modes of ``cfg`` (or ``modes``) at each of ``widths`` (default: ``cfg.width``) on the
-    real engine with launch records, all side by side unless ``cfg.interleave`` is off: per
-    (width, mode) its (result, records, engine stats). batch1 runs on its own over a sixteenth
-    of the requests (at least 8): its rate does not depend on how many there are."""
-    from depthbench.runtime import hold_freed_memory
-    from depthbench.serving.compare import (
-        engine_rows,
-        prompt_slots,
-        random_workload,
-        resolve_knobs,
-        run_side_by_side,
-    )
-    from depthbench.serving.engine import Engine
-
-    hold_freed_memory()
-    dev = next(model.parameters()).device.type
-    crit = parse_exit(cfg.exit, cfg.min_depth, cfg.max_depth, cfg.lookahead, cfg.seed)
-    reqs = random_workload(model.cfg.vocab_size, cfg.requests, cfg.prompt_len, cfg.max_new_tokens,
-                           cfg.seed, cfg.length_spread)
-    max_len = max(len(q.prompt) + q.max_new_tokens for q in reqs) + 1
-    engs: dict[tuple[int, str], Engine] = {}
-
-    def entry(width, mode):
-        c = resolve_knobs(cfg.replace(width=width), dev)
-
-        def make(clock=None):
-            engs[width, mode] = Engine(model, crit, c.kv_policy, engine_rows(mode, c), max_len,
-                                       record=True, clock=clock,
-                                       n_prompt_slots=prompt_slots(mode, c))
-            return engs[width, mode]
-        return mode, c, make
-
-    keys = [(w, m) for w in widths or (cfg.width,) for m in modes or cfg.modes]
-    ran = run_side_by_side({k: entry(*k) for k in keys if k[1] != "batch1"}, reqs, cfg.interleave)
-    for k in keys:
-        if k[1] == "batch1":
-            ran |= run_side_by_side({k: entry(*k)}, reqs[: max(8, cfg.requests // 16)], False)
-    out = {}
-    for k in keys:
-        res, done = ran[k]
-        out[k] = (res, engs[k].records, dict(engs[k].stats))
-    return out
-
-
-def fit_profile(mcfg: ModelConfig, runs, cfg: SimConfig, bytes_per_value: int,
-                device: str = "cpu") -> tuple[Profile, dict]:
-    """A fitted profile from measured runs ``(result, records, stats)``: launch costs per stage,
-    then the scheduler's time between launches per core launch and per emitted token."""
-    from scipy.optimize import nnls
-    records = [r for _, recs, _ in runs for r in recs]
-    fitted = fit_records(mcfg, records, cfg.max_depth, bytes_per_value)
-    A = np.array([[st["core_launches"], res["output_tokens"]] for res, _, st in runs], dtype=float)
-    y = np.array([res["wall_s"] - sum(r[-1] for r in recs) for res, recs, _ in runs])
-    (iteration, token), _ = nnls(A, np.maximum(y, 0.0))
-    shape = ", ".join(f"{k}={v}" for k, v in mcfg.to_dict().items()
-                      if k in ("d_model", "n_heads", "n_prelude", "n_core", "n_coda", "vocab_size"))
-    widths = list(cfg.calibrate_widths)
-    prof = Profile(name="calibrated", kind="fitted", bytes_per_value=bytes_per_value, paged=False,
-                   overlap=False, device=device,
-                   source=f"serve-sim --calibrate on {machine()}: {cfg.random} ({shape}), "
-                          f"exit {cfg.exit}, widths {widths}, {cfg.requests} requests; fit R^2 "
-                          + ", ".join(f"{k} {v:.3f}" for k, v in fitted["r2"].items()),
-                   token=float(token), iteration=float(iteration), fit=fitted["fit"])
-    return prof, {"r2": fitted["r2"], "launch_records": len(records)}
 
 
 # ---- the serve-sim stage -------------------------------------------------------------------------

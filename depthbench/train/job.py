@@ -1,0 +1,110 @@
+"""The train stage: a ``TrainJob`` resolved (matched step counts included) and run, and the
+run's FLOP summary and job record."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from depthbench import checkpoint as ckpt
+from depthbench.config import ModelConfig, TrainConfig, TrainJob
+from depthbench.data.synthetic import open_dataset
+from depthbench.flops import FlopModel
+from depthbench.rows import tag_rows, write_rows
+from depthbench.schedules import parse_schedule
+from depthbench.train.loop import _prepare, _run_record, train
+from depthbench.train.metrics import metrics_rows
+
+
+def matched_steps(ref_run: str | Path, schedule_spec: str, data: str | Path,
+                  model_cfg: ModelConfig, batch_size: int, seed: int) -> int:
+    """Steps for which ``schedule_spec`` spends the modeled training FLOPs of ``ref_run``."""
+    from depthbench.flops import matched_run_steps
+    ref = ckpt.read_run(ref_run)
+    ds = open_dataset(data, verify=False)
+    m = model_cfg.replace(vocab_size=model_cfg.vocab_size or len(ds.vocab))
+    return matched_run_steps(FlopModel(**ref["flop_model"]), parse_schedule(ref["schedule"]),
+                             ref["train"]["steps"], ref["seed"], ref["tokens_per_step"],
+                             FlopModel.of(m, ds.seq_len - 1), parse_schedule(schedule_spec), seed,
+                             batch_size * (ds.seq_len - 1))
+
+
+def flop_summary(schedule_spec: str, run: str | None = None, preset: str | None = None,
+                 steps: int | None = None, seed: int = 0) -> dict:
+    """Modeled training FLOPs of a schedule for a run's shape or a preset's (with the dataset
+    preset of the same size), and its fraction of uniform training over the same steps."""
+    from depthbench.flops import FlopModel, schedule_flops
+    sched = parse_schedule(schedule_spec)
+    if run is not None:
+        rec = ckpt.read_run(run)
+        fm = FlopModel(**rec["flop_model"])
+        n_steps, tps = steps or rec["train"]["steps"], rec["tokens_per_step"]
+    else:
+        from data_gen.config import PRESETS
+        from data_gen.generate import build_vocab
+        from depthbench.config import TRAIN_PRESETS, model_preset, train_preset
+        gen = PRESETS[{"tiny": "tiny", "small": "small"}.get(preset, "paper")]()
+        m = model_preset(preset)
+        fm = FlopModel.of(m.replace(vocab_size=m.vocab_size or len(build_vocab(gen))), gen.seq_len - 1)
+        t = train_preset(preset) if preset in TRAIN_PRESETS else None
+        n_steps = steps or (t.steps if t else 1000)
+        tps = (t.batch_size if t else 128) * (gen.seq_len - 1)
+    total = schedule_flops(fm, sched, n_steps, seed, tps)
+    hi = max(sched.max_depth, 16) if sched.kind != "fixed" else 16
+    uni = schedule_flops(fm, parse_schedule(f"uniform:1-{hi}"), n_steps, seed, tps)
+    return {"schedule": schedule_spec, "steps": n_steps, "flops": total, "uniform_flops": uni,
+            "uniform": f"uniform:1-{hi}", "fraction_of_uniform": total / uni,
+            "mean_depth": float(sched.depths(n_steps, seed).mean()), "f0": fm.f0, "fr": fm.fr}
+
+
+# ---- the train stage ---------------------------------------------------------------------------
+def resolved_train_config(job: TrainJob) -> TrainConfig:
+    """The job's TrainConfig with ``match_flops`` and ``keep_after_switch`` applied."""
+    cfg = job.train
+    if job.match_flops:
+        cfg = cfg.replace(steps=matched_steps(job.match_flops, job.schedule, job.data, job.model,
+                                              cfg.batch_size, cfg.seed))
+    switch = parse_schedule(job.schedule).switch_step(cfg.steps)
+    if job.keep_after_switch and switch is not None:
+        extra = {switch + k for k in job.keep_after_switch if 0 < switch + k <= cfg.steps}
+        cfg = cfg.replace(keep_steps=sorted({*cfg.keep_steps, *extra}))
+    return cfg
+
+
+def job_record(job: TrainJob) -> dict:
+    """The run record ``run.json`` that ``job`` writes (to compare with an existing run)."""
+    ds = open_dataset(job.data, verify=False)
+    tcfg = resolved_train_config(job)
+    mcfg = _prepare(ds, job.model, tcfg)
+    return _run_record(mcfg, tcfg, parse_schedule(job.schedule), ds,
+                       FlopModel.of(mcfg, ds.seq_len - 1), tcfg.batch_size * (ds.seq_len - 1))
+
+
+def run_train(job: TrainJob, log=print, progress: bool = True) -> dict:
+    """The train stage: train (or resume) the run of ``job`` and, with ``job.results``, write
+    its training curve (``curve`` rows) and summary (a ``run`` row) there."""
+    from depthbench.fsio import refuse_over_inputs
+    refuse_over_inputs([job.out], data=job.data, flag="--out")
+    if job.results:
+        name = Path(job.out).name
+        refuse_over_inputs([Path(job.results) / k / f"{name}.jsonl" for k in ("curves", "runs")],
+                           run=job.out, data=job.data, flag="--results")
+    tcfg = resolved_train_config(job)
+    summary = train(job.data, job.out, job.model, tcfg, job.schedule, resume=job.resume,
+                    progress=progress, log=log,
+                    start=(job.start_from, job.start_step) if job.start_from else None,
+                    share_steps=job.share_steps)
+    if job.results and int(os.environ.get("RANK", 0)) == 0:
+        name, rec = Path(job.out).name, ckpt.read_run(job.out)
+        keys = {"run": name, "schedule": rec["schedule"], "seed": rec["seed"],
+                "switch_step": rec["switch_step"], "dataset_hash": rec["dataset_hash"]}
+        curve = tag_rows([{**keys, **r} for r in metrics_rows(job.out) if "loss" in r], job.tags)
+        last = curve[-1]
+        results = Path(job.results)
+        write_rows(curve, results / "curves" / name, "curve")
+        write_rows(tag_rows([{**keys, "steps": tcfg.steps, "final_loss": last["loss"],
+                              "modeled_train_flops": last["flops"],
+                              "wall_clock_s": last["wall_clock"],
+                              "cpu_s": last.get("cpu_clock")}], job.tags),
+                   results / "runs" / name, "run")
+    return summary
