@@ -16,8 +16,9 @@ import time
 import torch
 from bench_rows import Parser, add_args, count, from_kept, keep
 
-from data_gen import generate, resolve_config
+from data_gen import resolve_config
 from depthbench.config import tiny_model
+from depthbench.data.generate import generate
 from depthbench.data.synthetic import Dataset
 from depthbench.evaluate.sweep import sweep, sweep_per_depth
 from depthbench.model import LoopedTransformer

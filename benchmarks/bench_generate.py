@@ -25,7 +25,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def child_vectorized(n_people: int, out: str) -> dict:
-    from data_gen import generate, resolve_config
+    from data_gen import resolve_config
+    from depthbench.data.generate import generate
     cfg = resolve_config("paper", overrides={"n_people": n_people})
     t0 = time.perf_counter()
     m = generate(cfg, out)
@@ -40,7 +41,7 @@ def child_naive(n_people: int, out: str) -> dict:
     import numpy as np
 
     from data_gen import resolve_config
-    from data_gen.generate import build_vocab
+    from data_gen.format import build_vocab
     cfg = resolve_config("paper", overrides={"n_people": n_people})
     rnd = random.Random(cfg.seed)
     vocab = {t: i for i, t in enumerate(build_vocab(cfg))}

@@ -68,8 +68,9 @@ def show(title: str, res: dict) -> None:
 def trained_run(path: Path | None) -> Path:
     if path is not None and path.exists():
         return path
-    from data_gen import generate, resolve_config
+    from data_gen import resolve_config
     from depthbench.config import tiny_model, train_preset
+    from depthbench.data.generate import generate
     from depthbench.train.loop import train
     tmp = Path(tempfile.mkdtemp())
     generate(resolve_config("tiny"), tmp / "data")

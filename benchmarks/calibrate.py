@@ -148,8 +148,9 @@ def _parse_ints(text: str) -> list[int]:
 
 
 def _dataset(data_over: dict, root: Path) -> Path:
-    from data_gen import GenConfig, generate
+    from data_gen import GenConfig
     from data_gen.config import tiny
+    from depthbench.data.generate import generate
     cfg = GenConfig.from_dict({**tiny().to_dict(), **data_over})
     key = hashlib.sha256(json.dumps(data_over, sort_keys=True).encode()).hexdigest()[:12]
     path = root / f"data-{key}"

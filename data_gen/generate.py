@@ -20,35 +20,35 @@ Design choices:
   scored after other true values of its person could be completed from them without reading
   the name (a few people share a value), so none is.
 - Token arrays are written as ``.npy`` files whose header is written up front and whose rows
-  are appended shard by shard, hashing as they go.
-"""
+  are appended shard by shard, hashing as they go."""
 
 from __future__ import annotations
 
 import hashlib
 import json
-import time
 from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 
 from data_gen.config import GenConfig
-
-FORMAT_VERSION = 4  # 2: dataset_hash covers the whole manifest; 3: balanced value assignment;
-#                    4: name-only evaluation rows (h per person, only the first fact scored)
-SPECIAL_TOKENS = ("<pad>", "<bos>", "<eos>")
-SPLITS = ("train", "eval_reordered", "eval_seen_order", "eval_unseen_people")
+from data_gen.format import SPLITS, build_vocab, dataset_hash, manifest_fields, split_rows, token_dtype
 
 # Random streams (first element of a SeedSequence spawn key).
 _STREAM_VALUES, _STREAM_PEOPLE, _STREAM_UNSEEN, _STREAM_NAMES, _STREAM_BALANCE = range(5)
+
 
 # value sets up to this size are assigned in balanced blocks (one permutation of the set per
 # block, 32 MiB at most); larger ones are drawn independently (bounded memory at any scale)
 BALANCE_MAX_VALUES = 1 << 22
 
+
 _M1 = np.uint64(0xBF58476D1CE4E5B9)
+
+
 _M2 = np.uint64(0x94D049BB133111EB)
+
+
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 
 
@@ -85,18 +85,6 @@ class NamePermutation:
             x[out] = self._once(x[out])
             out = x >= np.uint64(self.n)
         return x.astype(np.int64)
-
-
-def build_vocab(cfg: GenConfig) -> list[str]:
-    return (list(SPECIAL_TOKENS) + [f"[{a.name}]" for a in cfg.attributes]
-            + [f"N{i}" for i in range(cfg.name_pool)] + [f"V{i}" for i in range(cfg.value_pool)])
-
-
-def token_dtype(vocab_size: int) -> np.dtype:
-    for dt in (np.uint8, np.uint16, np.uint32):
-        if vocab_size <= np.iinfo(dt).max + 1:
-            return np.dtype(dt)
-    raise ValueError(f"vocab of {vocab_size} tokens does not fit in uint32")
 
 
 class _Layout:
@@ -245,72 +233,6 @@ class _HashingFile:
         return {"sha256": self.h.hexdigest(), "bytes": self.n}
 
 
-def sha256_file(path: Path, chunk: int = 1 << 22) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(chunk):
-            h.update(block)
-    return h.hexdigest()
-
-
-def dataset_hash(manifest: dict) -> str:
-    """Identity of a dataset: every manifest field but the hash itself (config, derived sizes,
-    ceiling, and the sha256 of every file), so no field can be edited unnoticed."""
-    ident = {k: v for k, v in manifest.items() if k != "dataset_hash"}
-    return hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()
-
-
-def split_rows(cfg: GenConfig) -> dict[str, int]:
-    """Rows per split: r training orders per person; h name-only questions per person."""
-    h = cfg.n_held_out
-    return {"train": cfg.n_people * cfg.orders_per_person, "eval_reordered": cfg.n_people * h,
-            "eval_seen_order": cfg.n_people * h, "eval_unseen_people": cfg.n_unseen_people * h}
-
-
-def array_specs(cfg: GenConfig) -> dict[str, tuple[np.dtype, tuple[int, ...]]]:
-    """file name -> (dtype, shape) of every token array a dataset of ``cfg`` holds."""
-    dtype = token_dtype(len(build_vocab(cfg)))
-    out = {}
-    for name, n in split_rows(cfg).items():
-        out[f"{name}_tokens.npy"] = (dtype, (n, cfg.seq_len))
-        out[f"{name}_person.npy"] = (np.dtype(np.uint32), (n,))
-        out[f"{name}_order.npy"] = (np.dtype(np.uint8), (n, cfg.n_attributes))
-    return out
-
-
-def expected_files(cfg: GenConfig) -> set[str]:
-    return set(array_specs(cfg)) | {f"{s}.jsonl" for s in SPLITS[1:]} | {"vocab.json"}
-
-
-def manifest_fields(cfg: GenConfig) -> dict:
-    """Every manifest field that follows from the generator config (all but the file hashes)."""
-    A, vocab = cfg.n_attributes, build_vocab(cfg)
-    rows, h = split_rows(cfg), cfg.n_held_out
-    n_text = {s: rows[s] if not cfg.text_eval_people else min(rows[s], cfg.text_eval_people * h)
-              for s in SPLITS[1:]}
-    return {
-        "format_version": FORMAT_VERSION,
-        "generator": "data_gen",
-        "config": json.loads(json.dumps(cfg.to_dict())),
-        "seed": cfg.seed,
-        "vocab_size": len(vocab),
-        "token_dtype": token_dtype(len(vocab)).name,
-        "seq_len": cfg.seq_len,
-        "counts": {
-            "people": cfg.n_people,
-            "unseen_people": cfg.n_unseen_people,
-            "attributes": A,
-            "held_out_attributes": h,
-            "train_sequences": rows["train"],
-            "train_tokens": rows["train"] * cfg.seq_len,
-            "facts": {s: rows[s] for s in SPLITS[1:]},
-            "text_facts": n_text,
-        },
-        "ceiling_bits_per_attribute": {a.name: a.bits for a in cfg.attributes},
-        "ceiling_bits": cfg.ceiling_bits,
-    }
-
-
 class _Split:
     """The writers of one split: tokens, person ids, attribute orders, and the text facts."""
 
@@ -361,7 +283,10 @@ class _Split:
         return files
 
 
-def _generate_into(cfg: GenConfig, out: Path, progress: Callable[[int], None] | None) -> dict:
+def generate_into(cfg: GenConfig, out: Path,
+                  progress: Callable[[int], None] | None = None) -> dict:
+    """Write the dataset of ``cfg`` into the empty directory ``out``; returns its manifest.
+    ``depthbench.data.generate`` writes it into place atomically."""
     A, r = cfg.n_attributes, cfg.orders_per_person
     vocab = build_vocab(cfg)
     dtype = token_dtype(len(vocab))
@@ -429,32 +354,3 @@ def _generate_into(cfg: GenConfig, out: Path, progress: Callable[[int], None] | 
     manifest["dataset_hash"] = dataset_hash(manifest)
     (out / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
     return manifest
-
-
-def generate(cfg: GenConfig, out: str | Path, *, force: bool = False,
-             progress: Callable[[int], None] | None = None) -> dict:
-    """Write the dataset of ``cfg`` to ``out`` and return its manifest.
-
-    The files are written into a temporary sibling directory that is renamed into place only
-    when complete, so an error or interrupt never leaves a half-written dataset at ``out``.
-    """
-    from depthbench.errors import UserError
-    from depthbench.fsio import check_replaceable, replaced_dir
-
-    out = Path(out)
-    if out.exists() and not out.is_dir():
-        raise FileExistsError(f"{out} exists and is not a directory; choose another --out")
-    if out.is_dir() and any(p.name != ".lock" for p in out.iterdir()) and not force:
-        raise FileExistsError(f"{out} is not empty; pass --force to replace it or choose "
-                              "another --out")
-    try:
-        check_replaceable(out, "dataset")
-    except UserError:
-        raise FileExistsError(f"{out} is not empty and not a depthbench dataset (no marker, or "
-                              "files its manifest does not list); --force only replaces a "
-                              "depthbench dataset: choose another --out") from None
-    with replaced_dir(out, "dataset") as tmp:
-        t0 = time.perf_counter()
-        manifest = _generate_into(cfg, tmp, progress)
-        manifest_seconds = time.perf_counter() - t0
-    return {**manifest, "seconds": manifest_seconds}

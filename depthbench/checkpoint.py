@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-from data_gen.generate import sha256_file
+from data_gen.format import sha256_file
 from depthbench import __version__
 from depthbench.errors import UserError
 from depthbench.fsio import atomic_write_text

@@ -12,9 +12,10 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-from data_gen import dataset_hash, generate, resolve_config
+from data_gen import dataset_hash, resolve_config
 from depthbench import checkpoint as ckpt
 from depthbench.cli.main import main
+from depthbench.data.generate import generate
 
 
 @pytest.fixture(scope="module")

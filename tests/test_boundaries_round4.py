@@ -95,7 +95,8 @@ def _lm_eval(*args):
 def test_lm_eval_inputs_are_checked_before_it_runs(trained_run, small_data, tmp_path):
     """No dataset, another dataset's task files, a missing --include_path, --rows into the
     run: each one line, exit 2, the run untouched."""
-    from data_gen import generate, resolve_config
+    from data_gen import resolve_config
+    from depthbench.data.generate import generate
     generate(resolve_config("tiny", overrides={"n_people": 30}), tmp_path / "other")
     before = sorted(p.name for p in trained_run.rglob("*"))
     run = f"pretrained={trained_run},n_loops=2"

@@ -8,8 +8,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from data_gen import Attribute, GenConfig, generate
+from data_gen import Attribute, GenConfig
 from data_gen.generate import NamePermutation
+from depthbench.data.generate import generate
 from depthbench.data.synthetic import Dataset, DatasetError, TrainBatches
 
 

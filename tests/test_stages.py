@@ -326,7 +326,7 @@ def test_the_cli_imports_only_actions_and_configs():
                "depthbench.pipeline.load_spec", "depthbench.train.job.flop_summary",
                "depthbench.evaluate.harness.TASKS_DIR", "depthbench.evaluate.harness.run_depths",
                "depthbench.evaluate.harness.check_inputs",
-               "data_gen.generate", "data_gen.resolve_config"}
+               "depthbench.data.generate.generate", "data_gen.resolve_config"}
     for f in ("cli/main.py", "cli/serve.py", "cli/text.py"):
         used = {i for i in _imports(PKG / f, False) if i.startswith(("depthbench.", "data_gen"))}
         modules = {i for i in used if any(a.startswith(i + ".") for a in used)}

@@ -12,10 +12,11 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-from data_gen import Attribute, GenConfig, generate
+from data_gen import Attribute, GenConfig
 from depthbench import checkpoint as ckpt
 from depthbench.cli.main import main
 from depthbench.config import ModelConfig, TrainConfig
+from depthbench.data.generate import generate
 from depthbench.flops import FlopModel, schedule_flops
 from depthbench.schedules import parse_schedule
 from depthbench.train.loop import lr_at, train

@@ -48,8 +48,8 @@ def generate(out, preset, config_file, sets, seed, force, as_json):
       depthbench generate --out data/tiny
       depthbench generate --out data/x --set attributes=city:4096:2,employer:1024:1
     """
-    from data_gen import generate as gen
     from data_gen import resolve_config
+    from depthbench.data.generate import generate as gen
 
     try:
         cfg = resolve_config(preset, config_file, parse_sets(sets), seed)

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from data_gen.generate import dataset_hash, sha256_file
+from data_gen.format import dataset_hash, sha256_file
 from depthbench.data.text import (
     EOT,
     FILES,

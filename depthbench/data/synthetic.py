@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from data_gen.config import GenConfig
-from data_gen.generate import (
+from data_gen.format import (
     FORMAT_VERSION,
     SPLITS,
     array_specs,
