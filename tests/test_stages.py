@@ -336,10 +336,10 @@ def test_the_cli_imports_only_actions_and_configs():
     assert len((PKG / "cli" / "main.py").read_text().splitlines()) < 300
 
 
-def test_no_function_is_longer_than_80_lines():
+def test_no_function_is_longer_than_about_60_lines():
     long = []
     for p in PKG.rglob("*.py"):
         for n in ast.walk(ast.parse(p.read_text())):
-            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.end_lineno - n.lineno >= 80:
+            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.end_lineno - n.lineno + 1 > 62:
                 long.append(f"{p.name}:{n.name} ({n.end_lineno - n.lineno + 1} lines)")
     assert not long, long

@@ -106,17 +106,7 @@ def _text_sections(figs, ev: pd.DataFrame, color: dict, reference: str | None, t
                         "`depthbench eval`")
     cloze = "cloze_accuracy" in va.columns and va["cloze_accuracy"].notna().all()
     mi = cloze and "cloze_accuracy_mi" in va.columns and va["cloze_accuracy_mi"].notna().all()
-    for value, label, name in (("nll", "validation NLL (nats/token)", "nll_vs_depth.png"),
-                               ("bits_per_byte", "bits per byte", "bpb_vs_depth.png"),
-                               *((("cloze_accuracy", "cloze accuracy (4 choices)",
-                                   "cloze_vs_depth.png"),) if cloze else ()),
-                               *((("cloze_accuracy_mi", "cloze accuracy, mutual information "
-                                   "(4 choices)", "cloze_mi_vs_depth.png"),) if mi else ())):
-        fig, ax = figs.new(f"{label} vs serving depth", "serving depth K", label)
-        _ci_lines(ax, va, value, color)
-        ax.legend(fontsize=8)
-        figs.save(fig, name, f"{label} on the validation split at every serving depth, final "
-                  "checkpoints; lines: mean over seeds, bands: 95% t-interval over seeds.")
+    _text_figures(figs, va, color, cloze, mi)
     ref = _reference(va["schedule"], reference)
     re, clock = _with_train_time(va)
     term = _terminal_nll(curves)
@@ -130,22 +120,7 @@ def _text_sections(figs, ev: pd.DataFrame, color: dict, reference: str | None, t
         include_groups=False).reset_index()
     per["terminal"] = [term.get(r, np.nan) for r in per["run"]]
     ref_flops = per.loc[per["schedule"] == ref, "flops"].mean() if ref else np.nan
-    summary = pd.DataFrame([{
-        "schedule": sch, "seeds": len(g),
-        f"terminal training NLL (final {100 * TERMINAL_SHARE:.0f}% of updates)":
-            _fmt(g["terminal"].mean(), g["terminal"].std()),
-        "mean serving NLL": _fmt(g["mean_nll"].mean(), g["mean_nll"].std()),
-        f"NLL at depth {deepest}": _fmt(g["deep_nll"].mean(), g["deep_nll"].std()),
-        "bits per byte, mean over depths": _fmt(g["bpb"].mean(), g["bpb"].std()),
-        "depth of lowest NLL (per seed)": ", ".join(str(int(d)) for d in g["best_depth"]),
-        **({"cloze accuracy, mean over depths (chance 0.25)": _fmt(g["cloze"].mean(),
-                                                                   g["cloze"].std())}
-           if cloze else {}),
-        **({"cloze accuracy by mutual information, mean over depths (chance 0.25)":
-            _fmt(g["cloze_mi"].mean(), g["cloze_mi"].std())} if mi else {}),
-        f"modeled FLOPs (% of {ref or 'reference'})": _fmt(100 * g["flops"].mean() / ref_flops,
-                                                           100 * g["flops"].std() / ref_flops, 1),
-        f"train {clock} s/run": f"{g['time'].mean():.0f}"} for sch, g in per.groupby("schedule")])
+    summary = _text_summary(per, ref, ref_flops, deepest, clock, cloze, mi)
     tables.append(("Schedules on the validation split (mean ± SD over seeds, final checkpoints)",
                    summary))
     ci = mean_ci(re, ["depth", "schedule"], "nll")
@@ -164,6 +139,42 @@ def _text_sections(figs, ev: pd.DataFrame, color: dict, reference: str | None, t
                        f"Holm-corrected; equivalent within ±{EQUIVALENCE_MARGIN:g} nats",
                        _comparison_table(comparisons)))
     files["findings.md"] = _text_findings(re, per, deepest, mi)
+
+
+def _text_figures(figs, va: pd.DataFrame, color: dict, cloze: bool, mi: bool) -> None:
+    """NLL, bits per byte and (where read) cloze accuracy against serving depth."""
+    for value, label, name in (("nll", "validation NLL (nats/token)", "nll_vs_depth.png"),
+                               ("bits_per_byte", "bits per byte", "bpb_vs_depth.png"),
+                               *((("cloze_accuracy", "cloze accuracy (4 choices)",
+                                   "cloze_vs_depth.png"),) if cloze else ()),
+                               *((("cloze_accuracy_mi", "cloze accuracy, mutual information "
+                                   "(4 choices)", "cloze_mi_vs_depth.png"),) if mi else ())):
+        fig, ax = figs.new(f"{label} vs serving depth", "serving depth K", label)
+        _ci_lines(ax, va, value, color)
+        ax.legend(fontsize=8)
+        figs.save(fig, name, f"{label} on the validation split at every serving depth, final "
+                  "checkpoints; lines: mean over seeds, bands: 95% t-interval over seeds.")
+
+
+def _text_summary(per: pd.DataFrame, ref, ref_flops: float, deepest: int, clock: str,
+                  cloze: bool, mi: bool) -> pd.DataFrame:
+    """One row per schedule: NLL, bits per byte, cloze, FLOPs and time over its seeds."""
+    return pd.DataFrame([{
+        "schedule": sch, "seeds": len(g),
+        f"terminal training NLL (final {100 * TERMINAL_SHARE:.0f}% of updates)":
+            _fmt(g["terminal"].mean(), g["terminal"].std()),
+        "mean serving NLL": _fmt(g["mean_nll"].mean(), g["mean_nll"].std()),
+        f"NLL at depth {deepest}": _fmt(g["deep_nll"].mean(), g["deep_nll"].std()),
+        "bits per byte, mean over depths": _fmt(g["bpb"].mean(), g["bpb"].std()),
+        "depth of lowest NLL (per seed)": ", ".join(str(int(d)) for d in g["best_depth"]),
+        **({"cloze accuracy, mean over depths (chance 0.25)": _fmt(g["cloze"].mean(),
+                                                                   g["cloze"].std())}
+           if cloze else {}),
+        **({"cloze accuracy by mutual information, mean over depths (chance 0.25)":
+            _fmt(g["cloze_mi"].mean(), g["cloze_mi"].std())} if mi else {}),
+        f"modeled FLOPs (% of {ref or 'reference'})": _fmt(100 * g["flops"].mean() / ref_flops,
+                                                           100 * g["flops"].std() / ref_flops, 1),
+        f"train {clock} s/run": f"{g['time'].mean():.0f}"} for sch, g in per.groupby("schedule")])
 
 
 def _text_findings(re: pd.DataFrame, per: pd.DataFrame, deepest: int, mi: bool) -> str:

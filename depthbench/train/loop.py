@@ -334,11 +334,10 @@ def _bar(total: int, initial: int):
                 disable=not sys.stderr.isatty(), dynamic_ncols=True, leave=False)
 
 
-def _train(data: Path, out: Path, model_cfg: ModelConfig, train_cfg: TrainConfig,
-           schedule: Schedule, resume: bool, progress: bool, log, rt: Runtime,
-           start: tuple[str, int] | None = None, share_steps: tuple = ()) -> dict:
-    say = log if rt.is_main else (lambda *a, **k: None)
-    # ---- data, model, run record ----------------------------------------------------------------
+def _begin(data: Path, out: Path, model_cfg: ModelConfig, train_cfg: TrainConfig,
+           schedule: Schedule, resume: bool, rt: Runtime, say, start, share_steps):
+    """Open the dataset, build the model and optimizer, start (fresh, resumed or forked) and
+    write the run record; returns what the loop reads."""
     ds = open_dataset(data)
     model_cfg = _prepare(ds, model_cfg, train_cfg)
     fm = FlopModel.of(model_cfg, ds.seq_len - 1)
@@ -362,6 +361,17 @@ def _train(data: Path, out: Path, model_cfg: ModelConfig, train_cfg: TrainConfig
     rt.barrier()
     say(f"device: {rt.reason}; model: {model.num_params():,} parameters; schedule "
         f"{schedule.spec}; {train_cfg.steps} steps of {train_cfg.batch_size} sequences")
+    return ds, model_cfg, fm, model, opt, st, keep
+
+
+def _train(data: Path, out: Path, model_cfg: ModelConfig, train_cfg: TrainConfig,
+           schedule: Schedule, resume: bool, progress: bool, log, rt: Runtime,
+           start: tuple[str, int] | None = None, share_steps: tuple = ()) -> dict:
+    say = log if rt.is_main else (lambda *a, **k: None)
+    ds, model_cfg, fm, model, opt, st, keep = _begin(data, out, model_cfg, train_cfg, schedule,
+                                                     resume, rt, say, start, share_steps)
+    tokens_per_step = train_cfg.batch_size * (ds.seq_len - 1)
+    metrics_path = out / "metrics.jsonl"
     net = _wrap(model, train_cfg, rt)
     batches = ds.train_batches(train_cfg.batch_size, train_cfg.seed, rt.rank, rt.world)
     bar = _bar(train_cfg.steps, st.step) if progress and rt.is_main else None
@@ -404,6 +414,11 @@ def _train(data: Path, out: Path, model_cfg: ModelConfig, train_cfg: TrainConfig
             t_last, c_last = time.perf_counter(), time.process_time()
     if bar is not None:
         bar.close()
+    return _finish(out, st, model, schedule, say)
+
+
+def _finish(out: Path, st: _State, model, schedule: Schedule, say) -> dict:
+    """The run's summary, said and returned."""
     final = [r for r in st.rows if "loss" in r]
     summary = {"out": str(out), "steps": st.step, "final_loss": final[-1]["loss"] if final else None,
                "modeled_train_flops": st.flops, "wall_clock_s": st.wall, "tokens": st.tokens,
