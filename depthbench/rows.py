@@ -46,6 +46,39 @@ RESERVED_COLUMNS = frozenset("""
     bits_per_byte cloze_accuracy cloze_accuracy_mi cloze_items task acc acc_norm acc_mutual_info harness
     stage command started finished stage_s workers peak_rss_mb
 """.split())
+# kind -> the columns that name one row; two rows with the same key are the same measurement
+# given twice (or two runs of one name), which would count as two seeds
+ROW_KEYS = {"eval": ["run", "step", "split", "depth"], "probe": ["run", "step", "depth",
+                                                                "depth_a", "depth_b"],
+            "curve": ["run", "step"], "run": ["run"], "serve": None,
+            "task": ["run", "step", "task", "depth"], "stage": ["stage"]}
+
+
+# kind -> (the columns that identify it, the columns it must have, which of those are numbers)
+SCHEMA = {
+    "probe": ({"nll_diff", "depth"}, ["run", "step", "depth", "depth_a", "depth_b", "nll_diff",
+                                       "ci95"], ["step", "depth", "depth_a", "depth_b", "nll_diff"]),
+    # a comparison without the static baseline has no speedup: its rows are tabled, not drawn
+    "serve": ({"mode", "tokens_per_s"}, ["mode", "tokens_per_s"], ["tokens_per_s"]),
+    "eval": ({"depth", "split", "bits_per_person"},
+             ["run", "schedule", "seed", "step", "depth", "split", "nll", "bits_per_person",
+              "exact_match", "ceiling_bits", "modeled_train_flops"],
+             ["seed", "step", "depth", "nll", "bits_per_person", "exact_match", "ceiling_bits"]),
+    "curve": ({"loss", "step", "K"}, ["run", "schedule", "step", "K", "loss", "switch_step"],
+               ["step", "K", "loss"]),
+    "run": ({"final_loss", "modeled_train_flops"}, ["run", "schedule", "seed", "final_loss",
+                                                     "modeled_train_flops"], ["seed", "final_loss"]),
+    "task": ({"task", "depth", "harness"}, ["run", "schedule", "seed", "step", "depth", "task"],
+             ["seed", "step", "depth"]),
+    "stage": ({"stage", "finished"}, ["stage", "command", "finished"], ["finished"]),
+}
+
+
+# the eval rows of a text run: (required, numeric) columns in place of the synthetic ones
+TEXT_EVAL = (["run", "schedule", "seed", "step", "depth", "split", "nll", "bits_per_byte",
+              "modeled_train_flops"], ["seed", "step", "depth", "nll", "bits_per_byte"])
+
+
 _TAG_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,63}")
 
 
@@ -93,6 +126,11 @@ def row_files(rows: list[dict], out: str | Path, kind: str) -> dict[Path, str]:
 
     if kind not in KINDS:
         raise ValueError(f"unknown row kind {kind!r}")
+    for r in rows:   # every writer's rows hold their kind's columns (the report reads them)
+        required = TEXT_EVAL[0] if kind == "eval" and "bits_per_byte" in r else SCHEMA[kind][1]
+        missing = [c for c in required if c not in r]
+        if missing:
+            raise ValueError(f"a {kind} row lacks its column(s) {', '.join(missing)}")
     rows = [{"kind": kind, **{k: v for k, v in r.items() if k != "kind"}} for r in rows]
     csv, jsonl = row_paths(out)
     return {csv: pd.DataFrame(rows).to_csv(index=False),

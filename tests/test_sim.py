@@ -324,3 +324,17 @@ def test_no_fraction_exceeds_the_bound_when_small_launches_cost_as_much_as_full_
         assert r["steady_achievable_fraction"] <= 1.02, (m, r["steady_achievable_fraction"])
     assert by["cdb"]["achievable_bound"] > 1.05        # a bound with room to miss
     assert by["cdb"]["achievable_fraction"] > 0.5      # and one a mode comes near
+
+
+def test_the_record_names_the_width_and_pool_that_ran_for_a_short_workload():
+    # 8 requests at width 64: no launch or pool holds more than 8 rows, and the record says so;
+    # the recorded config, run again, gives the same rows (it is what ran)
+    from depthbench.serving.compare import resolve_knobs
+    cfg = SimConfig(random="tiny", model_set=SHAPE, exit="trace:2.5", max_depth=4, width=64,
+                    requests=8, prompt_len=4, max_new_tokens=6)
+    ran = resolve_knobs(cfg, IDEAL.device_type)
+    assert (ran.width, ran.pool) == (8, 8) and ran.min_coda_batch > 0
+    a, b = simulate(cfg, IDEAL), simulate(ran, IDEAL)
+    drop = ("wall_s",)
+    assert [{k: v for k, v in r.items() if k not in drop} for r in a["results"]] == \
+        [{k: v for k, v in r.items() if k not in drop} for r in b["results"]]

@@ -29,6 +29,7 @@ from lm_eval.api.model import TemplateLM
 from lm_eval.api.registry import register_model
 
 from depthbench.checkpoint import check_compatible, load_model, read_run, run_dir_of
+from depthbench.checkpoint import load as load_checkpoint
 from depthbench.data.synthetic import Dataset, open_dataset
 from depthbench.errors import UserError
 from depthbench.schedules import MAX_DEPTH
@@ -229,7 +230,7 @@ def _per_depth(run: str, data: str, depths: list[int], tasks: list[str], tm, ste
             raise UserError(f"lm-eval could not run {', '.join(tasks)} ({first}); a task's data "
                             "must be in the HF datasets cache (HF_DATASETS_OFFLINE=1 reads only "
                             "it)") from None
-        ck = torch.load(lm.checkpoint, map_location="cpu", weights_only=True)
+        ck = load_checkpoint(lm.checkpoint)   # sha256 and format checked, as every load is
         yield k, out["results"], {**ck, "path": lm.checkpoint}, meta
 
 

@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 
 from depthbench.errors import UserError
+from depthbench.rows import ROW_KEYS, SCHEMA, TEXT_EVAL
 from depthbench.schedules import parse_schedule
 
 
@@ -70,34 +71,33 @@ def _refuse_incomparable(ev: pd.DataFrame) -> None:
     a split covers the same serving depths and, on text, the same number of tokens."""
     fin = _final(ev)
     for split, g in fin.groupby("split"):
-        depths = g.groupby("run")["depth"].apply(lambda d: tuple(sorted(set(d))))
-        if depths.nunique() > 1:
-            (r1, d1), (r2, d2) = list(depths.items())[0], next(
-                (r, d) for r, d in depths.items() if d != depths.iloc[0])
+        depths = _unlike(g, "depth")
+        if depths:
+            (r1, d1), (r2, d2) = depths
             raise UserError(f"{split}: run {r1} is read at depths {_span(d1)} and run {r2} at "
                             f"{_span(d2)}; paired comparisons need every run at the same depths: "
                             "evaluate them with the same --depths")
-        if "tokens" in g.columns and g["tokens"].notna().any():
-            tokens = g.groupby("run")["tokens"].agg(lambda t: tuple(sorted(set(t))))
-            if tokens.nunique() > 1:
-                (r1, t1), (r2, t2) = list(tokens.items())[0], next(
-                    (r, t) for r, t in tokens.items() if t != tokens.iloc[0])
-                raise UserError(f"{split}: run {r1} is read over {t1[0]} tokens and run {r2} "
-                                f"over {t2[0]}; runs compared must be read over the same "
-                                "validation windows (the same dataset and --max-people)")
+        tokens = _unlike(g, "tokens") if "tokens" in g.columns and g["tokens"].notna().any() \
+            else None
+        if tokens:
+            (r1, t1), (r2, t2) = tokens
+            raise UserError(f"{split}: run {r1} is read over {t1[0]} tokens and run {r2} "
+                            f"over {t2[0]}; runs compared must be read over the same "
+                            "validation windows (the same dataset and --max-people)")
+
+
+def _unlike(g: pd.DataFrame, column: str):
+    """Two runs whose sets of ``column`` values differ, each with its set, or None."""
+    per = g.groupby("run")[column].agg(lambda v: tuple(sorted(set(v))))
+    if per.nunique() <= 1:
+        return None
+    first = list(per.items())[0]
+    return first, next((r, v) for r, v in per.items() if v != first[1])
 
 
 def _span(depths: tuple) -> str:
     d = list(depths)
     return f"{d[0]}-{d[-1]}" if d == list(range(d[0], d[-1] + 1)) else ",".join(map(str, d))
-
-
-# kind -> the columns that name one row; two rows with the same key are the same measurement
-# given twice (or two runs of one name), which would count as two seeds
-ROW_KEYS = {"eval": ["run", "step", "split", "depth"], "probe": ["run", "step", "depth",
-                                                                "depth_a", "depth_b"],
-            "curve": ["run", "step"], "run": ["run"], "serve": None,
-            "task": ["run", "step", "task", "depth"], "stage": ["stage"]}
 
 
 def _refuse_duplicates(df: pd.DataFrame, kind: str) -> None:
@@ -130,31 +130,6 @@ def _refuse_mixed_datasets(rows: dict) -> None:
         raise UserError(f"the rows come from {len(hashes)} datasets ({h1[:12]} in {f1}, "
                         f"{h2[:12]} in {f2}); runs trained on different datasets cannot be "
                         "compared as paired seeds: report one dataset's rows at a time")
-
-
-# kind -> (the columns that identify it, the columns it must have, which of those are numbers)
-SCHEMA = {
-    "probe": ({"nll_diff", "depth"}, ["run", "step", "depth", "depth_a", "depth_b", "nll_diff",
-                                       "ci95"], ["step", "depth", "depth_a", "depth_b", "nll_diff"]),
-    # a comparison without the static baseline has no speedup: its rows are tabled, not drawn
-    "serve": ({"mode", "tokens_per_s"}, ["mode", "tokens_per_s"], ["tokens_per_s"]),
-    "eval": ({"depth", "split", "bits_per_person"},
-             ["run", "schedule", "seed", "step", "depth", "split", "nll", "bits_per_person",
-              "exact_match", "ceiling_bits", "modeled_train_flops"],
-             ["seed", "step", "depth", "nll", "bits_per_person", "exact_match", "ceiling_bits"]),
-    "curve": ({"loss", "step", "K"}, ["run", "schedule", "step", "K", "loss", "switch_step"],
-               ["step", "K", "loss"]),
-    "run": ({"final_loss", "modeled_train_flops"}, ["run", "schedule", "seed", "final_loss",
-                                                     "modeled_train_flops"], ["seed", "final_loss"]),
-    "task": ({"task", "depth", "harness"}, ["run", "schedule", "seed", "step", "depth", "task"],
-             ["seed", "step", "depth"]),
-    "stage": ({"stage", "finished"}, ["stage", "command", "finished"], ["finished"]),
-}
-
-
-# the eval rows of a text run: (required, numeric) columns in place of the synthetic ones
-TEXT_EVAL = (["run", "schedule", "seed", "step", "depth", "split", "nll", "bits_per_byte",
-              "modeled_train_flops"], ["seed", "step", "depth", "nll", "bits_per_byte"])
 
 
 def _kind(cols: set) -> str | None:

@@ -60,7 +60,10 @@ def resolve_knobs(cfg, device_type: str):
     """``cfg`` (a ServeConfig or SimConfig) with each batching knob left at 0 set to the default
     for ``device_type`` (``scheduler.knob_defaults``), so the result records what ran."""
     d = knob_defaults(cfg.width, device_type, cfg.min_coda_batch)
-    return cfg.replace(**{k: getattr(cfg, k) or v for k, v in d.items()})
+    cfg = cfg.replace(**{k: getattr(cfg, k) or v for k, v in d.items()})
+    # no engine holds more rows than there are requests (engine_rows), nor takes more into a
+    # launch: the record names the width and pool that ran
+    return cfg.replace(width=min(cfg.width, cfg.requests), pool=min(cfg.pool, cfg.requests))
 
 
 def engine_rows(mode: str, cfg: ServeConfig) -> int:
