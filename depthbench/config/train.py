@@ -64,6 +64,10 @@ class TrainConfig(PlainConfig):
                         "warmup_steps": 10**9, "eval_every": 10**9, "ckpt_every": 10**9,
                         "seed": 2**32 - 1, "threads": 1024, "eval_people": 1 << 30})
 
+    def tokens_per_step(self, seq_len: int) -> int:
+        """Tokens one step trains on: every position of a batch that predicts a next token."""
+        return self.batch_size * (seq_len - 1)
+
 
 TRAIN_PRESETS = {
     # calibrated in docs/calibration.md (benchmarks/calibrate.py, recipe p512-add-s1500): the

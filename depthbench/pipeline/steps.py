@@ -66,15 +66,15 @@ def matched_steps_of(gen_cfg, mcfg, trains: list[Stage]):
     the generator config and the reference's stage."""
     from depthbench.flops import matched_run_steps
     from depthbench.schedules import parse_schedule
-    fm, seq = _flop_model(gen_cfg, mcfg), gen_cfg.seq_len - 1
+    fm, seq = _flop_model(gen_cfg, mcfg), gen_cfg.seq_len
     refs = {t.config["out"]: TrainJob.from_dict(t.config) for t in trains}
 
     def steps(job: TrainJob) -> int:
         ref = refs[job.match_flops]
         return matched_run_steps(fm, parse_schedule(ref.schedule), ref.train.steps,
-                                 ref.train.seed, ref.train.batch_size * seq, fm,
+                                 ref.train.seed, ref.train.tokens_per_step(seq), fm,
                                  parse_schedule(job.schedule), job.train.seed,
-                                 job.train.batch_size * seq)
+                                 job.train.tokens_per_step(seq))
     return steps
 
 
@@ -84,7 +84,7 @@ def budget_steps(gen_cfg, mcfg, tcfg, budget_schedule: str):
     steps (its seed-0 draws). Computed from the generator config, so ``--plan`` needs no data."""
     from depthbench.flops import match_steps, schedule_flops
     from depthbench.schedules import parse_schedule
-    fm, tps = _flop_model(gen_cfg, mcfg), tcfg.batch_size * (gen_cfg.seq_len - 1)
+    fm, tps = _flop_model(gen_cfg, mcfg), tcfg.tokens_per_step(gen_cfg.seq_len)
     full = schedule_flops(fm, parse_schedule(budget_schedule), tcfg.steps, 0, tps)
 
     def steps_of(schedule: str, fraction: float, seed: int) -> int:

@@ -19,13 +19,8 @@ from depthbench.errors import UserError
 from depthbench.fsio import atomic_write_text, check_replaceable, replaced_dir
 from depthbench.report.figures import _colors, _fig_curves, _fig_probe, _Figures
 from depthbench.report.load import _row_files, labelled, load_rows
-from depthbench.report.sections import (
-    _eval_sections,
-    _serve_section,
-    _stage_table,
-    _task_section,
-    _text_sections,
-)
+from depthbench.report.sections import _eval_sections, _serve_section, _stage_table, _task_section
+from depthbench.report.text import _text_sections
 
 
 def run_report(cfg: ReportConfig) -> list[Path]:
@@ -58,12 +53,11 @@ def _build(rows: dict, out: Path, title: str, reference: str | None, paths) -> l
     tables: list[tuple[str, pd.DataFrame]] = []
     notes: list[str] = []
     files: dict[str, str] = dict(committed)  # extra text files: name -> content
-    if rows.get("eval") is not None and "bits_per_byte" in rows["eval"].columns:
-        _text_sections(figs, rows["eval"], color, reference, tables, notes, files,
-                       rows.get("curve"))
-    elif rows.get("eval") is not None:
-        _eval_sections(figs, rows["eval"], color, reference, tables, notes, files,
-                       rows.get("curve"))
+    if rows.get("eval") is not None:
+        text = "bits_per_byte" in rows["eval"].columns
+        part = (_text_sections if text else _eval_sections)(figs, rows["eval"], color, reference,
+                                                             rows.get("curve"))
+        tables, notes, files = part.tables, part.notes, {**files, **part.files}
     if rows.get("curve") is not None:
         _fig_curves(figs, rows["curve"], color)
     if rows.get("probe") is not None:

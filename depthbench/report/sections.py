@@ -3,6 +3,8 @@ serving, each returning its Markdown and figures."""
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 import pandas as pd
 
@@ -33,8 +35,17 @@ from depthbench.report.load import TERMINAL_SHARE, _final, _fmt, grid_clock, lab
 from depthbench.stats import mean_ci, paired_differences, t_interval
 
 
-def _eval_sections(figs, ev: pd.DataFrame, color: dict, reference: str | None, tables, notes,
-                   files: dict[str, str], curves: pd.DataFrame | None = None):
+class Sections(NamedTuple):
+    """What a kind of rows adds to the page: titled tables, comparison sentences, extra files."""
+    tables: list[tuple[str, pd.DataFrame]]
+    notes: list[str]
+    files: dict[str, str]
+
+
+def _eval_sections(figs, ev: pd.DataFrame, color: dict, reference: str | None,
+                   curves: pd.DataFrame | None = None) -> Sections:
+    """Recall from the name alone: figures, comparisons, summary, brackets and the control."""
+    tables, notes, files = [], [], {}
     fin = _final(ev)
     re = fin[fin["split"] == "eval_reordered"]
     if re.empty:
@@ -83,121 +94,24 @@ def _eval_sections(figs, ev: pd.DataFrame, color: dict, reference: str | None, t
             f"`{s}` trained with gradients through its last {int(g)} loops only"
             for s, g in trunc.items()) + " (the other runs: full backprop).")
     files["findings.md"] = _findings(re, ref)
+    control = _control_table(fin)
+    if control is not None:
+        tables.append(control)
+    return Sections(tables, notes, files)
+
+
+def _control_table(fin: pd.DataFrame):
+    """The unseen-people control's table (None without that split)."""
     ctrl = fin[fin["split"] == "eval_unseen_people"]
     if not ctrl.empty:
         cols = ["bits_per_person"] + [c for c in ("unfloored_bits_per_person", "exact_match")
                                       if c in ctrl.columns]
         control = ctrl.groupby("schedule")[cols].agg(["mean", "max"]).round(3)
         control.columns = [f"{c} {a}" for c, a in control.columns]
-        tables.append(("Control: unseen people, all depths (floored bits about 0 or a little "
-                       "above: the per-fact max(0, .) bias; the unfloored bits and exact match "
-                       "are unbiased)", control.reset_index()))
-
-
-def _text_sections(figs, ev: pd.DataFrame, color: dict, reference: str | None, tables, notes,
-                   files: dict[str, str], curves: pd.DataFrame | None = None) -> None:
-    """A text corpus's report: validation NLL and bits per byte against serving depth per
-    schedule (the paper's Figure 8 style), the schedules' summary, the comparisons decided in
-    advance on NLL averaged over serving depths, and the findings table."""
-    va = _final(ev)
-    va = va[va["split"] == "validation"]
-    if va.empty:
-        raise UserError("the text eval rows hold no validation split; evaluate the runs with "
-                        "`depthbench eval`")
-    cloze = "cloze_accuracy" in va.columns and va["cloze_accuracy"].notna().all()
-    mi = cloze and "cloze_accuracy_mi" in va.columns and va["cloze_accuracy_mi"].notna().all()
-    _text_figures(figs, va, color, cloze, mi)
-    ref = _reference(va["schedule"], reference)
-    re, clock = _with_train_time(va)
-    term = _terminal_nll(curves)
-    deepest = int(re["depth"].max())
-    per = re.groupby(["run", "schedule"]).apply(lambda g: pd.Series({
-        "mean_nll": g["nll"].mean(), "deep_nll": g.loc[g["depth"].idxmax(), "nll"],
-        "best_depth": g.loc[g["nll"].idxmin(), "depth"], "bpb": g["bits_per_byte"].mean(),
-        "cloze": g["cloze_accuracy"].mean() if cloze else np.nan,
-        "cloze_mi": g["cloze_accuracy_mi"].mean() if mi else np.nan,
-        "flops": g["modeled_train_flops"].iloc[0], "time": g["train_time"].iloc[0]}),
-        include_groups=False).reset_index()
-    per["terminal"] = [term.get(r, np.nan) for r in per["run"]]
-    ref_flops = per.loc[per["schedule"] == ref, "flops"].mean() if ref else np.nan
-    summary = _text_summary(per, ref, ref_flops, deepest, clock, cloze, mi)
-    tables.append(("Schedules on the validation split (mean ± SD over seeds, final checkpoints)",
-                   summary))
-    ci = mean_ci(re, ["depth", "schedule"], "nll")
-    ci["cell"] = [f"{m:.3f} ± {h:.3f}" if np.isfinite(h) else f"{m:.3f}"
-                  for m, h in zip(ci["mean"], ci["ci95"])]
-    tables.append(("Validation NLL by serving depth (mean ± 95% CI half-width over seeds)",
-                   ci.pivot_table(index="depth", columns="schedule", values="cell",
-                                  aggfunc="first").reset_index()))
-    comparisons = _comparisons(re, reference, "nll")
-    if not comparisons.empty:
-        notes += _comparison_words(comparisons, "validation NLL",
-                                   ("has higher NLL", "has lower NLL"))
-        tables.append(("Comparisons decided in advance: each schedule minus the reference on "
-                       "validation NLL averaged over serving depths (the claim), and over depths "
-                       "1-3 (described); paired 95% t-interval and exact sign-flip p over seeds, "
-                       f"Holm-corrected; equivalent within ±{EQUIVALENCE_MARGIN:g} nats",
-                       _comparison_table(comparisons)))
-    files["findings.md"] = _text_findings(re, per, deepest, mi)
-
-
-def _text_figures(figs, va: pd.DataFrame, color: dict, cloze: bool, mi: bool) -> None:
-    """NLL, bits per byte and (where read) cloze accuracy against serving depth."""
-    for value, label, name in (("nll", "validation NLL (nats/token)", "nll_vs_depth.png"),
-                               ("bits_per_byte", "bits per byte", "bpb_vs_depth.png"),
-                               *((("cloze_accuracy", "cloze accuracy (4 choices)",
-                                   "cloze_vs_depth.png"),) if cloze else ()),
-                               *((("cloze_accuracy_mi", "cloze accuracy, mutual information "
-                                   "(4 choices)", "cloze_mi_vs_depth.png"),) if mi else ())):
-        fig, ax = figs.new(f"{label} vs serving depth", "serving depth K", label)
-        _ci_lines(ax, va, value, color)
-        ax.legend(fontsize=8)
-        figs.save(fig, name, f"{label} on the validation split at every serving depth, final "
-                  "checkpoints; lines: mean over seeds, bands: 95% t-interval over seeds.")
-
-
-def _text_summary(per: pd.DataFrame, ref, ref_flops: float, deepest: int, clock: str,
-                  cloze: bool, mi: bool) -> pd.DataFrame:
-    """One row per schedule: NLL, bits per byte, cloze, FLOPs and time over its seeds."""
-    return pd.DataFrame([{
-        "schedule": sch, "seeds": len(g),
-        f"terminal training NLL (final {100 * TERMINAL_SHARE:.0f}% of updates)":
-            _fmt(g["terminal"].mean(), g["terminal"].std()),
-        "mean serving NLL": _fmt(g["mean_nll"].mean(), g["mean_nll"].std()),
-        f"NLL at depth {deepest}": _fmt(g["deep_nll"].mean(), g["deep_nll"].std()),
-        "bits per byte, mean over depths": _fmt(g["bpb"].mean(), g["bpb"].std()),
-        "depth of lowest NLL (per seed)": ", ".join(str(int(d)) for d in g["best_depth"]),
-        **({"cloze accuracy, mean over depths (chance 0.25)": _fmt(g["cloze"].mean(),
-                                                                   g["cloze"].std())}
-           if cloze else {}),
-        **({"cloze accuracy by mutual information, mean over depths (chance 0.25)":
-            _fmt(g["cloze_mi"].mean(), g["cloze_mi"].std())} if mi else {}),
-        f"modeled FLOPs (% of {ref or 'reference'})": _fmt(100 * g["flops"].mean() / ref_flops,
-                                                           100 * g["flops"].std() / ref_flops, 1),
-        f"train {clock} s/run": f"{g['time'].mean():.0f}"} for sch, g in per.groupby("schedule")])
-
-
-def _text_findings(re: pd.DataFrame, per: pd.DataFrame, deepest: int, mi: bool) -> str:
-    """The README's text findings table: validation NLL (bits per byte) at depths 1, 4 and
-    the deepest, with 95% t-intervals over seeds, and the cloze accuracies over depths."""
-    depths = [d for d in (1, 4, deepest) if d in set(re["depth"])]
-    head = (["schedule", "seeds"] + [f"depth {d}: NLL (bits/byte)" for d in depths]
-            + (["cloze accuracy over depths 1-16: summed LL (mutual information); chance 0.25"]
-               if mi else []))
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for sch, g in re.groupby("schedule"):
-        cells = [f"`{sch}`", str(g["seed"].nunique())]
-        for d in depths:
-            m, h, _ = t_interval(g.loc[g["depth"] == d, "nll"])
-            cells.append(f"{m:.3f}{f' ± {h:.3f}' if np.isfinite(h) else ''} "
-                         f"({g.loc[g['depth'] == d, 'bits_per_byte'].mean():.3f})")
-        if mi:
-            a = per.loc[per["schedule"] == sch]
-            m, h, _ = t_interval(a["cloze"])
-            m2, h2, _ = t_interval(a["cloze_mi"])
-            cells.append(f"{m:.3f} ± {h:.3f} ({m2:.3f} ± {h2:.3f})")
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines) + "\n"
+        return ("Control: unseen people, all depths (floored bits about 0 or a little above: "
+                "the per-fact max(0, .) bias; the unfloored bits and exact match are unbiased)",
+                control.reset_index())
+    return None
 
 
 def _task_section(figs, tk: pd.DataFrame, color: dict) -> tuple[str, pd.DataFrame]:

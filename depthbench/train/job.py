@@ -48,7 +48,7 @@ def flop_summary(schedule_spec: str, run: str | None = None, preset: str | None 
         fm = FlopModel.of(m.replace(vocab_size=m.vocab_size or len(build_vocab(gen))), gen.seq_len - 1)
         t = train_preset(preset) if preset in TRAIN_PRESETS else None
         n_steps = steps or (t.steps if t else 1000)
-        tps = (t.batch_size if t else 128) * (gen.seq_len - 1)
+        tps = (t or TrainConfig(batch_size=128)).tokens_per_step(gen.seq_len)
     total = schedule_flops(fm, sched, n_steps, seed, tps)
     hi = max(sched.max_depth, 16) if sched.kind != "fixed" else 16
     uni = schedule_flops(fm, parse_schedule(f"uniform:1-{hi}"), n_steps, seed, tps)
@@ -77,7 +77,7 @@ def job_record(job: TrainJob) -> dict:
     tcfg = resolved_train_config(job)
     mcfg = _prepare(ds, job.model, tcfg)
     return _run_record(mcfg, tcfg, parse_schedule(job.schedule), ds,
-                       FlopModel.of(mcfg, ds.seq_len - 1), tcfg.batch_size * (ds.seq_len - 1))
+                       FlopModel.of(mcfg, ds.seq_len - 1), tcfg.tokens_per_step(ds.seq_len))
 
 
 def run_train(job: TrainJob, log=print, progress: bool = True) -> dict:

@@ -341,7 +341,7 @@ def _begin(data: Path, out: Path, model_cfg: ModelConfig, train_cfg: TrainConfig
     ds = open_dataset(data)
     model_cfg = _prepare(ds, model_cfg, train_cfg)
     fm = FlopModel.of(model_cfg, ds.seq_len - 1)
-    tokens_per_step = train_cfg.batch_size * (ds.seq_len - 1)
+    tokens_per_step = train_cfg.tokens_per_step(ds.seq_len)
     record = _run_record(model_cfg, train_cfg, schedule, ds, fm, tokens_per_step)
     metrics_path = out / "metrics.jsonl"
     start_ckpt = _start_checkpoint(out, resume, record)
@@ -370,7 +370,7 @@ def _train(data: Path, out: Path, model_cfg: ModelConfig, train_cfg: TrainConfig
     say = log if rt.is_main else (lambda *a, **k: None)
     ds, model_cfg, fm, model, opt, st, keep = _begin(data, out, model_cfg, train_cfg, schedule,
                                                      resume, rt, say, start, share_steps)
-    tokens_per_step = train_cfg.batch_size * (ds.seq_len - 1)
+    tokens_per_step = train_cfg.tokens_per_step(ds.seq_len)
     metrics_path = out / "metrics.jsonl"
     net = _wrap(model, train_cfg, rt)
     batches = ds.train_batches(train_cfg.batch_size, train_cfg.seed, rt.rank, rt.world)
