@@ -131,6 +131,20 @@ RECIPES.update({
                      "1500 uniform:1-16 steps = 100%", {"data": _balanced(n), "model": ADD,
                                                         "train": {"steps": 1500}})
     for n in (192, 256)})
+
+
+def _tiered(m: int, exposure: tuple[int, ...]) -> dict:
+    """len(exposure) x m people x 6 attributes of m values; people [k m, (k+1) m) seen
+    exposure[k % len(exposure)] times as often (each value held once per tier: floor 0 bits)."""
+    return {**_balanced(len(exposure) * m), "exposure": ",".join(map(str, exposure))}
+
+
+RECIPES.update({
+    f"budget-m64-x{'-'.join(map(str, x))}": (
+        f"the budget figure's task with unequal exposure: {3 * 64} people x 6 attributes x 64 "
+        f"values, each tier of 64 people seen {', '.join(map(str, x))} times as often",
+        {"data": _tiered(64, x), "model": ADD, "train": {"steps": 1500}})
+    for x in ((1, 3, 9), (1, 4, 16))})
 RECIPES.update({
     "budget-n128-d32": ("the budget figure's 128-person task at d_model 32 (a quarter of the "
                         "core's parameters)", {"data": _balanced(128),

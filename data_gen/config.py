@@ -86,6 +86,12 @@ class GenConfig:
     balanced_values: bool = True
     shard_people: int = 65536      # people generated and written per shard (bounds memory)
     seed: int = 0
+    # times each training order of a person is written, by value block: people [k M, (k+1) M)
+    # (M: every attribute's value count) repeat their orders exposure[k % len(exposure)] times,
+    # so some people are seen more often than others and memorizing the task spreads over a
+    # wider range of compute. With n_people a multiple of len(exposure) x M each value is held
+    # once per tier, so the training distribution of values stays uniform (floor 0 bits).
+    exposure: tuple[int, ...] = (1,)
 
     def __post_init__(self):
         if isinstance(self.attributes, str):
@@ -93,6 +99,7 @@ class GenConfig:
         attrs = tuple(a if isinstance(a, Attribute) else _attribute_from_dict(a)
                       for a in self.attributes)
         object.__setattr__(self, "attributes", attrs)
+        self._check_exposure()
         for name in ("n_people", "name_tokens", "name_pool", "value_pool", "orders_per_person",
                      "shard_people"):
             if type(getattr(self, name)) is not int or getattr(self, name) < 1:
@@ -145,6 +152,48 @@ class GenConfig:
             if a.n_values > 2 ** 31:
                 raise ValueError(f"attributes.{a.name}.n_values must be below 2**31")
 
+    def _check_exposure(self) -> None:
+        e = self.exposure
+        if isinstance(e, str):
+            try:
+                e = tuple(int(x) for x in e.split(","))
+            except ValueError:
+                raise ValueError(f"exposure must be positive integers, e.g. 1,2,4,8 (got {e!r})") \
+                    from None
+        if isinstance(e, int) and not isinstance(e, bool):
+            e = (e,)
+        if not isinstance(e, (tuple, list)) or not e or not all(
+                type(x) is int and 1 <= x <= 1024 for x in e) or len(e) > 64:
+            raise ValueError("exposure must be 1 to 64 integers in 1..1024, e.g. 1,2,4,8 "
+                             f"(got {self.exposure!r})")
+        object.__setattr__(self, "exposure", tuple(e))
+        if len(set(e)) == 1:
+            return
+        sizes = {a.n_values for a in self.attributes}
+        M = next(iter(sizes))
+        if len(sizes) > 1 or not self.balanced_values or self.n_people % (len(e) * M):
+            raise ValueError(
+                f"exposure {','.join(map(str, e))}: needs balanced values, one value count for "
+                f"every attribute and n_people a multiple of {len(e)} x that count, so that each "
+                f"value is held once per exposure tier (got n_people={self.n_people}, value "
+                f"counts {sorted(sizes)})")
+
+    def exposure_of(self, person):
+        """Times each training order of trained people ``person`` (an int array) is written."""
+        import numpy as np
+        e = np.asarray(self.exposure, dtype=np.int64)
+        if len(e) == 1:
+            return np.full(np.shape(person), e[0], dtype=np.int64)
+        return e[(np.asarray(person) // self.attributes[0].n_values) % len(e)]
+
+    @property
+    def train_rows(self) -> int:
+        """Rows of the training split: each person's orders times its exposure."""
+        if len(self.exposure) == 1:
+            return self.n_people * self.orders_per_person * self.exposure[0]
+        M, T = self.attributes[0].n_values, len(self.exposure)
+        return self.orders_per_person * M * (self.n_people // (T * M)) * sum(self.exposure)
+
     # ---- derived -----------------------------------------------------------------------------
     @property
     def n_attributes(self) -> int:
@@ -169,7 +218,12 @@ class GenConfig:
         return self.n_held_out * sum(a.bits for a in self.attributes) / len(self.attributes)
 
     def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        d = dataclasses.asdict(self)
+        if self.exposure == (1,):   # the default leaves every earlier dataset's manifest (and
+            del d["exposure"]       # hash) as it was
+        else:
+            d["exposure"] = list(self.exposure)
+        return d
 
     @classmethod
     def from_dict(cls, d: dict) -> GenConfig:

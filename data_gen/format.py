@@ -51,9 +51,10 @@ def dataset_hash(manifest: dict) -> str:
 
 
 def split_rows(cfg: GenConfig) -> dict[str, int]:
-    """Rows per split: r training orders per person; h name-only questions per person."""
+    """Rows per split: r training orders per person (times its exposure); h name-only
+    questions per person."""
     h = cfg.n_held_out
-    return {"train": cfg.n_people * cfg.orders_per_person, "eval_reordered": cfg.n_people * h,
+    return {"train": cfg.train_rows, "eval_reordered": cfg.n_people * h,
             "eval_seen_order": cfg.n_people * h, "eval_unseen_people": cfg.n_unseen_people * h}
 
 

@@ -327,6 +327,9 @@ def generate_into(cfg: GenConfig, out: Path,
         asked = _order_with_first(rng, split_of[:, :h], A)                 # (n, h, A)
         flat = train_orders.reshape(n * r, A)                              # person-major rows
         rep = np.repeat(np.arange(n), r)
+        times = cfg.exposure_of(person)[rep]                               # (n r,)
+        if (times > 1).any():   # each order written as often as its person's exposure says
+            flat, rep = np.repeat(flat, times, axis=0), np.repeat(rep, times)
         splits["train"].write(layout.render(cfg, names[rep], values[rep], flat), person[rep],
                               flat, vocab_arr, cfg, layout)
         ask("eval_reordered", person, names, values, asked)

@@ -178,3 +178,57 @@ def test_train_batches_cover_every_row_each_epoch_and_split_across_ranks(tmp_pat
     for s in (0, 3, 20):
         np.testing.assert_array_equal(np.concatenate([t.batch(s) for t in two]), one.batch(s))
     assert not np.array_equal(TrainBatches(split, 8, seed=6).batch(0), one.batch(0))
+
+
+# ---- exposure: some people seen more often than others ------------------------------------------
+def _exposed(seed=0, exposure=(1, 3, 9), M=8):
+    attrs = tuple(Attribute(name=n, n_values=M, value_tokens=1) for n in ("a", "b", "c", "d"))
+    return GenConfig(n_people=3 * M * 2, n_unseen_people=4, name_pool=8,
+                     value_pool=16, orders_per_person=3, shard_people=7, seed=seed,
+                     attributes=attrs, exposure=exposure)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_exposure_repeats_each_persons_orders_and_keeps_values_uniform(tmp_path, seed):
+    cfg = _exposed(seed)
+    generate(cfg, tmp_path / "d")
+    ds = Dataset(tmp_path / "d")
+    tr = ds.split("train")
+    person, order = np.asarray(tr.person), np.asarray(tr.order)
+    assert len(person) == cfg.train_rows
+    for p in range(cfg.n_people):
+        mine = order[person == p]
+        want = cfg.exposure[(p // 8) % 3]
+        assert len(mine) == 3 * want                          # r orders, each `want` times
+        orders, counts = np.unique(mine, axis=0, return_counts=True)
+        assert len(orders) == 3 and set(counts) == {want}
+    # every value of every attribute is written equally often in training: the floor stays 0
+    vals = np.take_along_axis(np.asarray(tr.tokens), ds.key_positions(order) + 1, axis=1)
+    for a in range(order.shape[1]):
+        col = vals[order == a]
+        _, c = np.unique(col, return_counts=True)
+        assert len(set(c)) == 1, (a, c)
+    from depthbench.evaluate.reference import name_blind, person_agnostic
+    for split in ("eval_reordered", "eval_seen_order"):
+        assert person_agnostic(ds, split)["bits_per_person"] <= 0.5
+        assert name_blind(ds, split)["bits_per_person"] <= 0.5
+    # the evaluation splits do not depend on exposure: the same questions as without it
+    flat = tmp_path / "flat"
+    generate(_exposed(seed, exposure=(1,)), flat)
+    for split in ("eval_reordered", "eval_seen_order", "eval_unseen_people"):
+        a, b = Dataset(tmp_path / "d").split(split), Dataset(flat).split(split)
+        assert np.array_equal(np.asarray(a.tokens), np.asarray(b.tokens)), split
+
+
+def test_a_default_exposure_leaves_the_manifest_as_before_and_bad_ones_are_refused(tmp_path):
+    m = generate(small_config(), tmp_path / "d")
+    assert "exposure" not in m["config"]                     # earlier datasets' hashes unchanged
+    with pytest.raises(ValueError, match="multiple of 2"):
+        small_config(exposure=(1, 2), attributes=(Attribute(name="x", n_values=7),
+                                                  Attribute(name="y", n_values=7)))
+    with pytest.raises(ValueError, match="one value count"):
+        small_config(exposure=(1, 2))
+    for bad in ("0,2", "x", (), (1, 2.5)):
+        with pytest.raises(ValueError, match="exposure"):
+            small_config(exposure=bad)
+    assert _exposed(exposure="1,3,9").exposure == (1, 3, 9)
