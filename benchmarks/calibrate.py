@@ -136,7 +136,8 @@ RECIPES.update({
 def _tiered(m: int, exposure: tuple[int, ...]) -> dict:
     """len(exposure) x m people x 6 attributes of m values; people [k m, (k+1) m) seen
     exposure[k % len(exposure)] times as often (each value held once per tier: floor 0 bits)."""
-    return {**_balanced(len(exposure) * m), "exposure": ",".join(map(str, exposure))}
+    return {**_balanced(m), "n_people": len(exposure) * m,
+            "exposure": ",".join(map(str, exposure))}
 
 
 RECIPES.update({
