@@ -194,11 +194,8 @@ def run_one(recipe: str, schedule: str, seed: int, threads: int, work: str) -> d
     schedule_part, _, fraction = schedule.partition("@")
     train_schedule, _, matched_to = schedule_part.partition("~")
     if fraction:
-        from data_gen import GenConfig
-        from data_gen.config import tiny
         from depthbench.pipeline.steps import budget_steps
-        gen = GenConfig.from_dict({**tiny().to_dict(), **over.get("data", {})})
-        steps_of = budget_steps(gen, mcfg.replace(vocab_size=len(ds.vocab)), tcfg,
+        steps_of = budget_steps(ds.config, mcfg.replace(vocab_size=len(ds.vocab)), tcfg,
                                 BUDGET_SCHEDULE)
         tcfg = tcfg.replace(steps=steps_of(train_schedule, float(fraction), seed))
     if matched_to:

@@ -166,9 +166,10 @@ class GenConfig:
                 type(x) is int and 1 <= x <= 1024 for x in e) or len(e) > 64:
             raise ValueError("exposure must be 1 to 64 integers in 1..1024, e.g. 1,2,4,8 "
                              f"(got {self.exposure!r})")
-        object.__setattr__(self, "exposure", tuple(e))
-        if len(set(e)) == 1:
+        if len(set(e)) == 1:   # one tier: every person alike, whatever the blocks
+            object.__setattr__(self, "exposure", (e[0],))
             return
+        object.__setattr__(self, "exposure", tuple(e))
         sizes = {a.n_values for a in self.attributes}
         M = next(iter(sizes))
         if len(sizes) > 1 or not self.balanced_values or self.n_people % (len(e) * M):

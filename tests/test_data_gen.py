@@ -232,3 +232,6 @@ def test_a_default_exposure_leaves_the_manifest_as_before_and_bad_ones_are_refus
         with pytest.raises(ValueError, match="exposure"):
             small_config(exposure=bad)
     assert _exposed(exposure="1,3,9").exposure == (1, 3, 9)
+    # one tier is every person alike: no block condition, and each order written that often
+    two = small_config(exposure=(2, 2))
+    assert two.exposure == (2,) and two.train_rows == 2 * two.n_people * two.orders_per_person
