@@ -116,3 +116,15 @@ def test_no_serving_fraction_exceeds_its_bound():
         assert v <= 1.02, (k, v)
         if k == "achievable_fraction":
             assert v <= 1.0 + 1e-9, (k, v)
+
+
+def test_the_budget_figure_reads_the_same_at_2_threads():
+    """docs/threads/budgets-2threads.toml reruns the budget figure's seeds 0 and 1 with every run
+    on 2 CPU threads: its readings equal the 1-thread rows of the same runs (the figure does not
+    depend on the thread count on this machine)."""
+    one = pd.read_csv(ROOT / "reports" / "budgets" / "rows" / "eval.csv")
+    two = pd.read_csv(ROOT / "reports" / "budgets-2threads" / "rows" / "eval.csv")
+    m = two.merge(one, on=["run", "step", "split", "depth"], suffixes=("_2", "_1"))
+    assert len(m) == len(two) > 0
+    for col in ("nll", "bits_per_person", "exact_match"):
+        assert (m[f"{col}_2"] - m[f"{col}_1"]).abs().max() <= 1e-9, col
