@@ -142,10 +142,10 @@ def _tiered(m: int, exposure: tuple[int, ...]) -> dict:
 
 RECIPES.update({
     f"budget-m64-x{'-'.join(map(str, x))}": (
-        f"the budget figure's task with unequal exposure: {3 * 64} people x 6 attributes x 64 "
-        f"values, each tier of 64 people seen {', '.join(map(str, x))} times as often",
+        f"the budget figure's task with unequal exposure: {len(x) * 64} people x 6 attributes x "
+        f"64 values, each tier of 64 people seen {', '.join(map(str, x))} times as often",
         {"data": _tiered(64, x), "model": ADD, "train": {"steps": 1500}})
-    for x in ((1, 3, 9), (1, 4, 16))})
+    for x in ((1, 3, 9), (1, 4, 16), (1, 3, 9, 27), (1, 4, 16, 64))})
 RECIPES.update({
     "budget-n128-d32": ("the budget figure's 128-person task at d_model 32 (a quarter of the "
                         "core's parameters)", {"data": _balanced(128),
