@@ -4,6 +4,7 @@ autocast dtype (decided here, once, with the reason), and CPU threads."""
 from __future__ import annotations
 
 import os
+import shutil
 from dataclasses import dataclass
 
 import torch
@@ -41,6 +42,28 @@ class Runtime:
     def barrier(self):
         if self.world > 1:
             dist.barrier()
+
+
+# On a CPU, compiling the blocks (inductor's C++ kernels) costs about 30 s cold and 5 s from the
+# on-disk cache that every process of a grid shares, and saves 15-30% of a tiny step
+# (benchmarks/bench_train.py --compile): it repays itself from about this many steps
+CPU_COMPILE_MIN_STEPS = 1000
+
+
+def compiles(asked: bool, steps: int, device_type: str) -> tuple[bool, str]:
+    """Whether a run of ``steps`` steps compiles its blocks, and why: asked for (the train
+    config's ``compile``), and on a CPU only where the run is long enough to repay compiling and
+    a C++ compiler is there. A pure function of the config and the machine, so that runs
+    sharing a prefix compile alike (``train.loop.shared_steps``)."""
+    if not asked:
+        return False, "eager"
+    if device_type == "cpu":
+        if steps < CPU_COMPILE_MIN_STEPS:
+            return False, (f"eager ({steps} steps do not repay compiling on a CPU; from "
+                           f"{CPU_COMPILE_MIN_STEPS})")
+        if not any(shutil.which(c) for c in ("c++", "g++", "clang++")):
+            return False, "eager (no C++ compiler for inductor's CPU kernels)"
+    return True, "compiled blocks"
 
 
 def cuda_available() -> bool:

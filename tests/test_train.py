@@ -348,3 +348,39 @@ def test_a_start_that_is_not_a_shared_prefix_exits_2_with_one_line(data, tmp_pat
     assert not (tmp_path / "x").exists()
     good = run(main, [*ff, "--start-from", str(tmp_path / "t"), "--start-step", "4"])
     assert good.exit_code == 0, good.output
+
+
+def test_compiling_is_decided_by_the_config_and_shared_prefixes_respect_it():
+    from depthbench.runtime import CPU_COMPILE_MIN_STEPS, compiles
+    from depthbench.train.loop import shared_steps
+    long = tcfg(steps=CPU_COMPILE_MIN_STEPS, compile=True)
+    short = long.replace(steps=CPU_COMPILE_MIN_STEPS - 1)
+    assert compiles(True, long.steps, "cpu")[0] and not compiles(False, long.steps, "cpu")[0]
+    on, why = compiles(True, short.steps, "cpu")
+    assert not on and "do not repay" in why
+    assert compiles(True, short.steps, "cuda")[0]          # on a GPU the config alone decides
+    # a compiled and an eager run round differently from the first update: nothing is shared
+    assert shared_steps((MODEL, long, "fixed:4"), (MODEL, short, "fixed:4")) == 0
+    assert shared_steps((MODEL, long, "fixed:4"),
+                        (MODEL, long.replace(steps=long.steps + 50), "fixed:4")) > 0
+
+
+def test_compiled_training_matches_eager_within_tolerance(data, tmp_path, monkeypatch):
+    """Compiled blocks (inductor's CPU kernels) against eager on the same seeded run: the first
+    step's loss (the same weights) within 1e-5 relative, the next within 1e-3 as rounding
+    differences grow; compiled twice gives identical losses; the saved module has no compiled
+    wrapper in its keys."""
+    from depthbench import runtime
+    monkeypatch.setattr(runtime, "CPU_COMPILE_MIN_STEPS", 1)
+    cfg = tcfg(steps=6, ckpt_every=0)
+    train(data, tmp_path / "e", MODEL, cfg, "uniform:1-6", progress=False, log=quiet)
+    train(data, tmp_path / "c", MODEL, cfg.replace(compile=True), "uniform:1-6", progress=False,
+          log=quiet)
+    train(data, tmp_path / "c2", MODEL, cfg.replace(compile=True), "uniform:1-6", progress=False,
+          log=quiet)
+    e, c = losses(tmp_path / "e"), losses(tmp_path / "c")
+    assert c[0] == pytest.approx(e[0], rel=1e-5)
+    assert c == pytest.approx(e, rel=1e-3)
+    assert losses(tmp_path / "c2") == c
+    state = ckpt.load(ckpt.latest(tmp_path / "c"))["model"]
+    assert not any("_orig_mod" in k for k in state)

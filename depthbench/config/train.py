@@ -75,8 +75,9 @@ TRAIN_PRESETS = {
     # the 8-seed criterion (worst seed 0.79 of the median; SD 6.4% of the ceiling); at 1500 every
     # quickstart schedule meets it. No weight decay: it erases memorized facts; batch 64 gives
     # more updates per FLOP than 256 at this size.
-    "tiny": lambda: TrainConfig(steps=1500, batch_size=64, weight_decay=0.0),
-    "small": lambda: TrainConfig(steps=4000, batch_size=128, lr=2e-3, ckpt_every=500),
+    "tiny": lambda: TrainConfig(steps=1500, batch_size=64, weight_decay=0.0, compile=True),
+    "small": lambda: TrainConfig(steps=4000, batch_size=128, lr=2e-3, ckpt_every=500,
+                                 compile=True),
     "paper-200m": lambda: TrainConfig(steps=20000, batch_size=512, lr=6e-4, warmup_steps=1000,
                                       ckpt_every=1000, device="cuda", compile=True),
     "paper-1b": lambda: TrainConfig(steps=40000, batch_size=1024, lr=3e-4, warmup_steps=2000,

@@ -28,7 +28,7 @@ from depthbench.evaluate.sweep import sweep
 from depthbench.flops import FlopModel
 from depthbench.fsio import DirLock, atomic_write_text, is_empty_dir
 from depthbench.model import LoopedTransformer
-from depthbench.runtime import Runtime, setup, teardown
+from depthbench.runtime import Runtime, compiles, setup, teardown
 from depthbench.schedules import Schedule, parse_schedule
 from depthbench.train.metrics import _append, _read_metrics, _write_metrics
 
@@ -78,6 +78,8 @@ def shared_steps(a: tuple, b: tuple, profiles: tuple | None = None) -> int:
     db = {k: v for k, v in tb.to_dict().items() if k not in _NOT_IN_UPDATES}
     if ma.to_dict() != mb.to_dict() or da != db:
         return 0
+    if compiles(ta.compile, ta.steps, "cpu")[0] != compiles(tb.compile, tb.steps, "cpu")[0]:
+        return 0   # compiled kernels round differently from eager ones
     (ka, la), (kb, lb) = profiles or (update_profile(ta, parse_schedule(sa)),
                                       update_profile(tb, parse_schedule(sb)))
     n = min(len(ka), len(kb))
@@ -318,9 +320,9 @@ def _eval_row(model, ds, cfg: TrainConfig, rt: Runtime, step: int) -> dict:
 
 
 def _wrap(model, cfg: TrainConfig, rt: Runtime):
-    """Compiled blocks (per block, so that a new depth K never triggers a recompile) and the
-    DDP wrapper where there are several ranks."""
-    if cfg.compile:
+    """Compiled blocks (per block, so that a new depth K never triggers a recompile; see
+    ``compiles``) and the DDP wrapper where there are several ranks."""
+    if compiles(cfg.compile, cfg.steps, rt.device.type)[0]:
         for block in list(model.prelude) + list(model.core) + list(model.coda):
             block.compile()
     if rt.world == 1:
@@ -359,7 +361,9 @@ def _begin(data: Path, out: Path, model_cfg: ModelConfig, train_cfg: TrainConfig
     if forked and rt.is_main:   # this run's own checkpoint at the step it starts from: resumable
         _save(out, st.step, st, model, opt, (model_cfg, train_cfg), schedule, ds, rt, keep)
     rt.barrier()
-    say(f"device: {rt.reason}; model: {model.num_params():,} parameters; schedule "
+    say(f"device: {rt.reason}, {compiles(train_cfg.compile, train_cfg.steps, rt.device.type)[1]}; "
+        f"model: "
+        f"{model.num_params():,} parameters; schedule "
         f"{schedule.spec}; {train_cfg.steps} steps of {train_cfg.batch_size} sequences")
     return ds, model_cfg, fm, model, opt, st, keep
 
