@@ -372,6 +372,51 @@ def test_duplicates_never_straddle_the_split(tmp_path, seed):
     assert len(split["train"]) + len(split["validation"]) == len(set(base))
 
 
+def _near_copy(doc: str, rng) -> str:
+    """A near copy: a word swapped for another, case and end punctuation changed."""
+    w = doc.split()
+    w[int(rng.integers(len(w)))] = str(rng.choice(WORDS))
+    out = " ".join(w)
+    return (out.upper() if rng.random() < 0.3 else out) + rng.choice(["!", "?", " ."])
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_near_duplicates_are_dropped_so_none_straddles_the_split(tmp_path, seed):
+    """Property, against the exact Jaccard similarity of word 5-gram sets (a naive all-pairs
+    oracle): planted near copies (J >= 0.85 with their original) are dropped and counted, the
+    unrelated documents are all kept, and no validation document has a training document at
+    J >= 0.8."""
+    from depthbench.data.dedup import jaccard
+    rng = np.random.default_rng(seed)
+    base = [" ".join(rng.choice(WORDS, size=int(rng.integers(100, 140)))) for _ in range(120)]
+    near = []
+    for i in rng.choice(len(base), size=60, replace=False):
+        c = _near_copy(base[i], rng)
+        if jaccard(c, base[i]) >= 0.85:
+            near.append(c)
+    (tmp_path / "a.txt").write_text("\n\n".join(base) + "\n")
+    (tmp_path / "b.txt").write_text("\n\n".join(near) + "\n")
+    m = prepare_text([str(tmp_path / "a.txt"), str(tmp_path / "b.txt")], tmp_path / "ds",
+                     vocab_size=300, val_fraction=0.3, seq_len=8, seed=seed)
+    assert len(near) >= 40
+    assert m["near_duplicates_removed"]["documents"] == len(near)
+    split = _split_docs(TextDataset(tmp_path / "ds"))
+    assert len(split["train"]) + len(split["validation"]) == len(base)
+    assert all(jaccard(v, t) < 0.8 for v in split["validation"] for t in split["train"])
+
+
+def test_minhash_estimates_the_jaccard_similarity():
+    """The signature's agreement tracks the exact shingle-set Jaccard (128 values: within 0.15,
+    over 4 standard deviations)."""
+    from depthbench.data.dedup import jaccard, signature, similarity
+    rng = np.random.default_rng(0)
+    for _ in range(30):
+        a = list(rng.choice(WORDS, size=80))
+        b = a[:int(rng.integers(0, 80))] + list(rng.choice(WORDS, size=int(rng.integers(0, 40))))
+        x, y = " ".join(a), " ".join(b) or "z"
+        assert abs(similarity(signature(x), signature(y)) - jaccard(x, y)) <= 0.15
+
+
 def test_a_bom_is_not_text_and_a_long_file_without_blank_lines_is_cut(tmp_path, monkeypatch):
     import depthbench.data.corpus as text
     (tmp_path / "bom.txt").write_text("hello world " * 5 + "\n", encoding="utf-8-sig")

@@ -1,6 +1,7 @@
 """``depthbench prepare-text``: a natural-text corpus -> a tokenized text dataset.
 
-Documents are identified by content (exact copies dropped before the tokenizer is trained),
+Documents are identified by content (exact copies, and near copies by MinHash of word 5-grams,
+dropped before the tokenizer is trained),
 split by a seeded draw from each document's digest, tokenized with a trained or given HF
 tokenizer, and written with a word-order cloze whose candidates share no 8-word run with
 training."""
@@ -17,6 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from data_gen.format import dataset_hash, sha256_file
+from depthbench.data.dedup import NearDuplicates
 from depthbench.data.text import (
     EOT,
     FILES,
@@ -263,17 +265,22 @@ def content_key(doc: str) -> bytes:
     return hashlib.blake2b(" ".join(doc.split()).encode("utf-8"), digest_size=16).digest()
 
 
-def unique_documents(inputs: list[str], removed: dict | None = None) -> Iterator[tuple[str, bytes]]:
-    """(document, ``content_key``) of every document of ``documents`` but exact copies of an
-    earlier one, which are counted in ``removed`` (documents, bytes). The index of keys holds
-    16 bytes per document."""
+def unique_documents(inputs: list[str], removed: dict | None = None,
+                     near: dict | None = None) -> Iterator[tuple[str, bytes]]:
+    """(document, ``content_key``) of every document of ``documents`` but copies of an earlier
+    one: exact copies (whitespace aside; counted in ``removed``: documents, bytes) and near
+    copies (``dedup.NearDuplicates``: word 5-gram Jaccard about 0.8 or more; counted in
+    ``near``). A document is kept or dropped whole, so no near copy of a held-out document is
+    trained on. The index holds about 2 KB per kept document."""
     seen: set[bytes] = set()
+    similar = NearDuplicates()
     for doc in documents(inputs):
         key = content_key(doc)
-        if key in seen:
-            if removed is not None:
-                removed["documents"] += 1
-                removed["bytes"] += len(doc.encode("utf-8"))
+        count = removed if key in seen else near if similar.seen(doc) else False
+        if count is not False:
+            if count is not None:
+                count["documents"] += 1
+                count["bytes"] += len(doc.encode("utf-8"))
             continue
         seen.add(key)
         yield doc, key
@@ -311,6 +318,7 @@ def _write_splits(tok, inputs: list[str], tmp: Path, val_fraction: float, seed: 
     whole is refused."""
     counts = {s: {"documents": 0, "tokens": 0, "bytes": 0} for s in SPLITS}
     counts["duplicates_removed"] = {"documents": 0, "bytes": 0}
+    counts["near_duplicates_removed"] = {"documents": 0, "bytes": 0}
     held_out: list[str] = []
     sinks = {s: open(tmp / f"{s}.bin", "wb") for s in SPLITS}
 
@@ -335,7 +343,8 @@ def _write_splits(tok, inputs: list[str], tmp: Path, val_fraction: float, seed: 
                 held_out.append(doc)
     try:
         batch: list[tuple[str, bytes]] = []
-        for doc, key in unique_documents(inputs, counts["duplicates_removed"]):
+        for doc, key in unique_documents(inputs, counts["duplicates_removed"],
+                                         counts["near_duplicates_removed"]):
             batch.append((doc, key))
             if len(batch) == BATCH_DOCS:
                 flush(batch)
@@ -403,6 +412,7 @@ def prepare_text(inputs: list[str], out: str | Path, vocab_size: int = 0,
         counts, held_out = _write_splits(tok, inputs, tmp, val_fraction, seed, dtype, eot,
                                          check_coverage=bool(tokenizer))
         removed = counts.pop("duplicates_removed")
+        near = counts.pop("near_duplicates_removed")
         _check_counts(counts, val_fraction, seq_len)
         # a second pass over the training documents leaves out cloze candidates they contain
         training = (d for d, key in unique_documents(inputs)
@@ -417,7 +427,7 @@ def prepare_text(inputs: list[str], out: str | Path, vocab_size: int = 0,
                          "seq_len": seq_len},
             "vocab_size": vocab, "eot_id": eot, "dtype": dtype.name, "seq_len": seq_len,
             "tokenizer_sha256": sha256_file(tmp / "tokenizer.json"),
-            "splits": counts, "duplicates_removed": removed,
+            "splits": counts, "duplicates_removed": removed, "near_duplicates_removed": near,
             "cloze": {"items": len(items), "left_out_in_training": contaminated},
             "bytes_per_token": {s: c["bytes"] / max(1, c["tokens"]) for s, c in counts.items()},
             "files": {name: {"sha256": sha256_file(tmp / name), "bytes": (tmp / name).stat().st_size}
