@@ -109,33 +109,39 @@ class _Layout:
                 digit = codes // cfg.value_pool ** (attr.value_tokens - 1 - l) % cfg.value_pool
                 table[self.value_offset[a]:self.value_offset[a] + attr.n_values, l] = digit
         self.value_table = table + self.value_base
+        # row value_offset[a] + v of the segment table: attribute a's key, then its value v
+        # (padded): a rendered row is its attributes' segments in order
+        seg = np.zeros((len(table), 1 + self.max_len), dtype=np.int64)
+        for a, attr in enumerate(cfg.attributes):
+            seg[self.value_offset[a]:self.value_offset[a] + attr.n_values, 0] = self.key_tok[a]
+        seg[:, 1:] = self.value_table
+        self.segments = seg
 
     def render(self, cfg: GenConfig, names: np.ndarray, values: np.ndarray,
-               orders: np.ndarray, dtype=np.int64) -> np.ndarray:
-        """(n, name_tokens) name ids, (n, A) value ids, (n, A) orders -> (n, seq_len) tokens.
+               orders: np.ndarray, dtype=np.int64, rep: np.ndarray | None = None) -> np.ndarray:
+        """(P, name_tokens) name ids and (P, A) value ids of P people, (n, A) orders of n rows,
+        ``rep`` (n,) each row's person (default: row i is person i) -> (n, seq_len) tokens.
 
-        Each attribute's segment (its key, then its value padded to the longest value) is
-        gathered into (n, A, 1 + max_len); every row holds each attribute once, so dropping the
-        padding leaves the same number of tokens in every row and the rows stay rows. With
-        values of one length the segments are gathered straight into the rows."""
+        Each attribute's segment (its key, then its value padded to the longest value) is one
+        row of the segment table, gathered whole into (n, A, 1 + max_len); every row holds each
+        attribute once, so dropping the padding leaves the same number of tokens in every row
+        and the rows stay rows."""
         n, A = orders.shape
+        person = np.arange(n) if rep is None else rep
         tokens = np.empty((n, cfg.seq_len), dtype=dtype)
         tokens[:, 0] = 1
         tokens[:, -1] = 2
-        np.add(names, self.name_base, out=tokens[:, 1:1 + cfg.name_tokens], casting="unsafe")
-        body = tokens[:, 1 + cfg.name_tokens:-1]
-        same = bool((self.value_len == self.max_len).all())
-        seg = body.reshape(n, A, 1 + self.max_len) if same else np.empty(
-            (n, A, 1 + self.max_len), dtype=dtype)                          # (n, A, 1 + max_len)
-        np.add(orders, self.key_tok[0], out=seg[:, :, 0], casting="unsafe")  # key ids are 3 + a
-        # (n, A) value-table rows in asked order: a flat take (take_along_axis builds an
-        # index per axis and is several times slower)
-        rows = np.take((values + self.value_offset).ravel(), orders + A * np.arange(n)[:, None])
-        # np.take on axis 0 copies whole rows (several times faster than fancy indexing)
-        seg[:, :, 1:] = np.take(self.value_table.astype(dtype, copy=False), rows, axis=0)
-        if not same:
+        tokens[:, 1:1 + cfg.name_tokens] = (names + self.name_base).astype(dtype)[person]
+        # (n, A) segment-table rows in asked order: a flat take (np.take on axis 0 copies whole
+        # rows; fancy indexing and take_along_axis are several times slower)
+        flat = (values + self.value_offset).astype(np.int32).ravel()
+        rows = np.take(flat, orders + (A * person)[:, None])
+        seg = np.take(self.segments.astype(dtype, copy=False), rows, axis=0)  # (n, A, 1 + max_len)
+        if (self.value_len == self.max_len).all():
+            tokens[:, 1 + cfg.name_tokens:-1] = seg.reshape(n, -1)
+        else:
             keep = np.arange(1 + self.max_len) <= self.value_len[orders][..., None]
-            body[:] = seg[keep].reshape(n, -1)
+            tokens[:, 1 + cfg.name_tokens:-1] = seg[keep].reshape(n, -1)
         return tokens
 
 
@@ -325,7 +331,7 @@ def generate_into(cfg: GenConfig, out: Path,
         n = person.shape[0]
         rep = np.repeat(np.arange(n), h)
         flat = orders.reshape(n * h, A)
-        splits[split].write(layout.render(cfg, names[rep], values[rep], flat, dtype), person[rep], flat,
+        splits[split].write(layout.render(cfg, names, values, flat, dtype, rep), person[rep], flat,
                             vocab_arr, cfg, layout)
 
     for rng, person, names, values in people(_STREAM_PEOPLE, 0, cfg.n_people):
@@ -338,7 +344,7 @@ def generate_into(cfg: GenConfig, out: Path,
         times = cfg.exposure_of(person)[rep]                               # (n r,)
         if (times > 1).any():   # each order written as often as its person's exposure says
             flat, rep = np.repeat(flat, times, axis=0), np.repeat(rep, times)
-        splits["train"].write(layout.render(cfg, names[rep], values[rep], flat, dtype), person[rep],
+        splits["train"].write(layout.render(cfg, names, values, flat, dtype, rep), person[rep],
                               flat, vocab_arr, cfg, layout)
         ask("eval_reordered", person, names, values, asked)
         ask("eval_seen_order", person, names, values, train_orders[:, np.arange(h) % r])
