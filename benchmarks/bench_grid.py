@@ -260,8 +260,14 @@ def main():
     if from_kept(args, readme_cell):
         return
     if args.shared_work is not None:
-        shared_work(args.shared_work or ["quickstart", "table3", "matched", "budgets",
-                                         "fixed-depths"])
+        from depthbench.pipeline.spec import SpecError, load_spec
+        names = args.shared_work or ["quickstart", "table3", "matched", "budgets", "fixed-depths"]
+        for name in names:
+            try:
+                load_spec(name)
+            except SpecError as e:
+                ap.error(f"--shared-work: {e}")
+        shared_work(names)
         return
     if args.grid:
         torch.set_num_threads(1)

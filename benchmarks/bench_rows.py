@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -36,15 +37,41 @@ def count(lo: int = 1, hi: int = 1 << 30) -> Callable[[str], int]:
 
 
 def existing_file(text: str) -> Path:
+    """An argparse type: kept rows, a file holding one JSON object."""
     p = Path(text)
     if not p.is_file():
         raise argparse.ArgumentTypeError(f"{text} is not a file (the kept rows are under "
                                          "docs/benchmarks/ and docs/serving/)")
+    try:
+        ok = isinstance(json.loads(p.read_text(encoding="utf-8")), dict)
+    except (UnicodeDecodeError, ValueError):
+        ok = False
+    if not ok:
+        raise argparse.ArgumentTypeError(f"{text} is not kept rows (a JSON object written by "
+                                         "--json-out)")
+    return p
+
+
+def json_out(text: str) -> Path:
+    """An argparse type: where rows will be kept, checked before anything runs (a benchmark
+    that ran for minutes must not fail at its last line)."""
+    p = Path(text)
+    if p.is_dir():
+        raise argparse.ArgumentTypeError(f"{text} is a directory; give a .json file path")
+    parent = p.parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    try:   # the only sure test of writing there is writing there (a file removed at once)
+        with tempfile.TemporaryFile(dir=parent):
+            pass
+    except OSError:
+        raise argparse.ArgumentTypeError(f"cannot write {text} ({parent} is not a writable "
+                                         "directory)") from None
     return p
 
 
 def add_args(ap: argparse.ArgumentParser) -> None:
-    ap.add_argument("--json-out", type=Path, default=None,
+    ap.add_argument("--json-out", type=json_out, default=None,
                     help="keep the result rows in this JSON file (the committed ones live in "
                          "docs/benchmarks/ and docs/serving/)")
     ap.add_argument("--readme", type=existing_file, default=None, metavar="JSON",
@@ -55,7 +82,13 @@ def from_kept(args, cell: Callable[[dict], str]) -> bool:
     """With ``--readme``: print the README cell of the kept rows; whether it did."""
     if args.readme is None:
         return False
-    print(cell(json.loads(args.readme.read_text())))
+    try:
+        text = cell(json.loads(args.readme.read_text()))
+    except (KeyError, IndexError, TypeError, ValueError, AttributeError):
+        sys.stderr.write(f"{Path(sys.argv[0]).name}: error: {args.readme} does not hold this "
+                         "benchmark's rows; give the file its --json-out wrote\n")
+        sys.exit(2)
+    print(text)
     return True
 
 

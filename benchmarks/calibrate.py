@@ -154,11 +154,17 @@ RECIPES.update({
 })
 
 
-def _parse_ints(text: str) -> list[int]:
+def _parse_ints(text: str, lo: int = 0) -> list[int]:
+    """``0-3`` or ``0,2,5`` -> the integers (each at least ``lo``)."""
     out = []
-    for part in text.split(","):
-        a, _, b = part.partition("-")
-        out += list(range(int(a), int(b) + 1)) if b else [int(a)]
+    try:
+        for part in text.split(","):
+            a, _, b = part.partition("-")
+            out += list(range(int(a), int(b) + 1)) if b else [int(a)]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a list like 0-3 or 0,2,5") from None
+    if not out or min(out) < lo:
+        raise argparse.ArgumentTypeError(f"{text!r}: give integers >= {lo}")
     return out
 
 
@@ -521,10 +527,11 @@ def write_table(rows: list[dict], path: Path | None = TABLE) -> str:
 
 def main(argv=None) -> int:
     ap = Parser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    ap.add_argument("--recipes", default="base")
+    ap.add_argument("--recipes", default="name-n768")
     ap.add_argument("--schedules", default=",".join(SCHEDULES))
-    ap.add_argument("--seeds", default="0-3")
-    ap.add_argument("--threads", default="1", help="CPU threads per run, e.g. 1 or 1,2")
+    ap.add_argument("--seeds", type=_parse_ints, default="0-3")
+    ap.add_argument("--threads", type=lambda t: _parse_ints(t, lo=1), default="1",
+                    help="CPU threads per run, e.g. 1 or 1,2")
     ap.add_argument("--workers", type=count(), default=os.cpu_count() or 1)
     ap.add_argument("--work", default=None, help="scratch directory (default: a temporary one)")
     ap.add_argument("--table-only", action="store_true")
@@ -534,8 +541,17 @@ def main(argv=None) -> int:
         unknown = [r for r in recipes if r not in RECIPES]
         if unknown:
             ap.error(f"unknown recipe(s) {unknown}; known: {', '.join(RECIPES)}")
+        from depthbench.schedules import ScheduleError, parse_schedule
+        for sch in a.schedules.split(","):
+            try:   # schedule[~matched-to][@fraction]
+                for part in sch.split("@")[0].split("~"):
+                    parse_schedule(part)
+                if "@" in sch and not 0 < float(sch.split("@")[1]) <= 1:
+                    raise ValueError
+            except (ScheduleError, ValueError) as e:
+                ap.error(f"--schedules: {sch!r}: {str(e) or 'the fraction after @ must be in (0, 1]'}")
         done = {_key(r) for r in load_rows()}
-        jobs = [(rec, sch, seed, th) for seed in _parse_ints(a.seeds) for th in _parse_ints(a.threads)
+        jobs = [(rec, sch, seed, th) for seed in a.seeds for th in a.threads
                 for rec in recipes for sch in a.schedules.split(",")
                 if (rec, sch, seed, th) not in done]
         ROWS.parent.mkdir(parents=True, exist_ok=True)

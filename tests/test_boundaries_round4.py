@@ -119,6 +119,15 @@ def test_lm_eval_inputs_are_checked_before_it_runs(trained_run, small_data, tmp_
     ("bench_text.py", ["--mb", "0"]), ("bench_eval.py", ["--readme", "/nonexistent.json"]),
     ("bench_generate.py", ["--people", "-5"]), ("bench_serve.py", ["--width", "x"]),
     ("bench_grid.py", ["--grid-seeds", "0"]), ("calibrate.py", ["--workers", "0"]),
+    # kept rows that are not JSON, or another benchmark's; rows that could not be kept, refused
+    # before anything runs; names and lists checked at parse time
+    ("bench_train.py", ["--readme", str(ROOT / "README.md")]),
+    ("bench_train.py", ["--readme", str(ROOT / "docs" / "benchmarks" / "eval.json")]),
+    ("bench_eval.py", ["--json-out", "/proc/none/rows.json"]),
+    ("bench_generate.py", ["--json-out", str(ROOT / "docs")]),
+    ("bench_grid.py", ["--shared-work", "no-such-spec"]),
+    ("calibrate.py", ["--seeds", "x"]), ("calibrate.py", ["--threads", "0"]),
+    ("calibrate.py", ["--schedules", "cyclic:4"]), ("calibrate.py", ["--schedules", "fixed:4@2"]),
 ])
 def test_benchmark_scripts_refuse_bad_arguments_in_one_line(script, args):
     p = subprocess.run([sys.executable, str(ROOT / "benchmarks" / script), *args],
