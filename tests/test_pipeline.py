@@ -449,6 +449,12 @@ def _set_first(**kw):
     ("eval.jsonl", _set_first(exact_match=1.7), "exact_match"),
     ("eval.jsonl", _set_first(bits_per_person=140.0), "ceiling"),
     ("eval.jsonl", _set_first(depth=0), "depth"),
+    ("eval.jsonl", _set_first(depth=1.5), "whole number"),
+    ("eval.jsonl", _set_first(facts=0), "facts"),
+    ("eval.jsonl", _set_first(people=0), "people"),
+    ("eval.jsonl", _set_first(split="eval_bogus"), "eval_bogus"),
+    ("eval.jsonl", _set_first(exact_match=True), "exact_match"),
+    ("probe.jsonl", _set_first(depth_a=2.5), "whole number"),
     ("curves.jsonl", _set_first(loss=-1.0), "loss"),
     ("probe.jsonl", _set_first(ci95=-0.1), "ci95"),
     # a seed read at half the depths of the others
@@ -468,6 +474,7 @@ def test_the_report_refuses_readings_that_cannot_be_or_cannot_be_paired(tmp_path
     r = CliRunner().invoke(main, ["report", str(d), "--out", str(tmp_path / "rep")])
     assert r.exit_code == 2, r.output
     assert len(r.output.strip().splitlines()) == 1 and needle in r.output, r.output
+    assert "np." not in r.output          # plain numbers, not numpy reprs
     assert not (tmp_path / "rep").exists()
 
 

@@ -8,15 +8,16 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from data_gen.format import SPLITS as SYNTHETIC_SPLITS
 from depthbench.errors import UserError
 from depthbench.rows import ROW_KEYS, SCHEMA, TEXT_EVAL
-from depthbench.schedules import parse_schedule
+from depthbench.schedules import MAX_DEPTH, parse_schedule
 
 
 def _read(path: Path) -> pd.DataFrame:
     try:
         if path.suffix == ".jsonl":
-            return pd.read_json(path, lines=True)
+            return pd.read_json(path, lines=True, dtype=False)   # as written: 0.0 stays a float
         return pd.read_csv(path)
     except (ValueError, pd.errors.ParserError, UnicodeDecodeError) as e:
         raise UserError(f"cannot read result file {path}: {str(e)[:100]}") from None
@@ -150,7 +151,8 @@ def _checked(df: pd.DataFrame, kind: str, path: Path) -> pd.DataFrame:
         raise UserError(f"result file {path} looks like {kind} rows but lacks the column(s) "
                         f"{', '.join(missing)}; regenerate it with depthbench")
     for c in numeric:
-        if not pd.api.types.is_numeric_dtype(df[c]) or not np.isfinite(df[c].astype(float)).all():
+        if (not pd.api.types.is_numeric_dtype(df[c]) or pd.api.types.is_bool_dtype(df[c])
+                or not np.isfinite(df[c].astype(float)).all()):
             raise UserError(f"result file {path}: column {c} must hold finite numbers; "
                             "regenerate it with depthbench")
     _check_ranges(df, kind, path)
@@ -165,34 +167,63 @@ RANGES = {
     "eval": {"nll": (0, None), "value_nll": (0, None), "exact_match": (0, 1), "bits_per_person": (0, None),
              "ceiling_bits": (0, None), "floor_bits_per_person": (0, None),
              "name_blind_bits_per_person": (0, None), "floor_exact_match": (0, 1),
-             "name_blind_exact_match": (0, 1), "depth": (1, None), "step": (0, None),
+             "name_blind_exact_match": (0, 1), "depth": (1, MAX_DEPTH), "step": (0, None),
+             "people": (1, None), "facts": (1, None),
              "bits_per_byte": (0, None), "tokens": (1, None), "cloze_accuracy": (0, 1),
              "cloze_accuracy_mi": (0, 1), "modeled_train_flops": (0, None)},
-    "probe": {"depth": (1, None), "depth_a": (1, None), "depth_b": (1, None), "ci95": (0, None),
+    "probe": {"depth": (1, MAX_DEPTH), "depth_a": (1, MAX_DEPTH), "depth_b": (1, MAX_DEPTH),
+              "ci95": (0, None),
               "step": (0, None), "batches": (1, None)},
     "curve": {"loss": (0, None), "K": (1, None), "step": (0, None)},
     "run": {"final_loss": (0, None), "modeled_train_flops": (0, None)},
     "serve": {"tokens_per_s": (0, None), "speedup": (0, None), "ceiling": (0, None)},
-    "task": {"depth": (1, None), "acc": (0, 1), "acc_norm": (0, 1), "acc_mutual_info": (0, 1)},
+    "task": {"depth": (1, MAX_DEPTH), "acc": (0, 1), "acc_norm": (0, 1), "acc_mutual_info": (0, 1)},
     "stage": {"stage_s": (0, None), "started": (0, None), "finished": (0, None),
               "workers": (1, None), "peak_rss_mb": (0, None)},
 }
 
 
+# columns that count something (a depth, a step, people): whole numbers wherever they appear
+COUNTS = ("depth", "step", "seed", "people", "facts", "depth_a", "depth_b", "batches", "K",
+          "workers", "tokens", "params", "people_trained")
+
+# the splits an eval row can read: the synthetic dataset's evaluation splits, a text dataset's
+EVAL_SPLITS = tuple(s for s in SYNTHETIC_SPLITS if s != "train") + ("validation",)
+
+
+def _num(x) -> str:
+    """A cell as the plain number a reader wrote (no numpy wrapper in an error line)."""
+    x = x.item() if hasattr(x, "item") else x
+    return str(int(x)) if isinstance(x, float) and x.is_integer() else str(x)
+
+
 def _check_ranges(df: pd.DataFrame, kind: str, path: Path) -> None:
     """A reading that cannot be (a negative NLL, an exact match above 1, bits above the row's
-    ceiling, a stage that ends before it starts) is refused, not drawn."""
+    ceiling, a fractional depth, a reading over no fact, a split no dataset has, a stage that
+    ends before it starts) is refused, not drawn."""
     def refuse(what: str):
         raise UserError(f"result file {path}: {what}, which no {kind} row can hold; "
                         "regenerate it with depthbench")
     for c, (lo, hi) in RANGES.get(kind, {}).items():
         if c not in df.columns:
             continue
+        if pd.api.types.is_bool_dtype(df[c]) or df[c].map(lambda x: isinstance(x, bool)).any():
+            refuse(f"column {c} holds true/false, not a number")
         v = pd.to_numeric(df[c], errors="coerce").dropna()
         if lo is not None and (v < lo).any():
-            refuse(f"column {c} holds {v[v < lo].iloc[0]!r} (below {lo})")
+            refuse(f"column {c} holds {_num(v[v < lo].iloc[0])} (below {lo})")
         if hi is not None and (v > hi).any():
-            refuse(f"column {c} holds {v[v > hi].iloc[0]!r} (above {hi})")
+            refuse(f"column {c} holds {_num(v[v > hi].iloc[0])} (above {hi})")
+    for c in COUNTS:
+        if c in df.columns:
+            v = pd.to_numeric(df[c], errors="coerce").dropna()
+            frac = v != np.floor(v)
+            if frac.any():
+                refuse(f"column {c} holds {_num(v[frac].iloc[0])} (not a whole number)")
+    if kind == "eval" and "split" in df.columns:
+        odd = sorted(set(df["split"].astype(str)) - set(EVAL_SPLITS))
+        if odd:
+            refuse(f"split {odd[0]!r} (the splits are {', '.join(EVAL_SPLITS)})")
     if kind == "eval" and "ceiling_bits" in df.columns:
         ceiling = pd.to_numeric(df["ceiling_bits"], errors="coerce")
         for c in ("bits_per_person", "unfloored_bits_per_person", "floor_bits_per_person",
@@ -200,8 +231,8 @@ def _check_ranges(df: pd.DataFrame, kind: str, path: Path) -> None:
             if c in df.columns:
                 over = pd.to_numeric(df[c], errors="coerce") > ceiling * (1 + 1e-9) + 1e-9
                 if over.any():
-                    refuse(f"column {c} holds {df.loc[over, c].iloc[0]!r}, above the row's "
-                           f"ceiling of {ceiling[over].iloc[0]!r} bits")
+                    refuse(f"column {c} holds {_num(df.loc[over, c].iloc[0])}, above the "
+                           f"row's ceiling of {_num(ceiling[over].iloc[0])} bits")
     if kind == "stage" and {"started", "finished"} <= set(df.columns):
         a, b = (pd.to_numeric(df[c], errors="coerce") for c in ("started", "finished"))
         if (b < a).any():
