@@ -69,6 +69,7 @@ def test_serving_refuses_training_keys_and_a_single_new_token(cmd, tmp_path):
             "--out", str(tmp_path / "o")]
     one_line(CliRunner().invoke(main, base + ["--set", "lr=0.1"]), "training key")
     one_line(CliRunner().invoke(main, base + ["--max-new-tokens", "1"]), "max-new-tokens")
+    one_line(CliRunner().invoke(main, base + ["--modes", "static,cdb,cdb"]), "cdb twice")
     assert not list(tmp_path.iterdir())
 
 

@@ -137,6 +137,8 @@ class ServeConfig(PlainConfig):
         require(bool(self.modes), "modes", "must name at least one mode")
         for m in self.modes:
             one_of(m, SERVE_MODES, "modes")
+        twice = sorted({m for m in self.modes if self.modes.count(m) > 1})
+        require(not twice, "modes", f"names {', '.join(twice)} twice; name each mode once")
         try:
             kv_layout(self.kv_policy, self.max_depth)
         except ConfigError as e:
