@@ -107,7 +107,11 @@ def test_lm_eval_inputs_are_checked_before_it_runs(trained_run, small_data, tmp_
              ([("--model_args", run), ("--metadata", json.dumps({"data": str(small_data)})),
                ("--include_path", str(tmp_path / "nope"))], "include_path"),
              ([("--model_args", f"pretrained={trained_run}"), ("--depths", "1-2"),
-               ("--rows", str(trained_run / "metrics"))], "--rows")]
+               ("--rows", str(trained_run / "metrics"))], "--rows"),
+             ([("--model_args", run), ("--metadata", json.dumps({"data": str(small_data)})),
+               ("--output_path", str(small_data))], "--output_path"),
+             ([("--model_args", run), ("--metadata", json.dumps({"data": str(small_data)})),
+               ("--output_path", str(trained_run / "metrics.jsonl"))], "--output_path")]
     for opts, needle in cases:
         p = _lm_eval(*[x for kv in opts for x in kv])
         assert p.returncode == 2, (opts, p.stderr[-500:])

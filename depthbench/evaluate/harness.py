@@ -331,7 +331,8 @@ def _opt(args: list[str], name: str) -> list[str]:
 def check_inputs(args: list[str]) -> None:
     """What lm-eval would take without a word, refused before it runs: an --include_path that
     is not a directory, task files (``--metadata`` data) of another dataset than the one the
-    model was trained on, and --rows that would land on the run or the dataset."""
+    model was trained on, and --rows or lm-eval's --output_path that would land on the run or
+    the dataset."""
     from depthbench.fsio import refuse_over_inputs
     from depthbench.rows import row_paths
     for inc in _opt(args, "--include_path"):
@@ -360,6 +361,9 @@ def check_inputs(args: list[str]) -> None:
     for out in _opt(args, "--rows"):
         refuse_over_inputs(row_paths(out), run_dir, Path(data) if data else None,
                            [run] if run else [], flag="--rows")
+    for out in _opt(args, "--output_path") + _opt(args, "-o"):   # lm-eval's own results files
+        refuse_over_inputs([out], run_dir, Path(data) if data else None, [run] if run else [],
+                           flag="--output_path")
 
 
 def run_depths(args: list[str]) -> tuple[list[dict], list[Path]]:
