@@ -1,6 +1,7 @@
 """`depthbench run` and `depthbench report`: spec validation, resumable stages, report files."""
 
 import json
+import os
 import shutil
 import time
 from pathlib import Path
@@ -508,3 +509,22 @@ def test_the_final_checkpoint_is_evaluated_on_every_split_and_kept_ones_on_the_h
         want = ["eval_reordered", "eval_unseen_people"] if final else ["eval_reordered"]
         assert list(st.config["splits"]) == want, st.id
     assert {st.id.rsplit("-", 1)[1] for st in evals} >= {f"{8:07d}", f"{12:07d}", f"{16:07d}"}
+
+
+def test_an_eval_stages_key_covers_its_task_files_content(tmp_path):
+    """Task files edited in place are other questions: the eval stage's key changes (so the
+    grid reruns it), while a file's modification time alone changes nothing."""
+    from depthbench.pipeline.run import Pipeline
+    from depthbench.pipeline.spec import load_spec
+    from depthbench.pipeline.stages import Stage
+    pipe = Pipeline(load_spec("smoke"), tmp_path / "exp")
+    tasks = tmp_path / "tasks"
+    tasks.mkdir()
+    (tasks / "t.yaml").write_text("task: mine\n")
+    st = Stage("eval-x", "eval", {"run": "r", "task_path": str(tasks)}, [], [])
+    first = pipe._key(st)
+    os.utime(tasks / "t.yaml", (1, 1))
+    assert pipe._key(st) == first
+    (tasks / "t.yaml").write_text("task: mine\ndataset_path: other\n")
+    assert pipe._key(st) != first
+    assert pipe._key(Stage("eval-x", "eval", {"run": "r", "task_path": ""}, [], [])) != first

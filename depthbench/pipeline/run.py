@@ -48,6 +48,15 @@ from depthbench.pipeline.steps import _share_prefixes, budget_steps, matched_ste
 from depthbench.rows import write_rows
 
 
+def _folder_digest(folder: Path) -> str:
+    """The content of a folder of task files (every file's relative path and bytes)."""
+    import hashlib
+    h = hashlib.sha256()
+    for f in sorted(p for p in folder.rglob("*") if p.is_file()):
+        h.update(str(f.relative_to(folder)).encode() + b"\0" + f.read_bytes())
+    return h.hexdigest()
+
+
 class Pipeline:
     def __init__(self, spec: ExperimentSpec, out: Path, log=print, rerun=(), executor="local",
                  report_dir: Path | None = None):
@@ -203,6 +212,8 @@ class Pipeline:
         if st.command == "prepare-text":   # a corpus edited in place is another input
             from depthbench.data.corpus import corpus_digest
             key["corpus"] = corpus_digest(list(st.config["corpus"]), st.config["tokenizer"] or None)
+        if st.config.get("task_path"):      # task files edited in place are other questions
+            key["task_path"] = _folder_digest(Path(st.config["task_path"]))
         return _hash(key)
 
     def _todo(self, st: Stage) -> bool:
