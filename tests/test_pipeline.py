@@ -528,3 +528,16 @@ def test_an_eval_stages_key_covers_its_task_files_content(tmp_path):
     (tasks / "t.yaml").write_text("task: mine\ndataset_path: other\n")
     assert pipe._key(st) != first
     assert pipe._key(Stage("eval-x", "eval", {"run": "r", "task_path": ""}, [], [])) != first
+
+
+def test_schedules_that_share_no_seed_are_not_compared(tmp_path):
+    """Rows whose schedules were trained on disjoint seeds pair nothing: the verdict says so
+    and no number is printed for a difference that was never computed."""
+    d = _edited(tmp_path, "eval.jsonl",
+                lambda rows: [{**r, "seed": r["seed"] + 100} if r["schedule"] == "fixed:4" else r
+                              for r in rows])
+    r = CliRunner().invoke(main, ["report", str(d), "--out", str(tmp_path / "rep")])
+    assert r.exit_code == 0, r.output
+    text = (tmp_path / "rep" / "README.md").read_text()
+    assert "share no seed" in text
+    assert not [ln for ln in text.splitlines() if "share no seed" in ln and "nan" in ln]

@@ -54,6 +54,8 @@ def _verdict(r) -> str:
     """What a comparison's numbers allow one to say, and no more."""
     if r["summary"] != "primary":
         return "described, not tested"
+    if r["seeds"] == 0:
+        return "not compared (the two share no seed, so nothing is paired)"
     if not np.isfinite(r["hi"]):
         return "undecided (one seed)"
     if r["p_holm"] < 0.05 and (r["lo"] > 0 or r["hi"] < 0):
@@ -74,6 +76,10 @@ def _comparison_table(c: pd.DataFrame) -> pd.DataFrame:
         "sign-flip p": c["p"].round(4), "Holm p": c["p_holm"].round(4),
         "seeds higher": [f"{h} of {n}" for h, n in zip(c["higher"], c["seeds"])],
         "verdict": [_verdict(r) for _, r in c.iterrows()]})
+    none = (c["seeds"] == 0).to_numpy()     # nothing paired: no number to show
+    if none.any():
+        t = t.astype({k: object for k in ("difference [95% CI]", "sign-flip p", "Holm p")})
+        t.loc[none, ["difference [95% CI]", "sign-flip p", "Holm p"]] = "-"
     if c["budget"].notna().any():
         t.insert(0, "budget", [f"{100 * b:.0f}%" for b in c["budget"]])
     return t
@@ -90,6 +96,9 @@ def _comparison_words(c: pd.DataFrame, value: str = "exact match",
                 f"`{r['reference']}`" if v in ("higher", "lower") else
                 f"`{r['schedule']}` and `{r['reference']}` are {v}" if v.startswith("equiv")
                 else f"`{r['schedule']}` against `{r['reference']}` is {v}")
+        if r["seeds"] == 0:
+            out.append(f"{at}{what}.")
+            continue
         ci = f"[{r['lo']:+.3f}, {r['hi']:+.3f}]" if np.isfinite(r["hi"]) else "(no interval)"
         out.append(f"{at}{what}: {value} averaged over depths {r['depths']} differs by "
                    f"{r['diff']:+.3f}, 95% CI {ci}, higher on {r['higher']} of {r['seeds']} "
