@@ -16,8 +16,11 @@ from pathlib import Path
 LN2 = math.log(2.0)
 
 
-def _data_dir(kwargs: dict) -> Path:
+def _data_dir(kwargs: dict, text: bool) -> Path:
+    """The dataset directory, checked to be of the kind the task reads (``text``: a
+    ``prepare-text`` dataset, whose task is the cloze; else a synthetic one)."""
     # a UserError: ``depthbench lm-eval`` shows it as one line (lm-eval itself, as a traceback)
+    from depthbench.data.text import FORMAT as TEXT_FORMAT
     from depthbench.errors import UserError
     d = kwargs.get("data") or os.environ.get("DEPTHBENCH_DATA")
     if not d:
@@ -27,6 +30,18 @@ def _data_dir(kwargs: dict) -> Path:
     if not (p / "manifest.json").is_file():
         raise UserError(f"{p} is not a depthbench dataset (no manifest.json); pass the "
                         "dataset directory in --metadata '{\"data\": \"DIR\"}'")
+    try:
+        manifest = json.loads((p / "manifest.json").read_text())
+        is_text = isinstance(manifest, dict) and manifest.get("format") == TEXT_FORMAT
+    except (OSError, ValueError):
+        raise UserError(f"{p}/manifest.json is not readable JSON; regenerate the dataset") from None
+    if is_text != text:
+        raise UserError(
+            f"{p} is a {'text' if is_text else 'synthetic'} dataset, but the task reads a "
+            f"{'text' if text else 'synthetic'} one: "
+            + ("depthbench_cloze is the task of a text dataset (depthbench prepare-text)" if text
+               else "the depthbench recall and likelihood tasks ask about the synthetic people "
+                    "(depthbench generate); a text dataset's task is depthbench_cloze"))
     return p
 
 
@@ -35,7 +50,7 @@ def load_cloze(**kwargs):
     continuations, the index of the true one."""
     import datasets
 
-    f = _data_dir(kwargs) / "cloze.jsonl"
+    f = _data_dir(kwargs, text=True) / "cloze.jsonl"
     rows = [json.loads(line) for line in f.read_text().splitlines() if line]
     if not rows:
         from depthbench.errors import UserError
@@ -47,7 +62,7 @@ def load_cloze(**kwargs):
 def _load(split: str, **kwargs):
     import datasets
 
-    d = _data_dir(kwargs)
+    d = _data_dir(kwargs, text=False)
     manifest = json.loads((d / "manifest.json").read_text())
     n_values = {a["name"]: a["n_values"] for a in manifest["config"]["attributes"]}
     f = d / f"{split}.jsonl"

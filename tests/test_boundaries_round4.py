@@ -120,6 +120,35 @@ def test_lm_eval_inputs_are_checked_before_it_runs(trained_run, small_data, tmp_
     assert sorted(p.name for p in trained_run.rglob("*")) == before
 
 
+def test_an_lm_eval_task_of_the_other_dataset_kind_is_one_line(trained_run, small_data, tmp_path):
+    """The people's recall tasks on a text dataset, the cloze on a synthetic one: one line that
+    says which kind each is (they crashed with a KeyError or read as a missing file)."""
+    from depthbench.config import ModelConfig, TrainConfig
+    from depthbench.data.corpus import prepare_text
+    from depthbench.train.loop import train
+    import numpy as np
+    words = "the quick brown fox jumps over a lazy dog while seven wizards judge".split()
+    rng = np.random.default_rng(0)
+    (tmp_path / "c.txt").write_text("\n\n".join(" ".join(rng.choice(words, size=40))
+                                                 for _ in range(80)))
+    prepare_text([str(tmp_path / "c.txt")], tmp_path / "td", vocab_size=300, val_fraction=0.2,
+                 seq_len=16)
+    train(tmp_path / "td", tmp_path / "tr", ModelConfig(d_model=32, n_heads=4, n_core=1),
+          TrainConfig(steps=2, batch_size=4, warmup_steps=1), "fixed:2", progress=False,
+          log=lambda *a, **k: None)
+    for run, data, task, needle in ((tmp_path / "tr", tmp_path / "td", "depthbench",
+                                     "is a text dataset"),
+                                    (trained_run, small_data, "depthbench_cloze",
+                                     "is a synthetic dataset")):
+        p = subprocess.run([sys.executable, "-m", "depthbench", "lm-eval", "run", "--model",
+                            "depthbench", "--limit", "2", "--tasks", task, "--model_args",
+                            f"pretrained={run}", "--metadata", json.dumps({"data": str(data)})],
+                           capture_output=True, text=True, timeout=300)
+        assert p.returncode == 2, p.stderr[-800:]
+        lines = p.stderr.strip().splitlines()
+        assert needle in lines[-1] and "Traceback" not in p.stderr, p.stderr[-800:]
+
+
 @pytest.mark.parametrize("script,args", [
     ("bench_text.py", ["--mb", "0"]), ("bench_eval.py", ["--readme", "/nonexistent.json"]),
     ("bench_generate.py", ["--people", "-5"]), ("bench_serve.py", ["--width", "x"]),
