@@ -405,6 +405,26 @@ def test_near_duplicates_are_dropped_so_none_straddles_the_split(tmp_path, seed)
     assert all(jaccard(v, t) < 0.8 for v in split["validation"] for t in split["train"])
 
 
+@pytest.mark.parametrize("variant", ["NFD", "NFKC-ligature", "zero-width", "bom-inside"])
+def test_another_unicode_form_of_a_document_is_the_same_document(tmp_path, variant):
+    """A copy in decomposed Unicode, with a ligature for its letters, or with invisible format
+    characters inside is one document with the original: dropped, never on the other side."""
+    import unicodedata
+    rng = np.random.default_rng(0)
+    accented = ["café", "naïve", "résumé", "fine", "déjà", "office"] + list(WORDS)
+    base = [" ".join(rng.choice(accented, size=30)) for _ in range(100)]
+    change = {"NFD": lambda d: unicodedata.normalize("NFD", d),
+              "NFKC-ligature": lambda d: d.replace("fi", "\ufb01"),
+              "zero-width": lambda d: d.replace("e", "e\u200b"),
+              "bom-inside": lambda d: d.replace(" ", " \ufeff", 3)}[variant]
+    (tmp_path / "a.txt").write_text("\n\n".join(base) + "\n")
+    (tmp_path / "b.txt").write_text("\n\n".join(change(d) for d in base) + "\n")
+    m = prepare_text([str(tmp_path / "a.txt"), str(tmp_path / "b.txt")], tmp_path / "ds",
+                     vocab_size=300, val_fraction=0.3, seq_len=8)
+    assert m["duplicates_removed"]["documents"] + m["near_duplicates_removed"]["documents"] == 100
+    assert m["splits"]["train"]["documents"] + m["splits"]["validation"]["documents"] == 100
+
+
 def test_minhash_estimates_the_jaccard_similarity():
     """The signature's agreement tracks the exact shingle-set Jaccard (128 values: within 0.15,
     over 4 standard deviations)."""

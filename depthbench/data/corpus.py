@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from data_gen.format import dataset_hash, sha256_file
-from depthbench.data.dedup import NearDuplicates
+from depthbench.data.dedup import NearDuplicates, normal_text
 from depthbench.data.text import (
     EOT,
     FILES,
@@ -260,9 +260,9 @@ def _cloze(held_out: list[str], seed: int, training: Iterator[str] | None = None
 
 
 def content_key(doc: str) -> bytes:
-    """A document's identity: the digest of its text with whitespace runs collapsed, so that a
-    copy reached by any route (another file, a re-wrapped paragraph) is the same document."""
-    return hashlib.blake2b(" ".join(doc.split()).encode("utf-8"), digest_size=16).digest()
+    """A document's identity: the digest of its ``normal_text``, so that a copy reached by any
+    route (another file, a re-wrapped paragraph, another Unicode form) is the same document."""
+    return hashlib.blake2b(normal_text(doc).encode("utf-8"), digest_size=16).digest()
 
 
 def unique_documents(inputs: list[str], removed: dict | None = None,

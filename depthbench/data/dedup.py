@@ -22,6 +22,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import re
+import unicodedata
 
 import numpy as np
 
@@ -48,8 +49,20 @@ def _word_hash(w: str) -> int:
     return int.from_bytes(hashlib.blake2b(w.encode(), digest_size=8).digest(), "little")
 
 
+def normal_text(doc: str) -> str:
+    """What identifies a text: Unicode NFKC (a composed and a decomposed accent, a ligature
+    and its letters are one text), invisible format characters (zero-width spaces, joiners,
+    BOMs: category Cf) dropped, whitespace runs collapsed."""
+    doc = unicodedata.normalize("NFKC", doc)
+    if any(unicodedata.category(c) == "Cf" for c in doc):
+        doc = "".join(c for c in doc if unicodedata.category(c) != "Cf")
+    return " ".join(doc.split())
+
+
 def words(doc: str) -> list[str]:
-    return _WORD.findall(doc.lower())
+    """The document's words, lowercased, of its ``normal_text`` (Unicode forms and invisible
+    characters do not split or change a word)."""
+    return _WORD.findall(normal_text(doc).lower())
 
 
 def shingles(doc: str) -> np.ndarray:
