@@ -599,3 +599,24 @@ def test_the_cloze_holds_no_training_text_and_no_word_rule_beats_chance(tmp_path
         assert not {tuple(words[i:i + 8]) for i in range(17)} & train_ngrams
         overlap = [len(set(c.split()) & set(it["context"].split())) for c in it["choices"]]
         assert len(set(overlap)) == 1
+
+
+def test_the_cloze_floors_read_chance_and_a_rule_that_can_tell_reads_above(tmp_path):
+    """The shortcut floors from the dataset alone: on the word-order cloze both rules tie on
+    every item and read chance exactly (0.25). The scorer itself is checked on items a word
+    rule can solve (the true choice alone shares words with the context): it reads 1.0, and
+    a tie counts 1/k (a naive expectation over random tie-breaks)."""
+    from depthbench.evaluate.text import _rule_accuracy, cloze_rules
+    d, _ = corpus(tmp_path)
+    prepare_text([str(d)], tmp_path / "ds", vocab_size=300, val_fraction=0.3, seq_len=16)
+    rules = cloze_rules(TextDataset(tmp_path / "ds"))
+    assert rules == {"cloze_overlap_rule": 0.25, "cloze_unigram_rule": 0.25}
+
+    def overlap(it, c):
+        return len(set(c.split()) & set(it["context"].split()))
+    easy = [{"context": "red fox", "choices": [" blue cat", " red fox", " green owl"], "label": 1}]
+    assert _rule_accuracy(easy, overlap) == 1.0
+    tied = [{"context": "x", "choices": [" a", " b", " c", " d"], "label": 2}]
+    rng = np.random.default_rng(0)
+    naive = np.mean([rng.integers(4) == 2 for _ in range(20000)])
+    assert _rule_accuracy(tied, overlap) == 0.25 and abs(naive - 0.25) < 0.02

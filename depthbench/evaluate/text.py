@@ -71,6 +71,41 @@ def cloze_items(ds: TextDataset) -> list[dict]:
     return [json.loads(x) for x in (ds.path / "cloze.jsonl").read_text().splitlines() if x]
 
 
+def _rule_accuracy(items: list[dict], score) -> float:
+    """The share of items a rule gets right, ``score(item, choice)`` higher being its pick; a
+    tie among k choices that include the true one counts 1/k (a random tie-break's
+    expectation), so a rule that cannot tell the choices apart reads chance exactly."""
+    right = 0.0
+    for it in items:
+        s = [score(it, c) for c in it["choices"]]
+        top = [i for i, v in enumerate(s) if v == max(s)]
+        right += (it["label"] in top) / len(top)
+    return right / len(items)
+
+
+def cloze_rules(ds: TextDataset) -> dict:
+    """The cloze's shortcut floors (STYLE #19), from the dataset alone (no model):
+    ``cloze_overlap_rule``  the choice sharing the most distinct words with the context;
+    ``cloze_unigram_rule``  the choice whose tokens are most frequent in the training split
+                            (summed log unigram probability, add-one smoothed).
+    A reading of the model is worth something only above both, by more than its standard
+    error over items (``cloze_items``)."""
+    items = cloze_items(ds)
+    if not items:
+        return {"cloze_overlap_rule": float("nan"), "cloze_unigram_rule": float("nan")}
+    tok = ds.tokenizer()
+    counts = np.bincount(np.asarray(ds.tokens["train"]), minlength=ds.vocab.size) + 1.0
+    logp = np.log(counts / counts.sum())
+
+    def overlap(it, c):
+        return len(set(c.split()) & set(it["context"].split()))
+
+    def unigram(it, c):
+        return round(float(logp[tok.encode(c).ids].sum()), 9)   # equal bags tie exactly
+    return {"cloze_overlap_rule": _rule_accuracy(items, overlap),
+            "cloze_unigram_rule": _rule_accuracy(items, unigram)}
+
+
 def cloze_accuracy(model, ds: TextDataset, depths: list[int], device=None) -> dict[int, dict]:
     """At every depth, two scores of the dataset's cloze items, each the share of items whose
     true continuation scores highest (chance: one over the number of choices):
@@ -132,10 +167,11 @@ def text_rows(ck: dict, meta: dict, run_name: str, ds: TextDataset, res: dict[in
     """Eval rows of a text run, one per depth, split ``validation``, with the cloze scores at
     that depth where ``cloze`` gives them."""
     n_items = len(cloze_items(ds)) if cloze else 0
+    rules = cloze_rules(ds) if cloze else {}
     return [{"run": run_name, "schedule": ck.get("schedule"), "seed": meta.get("seed"),
              "step": ck["step"], "depth": k, "split": "validation", "nll": r["nll"],
              "bits_per_byte": r["bits_per_byte"], "tokens": r["tokens"],
-             **({**cloze[k], "cloze_items": n_items} if cloze else {}),
+             **({**cloze[k], "cloze_items": n_items, **rules} if cloze else {}),
              "params": params,
              "n_grad_loops": int(ck.get("model_config", {}).get("n_grad_loops", 0)),
              "modeled_train_flops": ck.get("flops"), "wall_clock_s": ck.get("wall_clock"),

@@ -170,7 +170,9 @@ RANGES = {
              "name_blind_exact_match": (0, 1), "depth": (1, MAX_DEPTH), "step": (0, None),
              "people": (1, None), "facts": (1, None),
              "bits_per_byte": (0, None), "tokens": (1, None), "cloze_accuracy": (0, 1),
-             "cloze_accuracy_mi": (0, 1), "modeled_train_flops": (0, None)},
+             "cloze_accuracy_mi": (0, 1), "cloze_overlap_rule": (0, 1),
+             "cloze_unigram_rule": (0, 1), "cloze_items": (0, None),
+             "modeled_train_flops": (0, None)},
     "probe": {"depth": (1, MAX_DEPTH), "depth_a": (1, MAX_DEPTH), "depth_b": (1, MAX_DEPTH),
               "ci95": (0, None),
               "step": (0, None), "batches": (1, None)},
@@ -185,7 +187,7 @@ RANGES = {
 
 # columns that count something (a depth, a step, people): whole numbers wherever they appear
 COUNTS = ("depth", "step", "seed", "people", "facts", "depth_a", "depth_b", "batches", "K",
-          "workers", "tokens", "params", "people_trained")
+          "workers", "tokens", "params", "people_trained", "cloze_items")
 
 # the splits an eval row can read: the synthetic dataset's evaluation splits, a text dataset's
 EVAL_SPLITS = tuple(s for s in SYNTHETIC_SPLITS if s != "train") + ("validation",)

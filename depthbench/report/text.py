@@ -67,8 +67,29 @@ def _text_sections(figs, ev: pd.DataFrame, color: dict, reference: str | None,
                        "1-3 (described); paired 95% t-interval and exact sign-flip p over seeds, "
                        f"Holm-corrected; equivalent within ±{EQUIVALENCE_MARGIN:g} nats",
                        _comparison_table(comparisons)))
+    if cloze:
+        notes += _cloze_floor_words(va, per)
     files["findings.md"] = _text_findings(re, per, deepest, mi)
     return Sections(tables, notes, files)
+
+
+def _cloze_floor_words(va: pd.DataFrame, per: pd.DataFrame) -> list[str]:
+    """Where each schedule's cloze lies against the shortcut floors (rules with no model, from
+    the dataset alone) and the standard error over the items every seed scores alike."""
+    if not {"cloze_overlap_rule", "cloze_unigram_rule", "cloze_items"} <= set(va.columns):
+        return []
+    o, u = va["cloze_overlap_rule"].iloc[0], va["cloze_unigram_rule"].iloc[0]
+    n = int(va["cloze_items"].iloc[0])
+    if not n:
+        return []
+    se = float(np.sqrt(0.25 * 0.75 / n))
+    top = max(o, u)
+    where = "; ".join(f"`{sch}` {g['cloze'].mean():.3f} ({(g['cloze'].mean() - top) / se:+.1f} "
+                      "SE from the higher floor)" for sch, g in per.groupby("schedule"))
+    return [f"Cloze floors without a model (from the dataset alone): word overlap with the "
+            f"context {o:.3f}, unigram frequency {u:.3f}; chance 0.25. Every seed scores the "
+            f"same {n} items, so a reading's standard error is over items: {se:.3f} "
+            f"(binomial at chance), not the spread of seeds. Mean over depths and seeds: {where}."]
 
 
 def _text_figures(figs, va: pd.DataFrame, color: dict, cloze: bool, mi: bool) -> None:
