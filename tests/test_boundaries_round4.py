@@ -123,10 +123,11 @@ def test_lm_eval_inputs_are_checked_before_it_runs(trained_run, small_data, tmp_
 def test_an_lm_eval_task_of_the_other_dataset_kind_is_one_line(trained_run, small_data, tmp_path):
     """The people's recall tasks on a text dataset, the cloze on a synthetic one: one line that
     says which kind each is (they crashed with a KeyError or read as a missing file)."""
+    import numpy as np
+
     from depthbench.config import ModelConfig, TrainConfig
     from depthbench.data.corpus import prepare_text
     from depthbench.train.loop import train
-    import numpy as np
     words = "the quick brown fox jumps over a lazy dog while seven wizards judge".split()
     rng = np.random.default_rng(0)
     (tmp_path / "c.txt").write_text("\n\n".join(" ".join(rng.choice(words, size=40))

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from data_gen.format import dataset_hash, sha256_file
-from depthbench.data.dedup import NearDuplicates, normal_text
+from depthbench.data.dedup import NearCopies, NearDuplicates, content_key
 from depthbench.data.text import (
     EOT,
     FILES,
@@ -203,7 +203,7 @@ def _file_documents(src) -> Iterator[str]:
 
 
 # ---- preparing -----------------------------------------------------------------------------------
-def _train_tokenizer(inputs: list[str], vocab_size: int):
+def _train_tokenizer(inputs: list[str], vocab_size: int, copies: NearCopies | None = None):
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
@@ -211,7 +211,8 @@ def _train_tokenizer(inputs: list[str], vocab_size: int):
     trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=[EOT],
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
                                   show_progress=False)
-    tok.train_from_iterator((d for d, _ in unique_documents(inputs)), trainer=trainer)
+    tok.train_from_iterator((d for d, _ in unique_documents(inputs, copies=copies)),
+                            trainer=trainer)
     return tok
 
 
@@ -259,31 +260,32 @@ def _cloze(held_out: list[str], seed: int, training: Iterator[str] | None = None
     return items, len(seen)
 
 
-def content_key(doc: str) -> bytes:
-    """A document's identity: the digest of its ``normal_text``, so that a copy reached by any
-    route (another file, a re-wrapped paragraph, another Unicode form) is the same document."""
-    return hashlib.blake2b(normal_text(doc).encode("utf-8"), digest_size=16).digest()
-
-
-def unique_documents(inputs: list[str], removed: dict | None = None,
-                     near: dict | None = None) -> Iterator[tuple[str, bytes]]:
-    """(document, ``content_key``) of every document of ``documents`` but copies of an earlier
-    one: exact copies (whitespace aside; counted in ``removed``: documents, bytes) and near
-    copies (``dedup.NearDuplicates``: word 5-gram Jaccard about 0.8 or more; counted in
-    ``near``). A document is kept or dropped whole, so no near copy of a held-out document is
-    trained on. The index holds about 2 KB per kept document."""
+def unique_documents(inputs: list[str], removed: dict | None = None, near: dict | None = None,
+                     copies: NearCopies | None = None) -> Iterator[tuple[str, bytes]]:
+    """(document, ``content_key``) of every document but exact copies of an earlier one
+    (counted in ``removed``: documents, bytes) and near copies (``dedup.NearDuplicates``;
+    counted in ``near``), each dropped whole, so no near copy of a held-out document is
+    trained on; ``copies`` carries one finished pass's near copies to the next."""
     seen: set[bytes] = set()
-    similar = NearDuplicates()
+    reuse = copies is not None and copies.found
+    similar = None if reuse else NearDuplicates()
     for doc in documents(inputs):
         key = content_key(doc)
-        count = removed if key in seen else near if similar.seen(doc) else False
-        if count is not False:
-            if count is not None:
-                count["documents"] += 1
-                count["bytes"] += len(doc.encode("utf-8"))
+        if key in seen:
+            count = removed
+        elif key in copies.keys if reuse else similar.seen(doc):
+            count = near
+            if copies is not None and not reuse:
+                copies.keys.add(key)
+        else:
+            seen.add(key)
+            yield doc, key
             continue
-        seen.add(key)
-        yield doc, key
+        if count is not None:
+            count["documents"] += 1
+            count["bytes"] += len(doc.encode("utf-8"))
+    if copies is not None:
+        copies.found = True
 
 
 def in_validation(key: bytes, seed: int, val_fraction: float) -> bool:
@@ -309,7 +311,8 @@ def _uncovered(doc: str, enc) -> int | None:
 
 
 def _write_splits(tok, inputs: list[str], tmp: Path, val_fraction: float, seed: int,
-                  dtype: np.dtype, eot: int, check_coverage: bool = False) -> tuple[dict, list[str]]:
+                  dtype: np.dtype, eot: int, check_coverage: bool = False,
+                  copies: NearCopies | None = None) -> tuple[dict, list[str]]:
     """Encode the corpus in batches of documents into ``tmp/{train,validation}.bin``, each
     document followed by end-of-text, once (an exact copy of an earlier document, whitespace
     aside, is dropped and counted) and held out by ``in_validation`` of its content; the counts
@@ -344,7 +347,7 @@ def _write_splits(tok, inputs: list[str], tmp: Path, val_fraction: float, seed: 
     try:
         batch: list[tuple[str, bytes]] = []
         for doc, key in unique_documents(inputs, counts["duplicates_removed"],
-                                         counts["near_duplicates_removed"]):
+                                         counts["near_duplicates_removed"], copies):
             batch.append((doc, key))
             if len(batch) == BATCH_DOCS:
                 flush(batch)
@@ -377,12 +380,7 @@ def _check_counts(counts: dict, val_fraction: float, seq_len: int) -> None:
                             "or a shorter --seq-len")
 
 
-def prepare_text(inputs: list[str], out: str | Path, vocab_size: int = 0,
-                 tokenizer: str | None = None, val_fraction: float = 0.01, seed: int = 0,
-                 seq_len: int = 128, force: bool = False, log=None) -> dict:
-    """Tokenize a corpus into a text dataset at ``out`` (see the module docstring); returns its
-    manifest. Nothing is left at ``out`` unless every file was written."""
-    from depthbench.fsio import check_replaceable, replaced_dir
+def _check_settings(vocab_size: int, tokenizer, val_fraction: float, seq_len: int) -> None:
     if bool(vocab_size) == bool(tokenizer):
         raise TextDataError("give either --vocab-size N (train a byte-level BPE) or --tokenizer "
                             "tokenizer.json")
@@ -393,6 +391,15 @@ def prepare_text(inputs: list[str], out: str | Path, vocab_size: int = 0,
         raise TextDataError(f"--val-fraction {val_fraction} must be strictly between 0 and 1")
     if not 8 <= seq_len <= 65536:
         raise TextDataError(f"--seq-len {seq_len} must be between 8 and 65536")
+
+
+def prepare_text(inputs: list[str], out: str | Path, vocab_size: int = 0,
+                 tokenizer: str | None = None, val_fraction: float = 0.01, seed: int = 0,
+                 seq_len: int = 128, force: bool = False, log=None) -> dict:
+    """Tokenize a corpus into a text dataset at ``out`` (see the module docstring); returns its
+    manifest. Nothing is left at ``out`` unless every file was written."""
+    from depthbench.fsio import check_replaceable, replaced_dir
+    _check_settings(vocab_size, tokenizer, val_fraction, seq_len)
     out = Path(out)
     files = input_files(inputs)   # every input exists before anything is written
     if out.is_dir() and any(p.name != ".lock" for p in out.iterdir()) and not force:
@@ -403,19 +410,21 @@ def prepare_text(inputs: list[str], out: str | Path, vocab_size: int = 0,
         if f != BUILTIN and (out.resolve() == Path(f).resolve()
                              or out.resolve() in Path(f).resolve().parents):
             raise TextDataError(f"--out {out} holds the corpus file {f}; write elsewhere")
-    tok = _load_tokenizer(tokenizer) if tokenizer else _train_tokenizer(inputs, vocab_size)
+    copies = NearCopies()   # found by the first pass, reused by the others
+    tok = (_load_tokenizer(tokenizer) if tokenizer
+           else _train_tokenizer(inputs, vocab_size, copies))
     vocab = tok.get_vocab_size()
     eot = tok.token_to_id(EOT)
     dtype = _dtype(vocab)
     with replaced_dir(out, "text-dataset") as tmp:
         tok.save(str(tmp / "tokenizer.json"))
         counts, held_out = _write_splits(tok, inputs, tmp, val_fraction, seed, dtype, eot,
-                                         check_coverage=bool(tokenizer))
+                                         check_coverage=bool(tokenizer), copies=copies)
         removed = counts.pop("duplicates_removed")
         near = counts.pop("near_duplicates_removed")
         _check_counts(counts, val_fraction, seq_len)
         # a second pass over the training documents leaves out cloze candidates they contain
-        training = (d for d, key in unique_documents(inputs)
+        training = (d for d, key in unique_documents(inputs, copies=copies)
                     if not in_validation(key, seed, val_fraction))
         items, contaminated = _cloze(held_out, seed, training)
         (tmp / "cloze.jsonl").write_text("".join(json.dumps(r) + "\n" for r in items))

@@ -30,6 +30,7 @@ SHINGLE = 5
 PERMUTATIONS = 128
 BANDS = 32
 THRESHOLD = 0.75
+_CHUNK = 8192   # shingles hashed at a time
 
 _WORD = re.compile(r"\w+")
 _SEEDS = np.random.default_rng(np.random.SeedSequence(0x6D696E68)).integers(
@@ -59,6 +60,12 @@ def normal_text(doc: str) -> str:
     return " ".join(doc.split())
 
 
+def content_key(doc: str) -> bytes:
+    """A document's identity: the digest of its ``normal_text``, so that a copy reached by any
+    route (another file, a re-wrapped paragraph, another Unicode form) is the same document."""
+    return hashlib.blake2b(normal_text(doc).encode("utf-8"), digest_size=16).digest()
+
+
 def words(doc: str) -> list[str]:
     """The document's words, lowercased, of its ``normal_text`` (Unicode forms and invisible
     characters do not split or change a word)."""
@@ -85,8 +92,11 @@ def signature(doc: str) -> np.ndarray | None:
     sh = shingles(doc)
     if not len(sh):
         return None
+    out = np.full(PERMUTATIONS, np.iinfo(np.uint64).max, dtype=np.uint64)
     with np.errstate(over="ignore"):
-        return _mix(sh[None, :] ^ _SEEDS[:, None]).min(axis=1)
+        for i in range(0, len(sh), _CHUNK):   # (PERMUTATIONS, chunk): memory flat in doc size
+            np.minimum(out, _mix(sh[None, i:i + _CHUNK] ^ _SEEDS[:, None]).min(axis=1), out=out)
+    return out
 
 
 def similarity(a: np.ndarray, b: np.ndarray) -> float:
@@ -121,3 +131,13 @@ def jaccard(a: str, b: str) -> float:
     """The exact Jaccard similarity of two documents' shingle sets (the tests' oracle)."""
     sa, sb = set(shingles(a).tolist()), set(shingles(b).tolist())
     return len(sa & sb) / max(1, len(sa | sb))
+
+
+class NearCopies:
+    """The content keys of the near copies one pass over a corpus found, so that the passes
+    after it (the tokenizer's, the splits', the cloze's) drop the same documents without
+    hashing every shingle again."""
+
+    def __init__(self):
+        self.keys: set[bytes] = set()
+        self.found = False
