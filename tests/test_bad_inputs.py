@@ -485,7 +485,13 @@ def render_doc() -> str:
         "runs; a corpus edited in place reruns its grid; an empty corpus list and an unknown",
         "lm-eval task refused before any stage; --max-new-tokens 1, a replay trace shorter than",
         "the workload, an all-zero fitted profile and training keys in serving's --set refused;",
-        "benchmark scripts' bad arguments one line.",
+        "benchmark scripts' bad arguments one line. Then: near copies (MinHash of word",
+        "5-grams) and other Unicode forms of a document are one document; report counts must be",
+        "whole, readings over no fact, unknown splits and true/false numbers are refused, and",
+        "schedules sharing no seed are not compared; lm-eval's --output_path over the inputs and",
+        "a task of the other dataset kind refused; an eval stage's key covers its task files; a",
+        "serving mode named twice refused; --readme and --json-out checked before a benchmark",
+        "runs.",
     ]
     return "\n".join(lines) + "\n"
 
