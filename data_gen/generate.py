@@ -224,7 +224,8 @@ class _NpyWriter:
 
     def write(self, arr: np.ndarray):
         assert arr.shape[1:] == self.shape[1:], (arr.shape, self.shape)
-        self.sha.write(np.ascontiguousarray(arr, dtype=self.dtype).tobytes())
+        # the array's own buffer (no bytes copy) to the hash and the file
+        self.sha.write(memoryview(np.ascontiguousarray(arr, dtype=self.dtype)).cast("B"))
         self.rows += arr.shape[0]
 
     def close(self) -> dict:
