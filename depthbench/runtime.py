@@ -44,9 +44,10 @@ class Runtime:
             dist.barrier()
 
 
-# On a CPU, compiling the blocks (inductor's C++ kernels) costs about 30 s cold and 5 s from the
-# on-disk cache that every process of a grid shares, and saves 15-30% of a tiny step
-# (benchmarks/bench_train.py --compile): it repays itself from about this many steps
+# On a CPU, compiling the blocks (inductor's C++ kernels) costs about 20 s cold and 2-3 s from
+# the on-disk cache that every process of a grid shares, and saves 10-30% of a tiny step
+# (benchmarks/bench_train.py --compile, docs/benchmarks/compile.json): it repays itself from
+# about this many steps even cold
 CPU_COMPILE_MIN_STEPS = 1000
 
 

@@ -361,9 +361,8 @@ def _begin(data: Path, out: Path, model_cfg: ModelConfig, train_cfg: TrainConfig
     if forked and rt.is_main:   # this run's own checkpoint at the step it starts from: resumable
         _save(out, st.step, st, model, opt, (model_cfg, train_cfg), schedule, ds, rt, keep)
     rt.barrier()
-    say(f"device: {rt.reason}, {compiles(train_cfg.compile, train_cfg.steps, rt.device.type)[1]}; "
-        f"model: "
-        f"{model.num_params():,} parameters; schedule "
+    how = compiles(train_cfg.compile, train_cfg.steps, rt.device.type)[1]
+    say(f"device: {rt.reason}, {how}; model: {model.num_params():,} parameters; schedule "
         f"{schedule.spec}; {train_cfg.steps} steps of {train_cfg.batch_size} sequences")
     return ds, model_cfg, fm, model, opt, st, keep
 
