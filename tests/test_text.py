@@ -4,6 +4,7 @@ the per-depth NLL and bits per byte of a text run against a per-depth forward.""
 import gzip
 import json
 import math
+import os
 
 import numpy as np
 import pytest
@@ -160,7 +161,7 @@ def test_a_run_on_a_dataset_of_another_tokenizer_or_kind_exits_2(tmp_path):
 
 
 @pytest.mark.parametrize("case", ["binary", "empty", "no-validation", "bad-tokenizer",
-                                  "missing", "both"])
+                                  "missing", "both", "pipe"])
 def test_bad_corpora_exit_2_and_leave_nothing(tmp_path, case):
     d, _ = corpus(tmp_path, n_docs=8)
     args = [str(d), "--vocab-size", "300"]
@@ -178,6 +179,9 @@ def test_bad_corpora_exit_2_and_leave_nothing(tmp_path, case):
         args = [str(d), "--tokenizer", str(tmp_path / "t.json")]
     elif case == "missing":
         args = [str(tmp_path / "nope.txt"), "--vocab-size", "300"]
+    elif case == "pipe":   # named directly it is refused, not read (it would block)
+        os.mkfifo(tmp_path / "pipe.txt")
+        args = [str(tmp_path / "pipe.txt"), "--vocab-size", "300"]
     else:
         args += ["--tokenizer", str(tmp_path / "t.json")]
     r = CliRunner().invoke(main, ["prepare-text", *args, "--out", str(tmp_path / "out")])

@@ -76,8 +76,8 @@ def _python_docs() -> Iterator[str]:
 
 
 def input_files(inputs: list[str]) -> list[str | Path]:
-    """The corpus files of ``inputs`` in reading order (a directory: its files with a corpus
-    suffix, sorted, recursively); ``python-docs`` stays a name."""
+    """The corpus files of ``inputs`` in reading order (a directory: its regular files with a
+    corpus suffix, sorted, recursively); ``python-docs`` stays a name."""
     out: list[str | Path] = []
     for item in inputs:
         if item == BUILTIN:
@@ -97,7 +97,8 @@ def input_files(inputs: list[str]) -> list[str | Path]:
                                     f"directories of them or {BUILTIN}")
             out.append(p)
         else:
-            raise TextDataError(f"corpus input {p} does not exist")
+            why = "is not a regular file (a pipe or device)" if p.exists() else "does not exist"
+            raise TextDataError(f"corpus input {p} {why}")
     if not out:
         raise TextDataError("give at least one corpus input")
     # one file reached twice (named twice, a directory and a file in it, a symlink to it) is
