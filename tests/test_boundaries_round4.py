@@ -181,3 +181,26 @@ def test_the_report_takes_serve_rows_without_a_static_baseline(tmp_path):
     r = CliRunner().invoke(main, ["report", str(tmp_path / "s.jsonl"), "--out", str(tmp_path / "rep")])
     assert r.exit_code == 0, r.output
     assert "no static baseline" in (tmp_path / "rep" / "README.md").read_text()
+
+
+def test_a_dataset_without_unseen_people_evaluates_its_other_splits(tmp_path):
+    """n_unseen_people = 0 leaves the control split empty: the default sweep reads the other
+    splits (it crashed concatenating nothing); the empty split named alone is one line."""
+    from data_gen import resolve_config
+    from depthbench.config import ModelConfig, TrainConfig
+    from depthbench.data.generate import generate
+    from depthbench.train.loop import train
+    generate(resolve_config("tiny", overrides={"n_people": 8, "n_unseen_people": 0}),
+             tmp_path / "d")
+    train(tmp_path / "d", tmp_path / "r", ModelConfig(d_model=16, n_heads=2, n_core=1),
+          TrainConfig(steps=2, batch_size=4, warmup_steps=1), "fixed:2", progress=False,
+          log=lambda *a, **k: None)
+    r = CliRunner().invoke(main, ["eval", str(tmp_path / "r"), "--depths", "1-2", "--out",
+                                  str(tmp_path / "e")])
+    assert r.exit_code == 0, r.output
+    splits = {json.loads(x)["split"] for x in (tmp_path / "e.jsonl").read_text().splitlines()}
+    assert splits == {"eval_reordered", "eval_seen_order"}
+    one_line(CliRunner().invoke(main, ["eval", str(tmp_path / "r"), "--split",
+                                       "eval_unseen_people", "--out", str(tmp_path / "f")]),
+             "holds no rows")
+    assert not list(tmp_path.glob("f*"))

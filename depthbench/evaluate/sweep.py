@@ -131,6 +131,16 @@ def _run_name(run: str | Path) -> str:
     return d.name if d is not None else Path(run).stem
 
 
+def _nonempty(ds: Dataset, splits: list[str], named: bool) -> list[str]:
+    """The splits that hold rows: an empty one (a dataset generated without unseen people)
+    is left out of the default set, and refused where it was named."""
+    empty = [s for s in splits if len(ds.split(s)) == 0]
+    if empty and named:
+        raise UserError(f"split {empty[0]} of {ds.path} holds no rows (the dataset was generated "
+                        "without them); evaluate another --split")
+    return [s for s in splits if s not in empty]
+
+
 def run_eval(cfg: EvalConfig) -> dict:
     """The eval stage: sweep ``cfg.depths`` on every split of a checkpoint (on ``cfg.device``,
     across torchrun's ranks when there are several) and write its ``eval`` rows.
@@ -147,6 +157,8 @@ def run_eval(cfg: EvalConfig) -> dict:
         out = cfg.out or Path(run_dir_of(cfg.run) or Path(cfg.run).parent) / "eval" / \
             f"step_{ck['step']:07d}"
         refuse_over_inputs(row_paths(out), run_dir_of(cfg.run), ds.path, [cfg.run])
+        if ds.kind != "text":
+            splits = _nonempty(ds, splits, named=bool(cfg.splits))
         if ds.kind == "text":
             rows = _text_eval(cfg, model.to(rt.device), ck, meta, name, ds, depths, rt)
         elif cfg.tasks:
