@@ -76,8 +76,7 @@ def _python_docs() -> Iterator[str]:
 
 
 def input_files(inputs: list[str]) -> list[str | Path]:
-    """The corpus files of ``inputs`` in reading order (a directory: its regular files with a
-    corpus suffix, sorted, recursively); ``python-docs`` stays a name."""
+    """The corpus files of ``inputs`` in order (a directory: its files, sorted, recursively)."""
     out: list[str | Path] = []
     for item in inputs:
         if item == BUILTIN:
