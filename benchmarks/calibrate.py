@@ -180,6 +180,21 @@ def _dataset(data_over: dict, root: Path) -> Path:
     return path
 
 
+def schedule_parts(spec: str) -> tuple[str, str, float | None]:
+    """``schedule[~matched-to][@fraction]`` -> (the schedule trained, the schedule whose FLOPs
+    it is matched to or "", the fraction of the budget grid's FLOPs or None); ValueError (a
+    ScheduleError is one) where a part is not a schedule or the fraction is not in (0, 1]."""
+    from depthbench.schedules import parse_schedule
+    part, _, fraction = spec.partition("@")
+    train_schedule, _, matched_to = part.partition("~")
+    for s in filter(None, (train_schedule, matched_to)):
+        parse_schedule(s)
+    f = float(fraction) if fraction else None
+    if f is not None and not 0 < f <= 1:
+        raise ValueError("the fraction after @ must be in (0, 1]")
+    return train_schedule, matched_to, f
+
+
 def run_one(recipe: str, schedule: str, seed: int, threads: int, work: str) -> dict:
     """Train one run from scratch and sweep its serving depths; returns the result row."""
     import torch
@@ -197,13 +212,12 @@ def run_one(recipe: str, schedule: str, seed: int, threads: int, work: str) -> d
     tcfg = train_preset("tiny").replace(**{**over.get("train", {}), "seed": seed,
                                            "threads": threads, "ckpt_every": 0})
     ds = Dataset(data)
-    schedule_part, _, fraction = schedule.partition("@")
-    train_schedule, _, matched_to = schedule_part.partition("~")
+    train_schedule, matched_to, fraction = schedule_parts(schedule)
     if fraction:
         from depthbench.pipeline.steps import budget_steps
         steps_of = budget_steps(ds.config, mcfg.replace(vocab_size=len(ds.vocab)), tcfg,
                                 BUDGET_SCHEDULE)
-        tcfg = tcfg.replace(steps=steps_of(train_schedule, float(fraction), seed))
+        tcfg = tcfg.replace(steps=steps_of(train_schedule, fraction, seed))
     if matched_to:
         fm = FlopModel.of(mcfg.replace(vocab_size=len(ds.vocab)), ds.seq_len - 1)
         tps = tcfg.batch_size * (ds.seq_len - 1)
@@ -371,7 +385,7 @@ def summarize(rows: list[dict]) -> list[dict]:
         ceiling = rs[0]["ceiling_bits"]
         em = [_mean_em(r) for r in rs]
         med = statistics.median(em)
-        judged = _judged_depths(schedule.partition("@")[0].partition("~")[0])
+        judged = _judged_depths(schedule_parts(schedule)[0])
         sds = [statistics.stdev([r["bits"][k - 1] for r in rs]) if len(rs) > 1 else float("nan")
                for k in judged]
         means = [statistics.mean(r["bits"][k - 1] for r in rs) for k in judged]
@@ -541,15 +555,11 @@ def main(argv=None) -> int:
         unknown = [r for r in recipes if r not in RECIPES]
         if unknown:
             ap.error(f"unknown recipe(s) {unknown}; known: {', '.join(RECIPES)}")
-        from depthbench.schedules import ScheduleError, parse_schedule
         for sch in a.schedules.split(","):
-            try:   # schedule[~matched-to][@fraction]
-                for part in sch.split("@")[0].split("~"):
-                    parse_schedule(part)
-                if "@" in sch and not 0 < float(sch.split("@")[1]) <= 1:
-                    raise ValueError
-            except (ScheduleError, ValueError) as e:
-                ap.error(f"--schedules: {sch!r}: {str(e) or 'the fraction after @ must be in (0, 1]'}")
+            try:
+                schedule_parts(sch)
+            except ValueError as e:
+                ap.error(f"--schedules: {sch!r}: {e}")
         done = {_key(r) for r in load_rows()}
         jobs = [(rec, sch, seed, th) for seed in a.seeds for th in a.threads
                 for rec in recipes for sch in a.schedules.split(",")
