@@ -62,8 +62,7 @@ def json_out(text: str) -> Path:
     while not parent.exists() and parent != parent.parent:
         parent = parent.parent
     try:   # the only sure test of writing there is writing there (a file removed at once)
-        with tempfile.TemporaryFile(dir=parent):
-            pass
+        tempfile.TemporaryFile(dir=parent).close()
     except OSError:
         raise argparse.ArgumentTypeError(f"cannot write {text} ({parent} is not a writable "
                                          "directory)") from None

@@ -16,9 +16,9 @@ from pathlib import Path
 LN2 = math.log(2.0)
 
 
-def _data_dir(kwargs: dict, text: bool) -> Path:
-    """The dataset directory, checked to be of the kind the task reads (``text``: a
-    ``prepare-text`` dataset, whose task is the cloze; else a synthetic one)."""
+def _data_dir(kwargs: dict, text: bool) -> tuple[Path, dict]:
+    """The dataset directory and its manifest, checked to be of the kind the task reads
+    (``text``: a ``prepare-text`` dataset, whose task is the cloze; else a synthetic one)."""
     # a UserError: ``depthbench lm-eval`` shows it as one line (lm-eval itself, as a traceback)
     from depthbench.data.text import FORMAT as TEXT_FORMAT
     from depthbench.errors import UserError
@@ -42,7 +42,7 @@ def _data_dir(kwargs: dict, text: bool) -> Path:
             + ("depthbench_cloze is the task of a text dataset (depthbench prepare-text)" if text
                else "the depthbench recall and likelihood tasks ask about the synthetic people "
                     "(depthbench generate); a text dataset's task is depthbench_cloze"))
-    return p
+    return p, manifest
 
 
 def load_cloze(**kwargs):
@@ -50,7 +50,7 @@ def load_cloze(**kwargs):
     continuations, the index of the true one."""
     import datasets
 
-    f = _data_dir(kwargs, text=True) / "cloze.jsonl"
+    f = _data_dir(kwargs, text=True)[0] / "cloze.jsonl"
     rows = [json.loads(line) for line in f.read_text().splitlines() if line]
     if not rows:
         from depthbench.errors import UserError
@@ -62,8 +62,7 @@ def load_cloze(**kwargs):
 def _load(split: str, **kwargs):
     import datasets
 
-    d = _data_dir(kwargs, text=False)
-    manifest = json.loads((d / "manifest.json").read_text())
+    d, manifest = _data_dir(kwargs, text=False)
     n_values = {a["name"]: a["n_values"] for a in manifest["config"]["attributes"]}
     f = d / f"{split}.jsonl"
     rows = [json.loads(line) for line in f.read_text().splitlines() if line]

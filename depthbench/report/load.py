@@ -209,7 +209,9 @@ def _check_ranges(df: pd.DataFrame, kind: str, path: Path) -> None:
     for c, (lo, hi) in RANGES.get(kind, {}).items():
         if c not in df.columns:
             continue
-        if pd.api.types.is_bool_dtype(df[c]) or df[c].map(lambda x: isinstance(x, bool)).any():
+        col = df[c]   # a bool among numbers leaves the column of object dtype
+        if pd.api.types.is_bool_dtype(col) or (col.dtype == object
+                                               and col.map(lambda x: isinstance(x, bool)).any()):
             refuse(f"column {c} holds true/false, not a number")
         v = pd.to_numeric(df[c], errors="coerce").dropna()
         if lo is not None and (v < lo).any():
