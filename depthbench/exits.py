@@ -13,6 +13,8 @@ readout of the coda and head for ``kl``, ``entropy`` and ``argmax``; the learned
     entropy:TAU   entropy of p_t < TAU (nats)
     argmax:N      the argmax has not changed for N loops
     gate:Q        the learned exit gate's halting probability > Q
+    qexit:Q       Ouro's rule: the cumulative exit probability 1 - prod_{s<=t} (1 - sigmoid(gate_s))
+                  reaches Q (the exit distribution Ouro's gate defines; Q in (0, 1])
     replay:FILE   depths recorded in a JSON trace {"request id": [depth per token, ...]}
     trace:MEAN    a synthetic trace: depths ~ 1 + Binomial(max_depth - 1, (MEAN-1)/(max_depth-1)),
                   seeded per (request, token): for random-weight models
@@ -36,8 +38,8 @@ from depthbench.schedules import MAX_DEPTH
 
 KNOWN_IN_ADVANCE = ("fixed", "trace", "replay")
 
-EXIT_HELP = ("fixed:K, latent:TAU, kl:TAU, entropy:TAU, argmax:N, gate:Q, replay:FILE.json, "
-             "trace:MEAN")
+EXIT_HELP = ("fixed:K, latent:TAU, kl:TAU, entropy:TAU, argmax:N, gate:Q, qexit:Q, "
+             "replay:FILE.json, trace:MEAN")
 
 
 class ExitSpecError(UserError, ValueError):
@@ -60,7 +62,7 @@ class ExitCriterion:
 
     @property
     def needs_gate(self) -> bool:
-        return self.kind == "gate"
+        return self.kind in ("gate", "qexit")
 
     @property
     def known_in_advance(self) -> bool:
@@ -151,6 +153,10 @@ def parse_exit(spec: str, min_depth: int = 1, max_depth: int = 16, lookahead: bo
     if kind == "gate":
         if not 0 < value < 1:
             raise ExitSpecError(f"exit spec {spec!r}: the gate threshold must be in (0, 1)")
+        return ExitCriterion(kind, value, **common)
+    if kind == "qexit":
+        if not 0 < value <= 1:
+            raise ExitSpecError(f"exit spec {spec!r}: the cumulative exit probability must be in (0, 1]")
         return ExitCriterion(kind, value, **common)
     if kind == "trace":
         if not 1 <= value <= max_depth:

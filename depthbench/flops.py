@@ -2,7 +2,8 @@
 
 Counting multiply-adds as 2 FLOPs, per token of a sequence of length T:
 
-    block params        P_b = 4 d^2 (qkv 3d^2, out d^2) + 2 d ff (MLP up and down)
+    block params        P_b = 4 d^2 (qkv 3d^2, out d^2) + 2 d ff (MLP up and down); for another
+                         architecture each stage's own matmul parameters (``of_shape``)
     attention per layer  4 T d (QK^T: 2 T d, AV: 2 T d; the full T x T square, as
                          FlopCounterMode and the PaLM/nanoGPT convention count it)
     non-looped           F0 = 2 (n_prelude + n_coda) P_b + 2 d V (head) + 4 T d (n_prelude + n_coda)
@@ -23,7 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from depthbench.config import ModelConfig
+from depthbench.config import LoopShape, ModelConfig
 from depthbench.schedules import Schedule
 
 
@@ -37,15 +38,18 @@ class FlopModel:
 
     @classmethod
     def of(cls, cfg: ModelConfig, seq_len: int) -> FlopModel:
-        d, V, T = cfg.d_model, cfg.vocab_size, seq_len
-        block = 4 * d * d + 2 * d * cfg.ff
-        attn = 4 * T * d
-        adapter = 2 * d * d if cfg.injection == "concat" else 0
-        gate = d if cfg.exit_gate else 0
-        f0 = 2 * (cfg.n_prelude + cfg.n_coda) * block + 2 * d * V + attn * (cfg.n_prelude + cfg.n_coda)
-        fr = 2 * (cfg.n_core * block + adapter + gate) + attn * cfg.n_core
-        readout = 2 * cfg.n_coda * block + 2 * d * V + attn * cfg.n_coda
-        return cls(float(f0), float(fr), cfg.n_grad_loops, float(readout), cfg.exit_gate)
+        return cls.of_shape(cfg.shape, seq_len, cfg.n_grad_loops)
+
+    @classmethod
+    def of_shape(cls, shape: LoopShape, seq_len: int, n_grad_loops: int = 0) -> FlopModel:
+        """From any looped model's shape (``model.shape``): each stage's own matmul parameters
+        (SwiGLU, GQA, adapters and gates included), attention at the query width."""
+        s, T = shape, seq_len
+        attn = 4 * T * s.q_width
+        f0 = 2 * (s.prelude_params + s.coda_params + s.head_params) + attn * (s.n_prelude + s.n_coda)
+        fr = 2 * (s.core_params + s.gate_params) + attn * s.n_core
+        readout = 2 * (s.coda_params + s.head_params) + attn * s.n_coda
+        return cls(float(f0), float(fr), n_grad_loops, float(readout), s.exit_gate)
 
     def forward(self, k: int) -> float:
         return self.f0 + k * self.fr

@@ -31,6 +31,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from depthbench.config import ModelConfig
+from depthbench.models.protocol import padding_mask
 
 
 class Rotary(nn.Module):
@@ -149,6 +150,13 @@ class LoopedTransformer(nn.Module):
             g = torch.Generator().manual_seed(0)
             self.state_noise.copy_(torch.randn(self.state_noise.shape, generator=g) * std)
 
+    @property
+    def shape(self):
+        """The looped-model protocol's shape (``depthbench.models``)."""
+        return self.cfg.shape
+
+    default_depth = None   # no loop count of its own: the sweeps' default depths apply
+
     # ---- the pieces, also used by the serving engine -------------------------------------------
     def positions(self, T: int, device) -> torch.Tensor:
         return torch.arange(T, device=device)
@@ -190,32 +198,35 @@ class LoopedTransformer(nn.Module):
     def gate_logit(self, s):
         return self.gate(s).squeeze(-1)                                    # (B, T)
 
-    def readouts(self, idx: torch.Tensor, depths):
+    def readouts(self, idx: torch.Tensor, depths, attention_mask=None):
         """(k, logits at depth k) for every k of ``depths`` in increasing order, from one pass of
         max(depths) loops: the state after k loops is the depth-k model's, so each depth costs
-        one readout, not a forward of its own (the depth sweeps' one-pass evaluation)."""
+        one readout, not a forward of its own (the depth sweeps' one-pass evaluation).
+        ``attention_mask`` (B, T): 1 for real tokens, 0 for padding no token may read."""
         want = set(depths)
         pos = self.positions(idx.shape[1], idx.device)
-        e = self.embed_prelude(idx, pos)
+        mask = padding_mask(attention_mask, idx.shape[1], idx.device)
+        e = self.embed_prelude(idx, pos, None, mask)
         s = self.initial_state(e, pos)
         for k in range(1, max(want) + 1):
-            s = self.core_step(s, e, pos)
+            s = self.core_step(s, e, pos, None, mask)
             if k in want:
-                yield k, self.readout(s, pos)
+                yield k, self.readout(s, pos, None, mask)
 
     # ---- the full forward ------------------------------------------------------------------------
     def forward(self, idx: torch.Tensor, n_loops: int, all_depths: bool = False,
-                return_gates: bool = False):
+                return_gates: bool = False, attention_mask=None):
         """idx: (B, T) token ids. Returns (B, T, V) logits at depth ``n_loops``, or with
         ``all_depths`` a (K, B, T, V) tensor of every depth's logits.
 
         With ``return_gates`` (training the exit gate) also returns the (K, B, T) gate logits,
         computed on the detached state, and the (K, B, T) argmax prediction after every loop,
-        read out without autograd (the gate's targets)."""
+        read out without autograd (the gate's targets). ``attention_mask`` as in ``readouts``."""
         assert n_loops >= 1
         B, T = idx.shape
         pos = self.positions(T, idx.device)
-        e = self.embed_prelude(idx, pos)
+        mask = padding_mask(attention_mask, T, idx.device)
+        e = self.embed_prelude(idx, pos, None, mask)
         s = self.initial_state(e, pos)
         g = self.cfg.n_grad_loops
         n_free = n_loops - g if g and self.training else 0
@@ -223,14 +234,14 @@ class LoopedTransformer(nn.Module):
         for k in range(n_loops):
             last = k == n_loops - 1
             with torch.set_grad_enabled(torch.is_grad_enabled() and k >= n_free):
-                s = self.core_step(s, e, pos)
+                s = self.core_step(s, e, pos, None, mask)
                 if all_depths or last:
-                    outs.append(self.readout(s, pos))
+                    outs.append(self.readout(s, pos, None, mask))
                 if return_gates:
                     gates.append(self.gate_logit(s.detach()))
                     if not last:
                         with torch.no_grad():
-                            preds.append((outs[-1] if all_depths else self.readout(s, pos)).argmax(-1))
+                            preds.append((outs[-1] if all_depths else self.readout(s, pos, None, mask)).argmax(-1))
         logits = torch.stack(outs) if all_depths else outs[-1]
         if return_gates:
             preds.append(outs[-1].detach().argmax(-1))

@@ -27,11 +27,13 @@ def _workload(cls) -> list:
     return [
         click.option("--random", metavar="PRESET", help="A random-weight model of this preset (tiny, "
                      "small, paper-200m, paper-1b, ouro-like, huginn-like), e.g. with --exit trace:8."),
+        click.option("--model", metavar="SPEC", help="A looped model of your own: ouro:DIR, "
+                     "huginn:DIR or hf:DIR (a checkpoint folder; serve-sim reads its shape only)."),
         click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
                      help="Override a model config key of --random, e.g. --set d_model=512."),
         click.option("--modes", show_default=_d("modes"), help="Comma-separated batching modes."),
         click.option("--exit", show_default=_d("exit"), help="Exit criterion: fixed:K, latent:TAU, "
-                     "kl:TAU, entropy:TAU, argmax:N, gate:Q, replay:FILE.json, trace:MEAN."),
+                     "kl:TAU, entropy:TAU, argmax:N, gate:Q, qexit:Q, replay:FILE.json, trace:MEAN."),
         click.option("--kv-policy", show_default=_d("kv_policy"),
                      help="depth_indexed, last_exited, single or first_then_shared[:N]."),
         click.option("--width", type=cs.WIDTH, show_default=_d("width"),
@@ -122,6 +124,7 @@ def serve_bench_cmd(sets, modes, config_file, as_json, **given):
       depthbench serve-bench runs/uniform --modes static,cdb --exit kl:0.01 --kv-policy single
       depthbench serve-bench --random small --set d_model=512 --exit trace:8 --requests 128
       depthbench serve-bench --random huginn-like --exit trace:8 --device cuda
+      depthbench serve-bench --model huginn:ckpt/huginn --modes static,cdb --exit latent:0.3
     """
     from depthbench.serving.bench import run_bench
 

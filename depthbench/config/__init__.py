@@ -10,6 +10,7 @@ from depthbench.config.base import ConfigError, read_config_file
 from depthbench.config.model import (
     KV_POLICIES,
     MODEL_PRESETS,
+    LoopShape,
     ModelConfig,
     copies_on_exit,
     huginn_like_model,
@@ -44,7 +45,7 @@ from depthbench.config.train import (
 )
 
 __all__ = [
-    "ConfigError", "read_config_file", "KV_POLICIES", "MODEL_PRESETS", "ModelConfig",
+    "ConfigError", "read_config_file", "KV_POLICIES", "MODEL_PRESETS", "LoopShape", "ModelConfig",
     "copies_on_exit", "huginn_like_model", "kv_layout", "model_preset", "ouro_like_model",
     "paper_1b_model", "paper_200m_model", "small_model", "tiny_model", "DEFAULT_SERVE_MODES",
     "EVAL_SPLITS", "SERVE_MODES", "EvalConfig", "ProbeConfig", "ReportConfig", "ServeConfig",

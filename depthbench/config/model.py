@@ -57,6 +57,53 @@ class ModelConfig(PlainConfig):
     def ff(self) -> int:
         return self.d_ff or 4 * self.d_model
 
+    @property
+    def shape(self) -> LoopShape:
+        """The shape this config's ``LoopedTransformer`` has (its stages' matmul parameters)."""
+        d, layer = self.d_model, 4 * self.d_model ** 2 + 2 * self.d_model * self.ff
+        return LoopShape(vocab_size=self.vocab_size, d_model=d, n_heads=self.n_heads,
+                         n_kv_heads=self.n_heads, head_dim=d // self.n_heads,
+                         n_prelude=self.n_prelude, n_core=self.n_core, n_coda=self.n_coda,
+                         max_seq_len=self.max_seq_len, exit_gate=self.exit_gate,
+                         prelude_params=self.n_prelude * layer,
+                         core_params=self.n_core * layer + (2 * d * d if self.injection == "concat" else 0),
+                         coda_params=self.n_coda * layer, head_params=d * self.vocab_size,
+                         gate_params=d if self.exit_gate else 0)
+
+
+@dataclass(frozen=True, kw_only=True)
+class LoopShape:
+    """What the evaluators, the serving engine and the cost models need to know of any looped
+    model (``depthbench.models.LoopedModel``): its stages' layer counts, the attention's widths
+    (GQA: ``n_kv_heads`` < ``n_heads``), and each stage's matmul parameters (multiply-adds per
+    token): ``core_params`` is one loop's (its layers and any adapter between loops),
+    ``head_params`` the output head's, ``gate_params`` an exit gate's (read after every loop)."""
+    vocab_size: int
+    d_model: int                   # the width of the recurrent state (and of the embeddings)
+    n_heads: int
+    n_kv_heads: int
+    head_dim: int
+    n_prelude: int
+    n_core: int
+    n_coda: int
+    max_seq_len: int
+    exit_gate: bool
+    prelude_params: int
+    core_params: int
+    coda_params: int
+    head_params: int
+    gate_params: int = 0
+
+    @property
+    def q_width(self) -> int:
+        """Query heads x head dim: the width QK^T and AV are computed at."""
+        return self.n_heads * self.head_dim
+
+    @property
+    def kv_width(self) -> int:
+        """KV heads x head dim: the width of one cached key (or value) per position and layer."""
+        return self.n_kv_heads * self.head_dim
+
 
 # ---- presets -----------------------------------------------------------------------------------
 # tiny: a fully looped model (no prelude or coda, one shared layer, about 75k parameters) sized

@@ -101,6 +101,7 @@ class ServeConfig(PlainConfig):
     """A serving benchmark, every batching mode on one workload: ``serving.bench.run_bench``."""
     run: str = ""                  # run directory or checkpoint (or random)
     random: str = ""               # a random-weight model of this model preset instead
+    model: str = ""                # or any looped model: ouro:DIR, huginn:DIR, hf:DIR (models.load)
     model_set: dict = field(default_factory=dict)  # model config overrides of random
     data: str = ""                 # workload dataset ("": the run's)
     modes: tuple[str, ...] = DEFAULT_SERVE_MODES
@@ -185,8 +186,10 @@ class SimConfig(ServeConfig):
             mean = self.means[0] if self.means else (1 + self.max_depth) / 2
             object.__setattr__(self, "exit", f"trace:{mean:g}")
         super().__post_init__()
-        require(bool(self.random), "random", "serve-sim needs a model shape: --random PRESET")
-        require(not self.run, "run", "serve-sim runs no checkpoint; give --random PRESET")
+        require(bool(self.random) != bool(self.model), "random",
+                "serve-sim needs one model shape: --random PRESET or --model SPEC")
+        require(not self.run, "run", "serve-sim runs no checkpoint; give --random PRESET or "
+                "--model SPEC (its shape is read from the config)")
         kind = self.exit.partition(":")[0]
         require(kind in ("trace", "replay", "fixed"), "exit",
                "serve-sim needs exit depths known in advance: trace:MEAN, replay:FILE or fixed:K")

@@ -67,14 +67,15 @@ def serve_bench(model: LoopedTransformer, requests: list[Request], cfg: ServeCon
     model.eval()
     cfg = resolve_knobs(cfg, next(model.parameters()).device.type)
     crit = parse_exit(cfg.exit, cfg.min_depth, cfg.max_depth, cfg.lookahead, cfg.seed)
-    if crit.needs_gate and not model.cfg.exit_gate:
-        raise UserError("exit gate:Q needs a model trained with exit_gate=true; choose another --exit")
+    if crit.needs_gate and not model.shape.exit_gate:
+        raise UserError(f"exit {crit.kind}:Q needs a model with an exit gate (trained with "
+                        "exit_gate=true, or Ouro's); choose another --exit")
     requests = with_arrivals(requests, cfg.rate, cfg.seed)
     crit.check_covers([q.id for q in requests])
     max_len = max(len(q.prompt) + q.max_new_tokens for q in requests) + 1
-    if max_len > model.cfg.max_seq_len:
+    if max_len > model.shape.max_seq_len:
         raise UserError(f"prompts plus --max-new-tokens need {max_len} positions, more than the "
-                        f"model's max_seq_len={model.cfg.max_seq_len}; lower --max-new-tokens")
+                        f"model's max_seq_len={model.shape.max_seq_len}; lower --max-new-tokens")
 
     def engines(mode):
         return lambda clock=None: Engine(model, crit, cfg.kv_policy, engine_rows(mode, cfg),
@@ -83,7 +84,7 @@ def serve_bench(model: LoopedTransformer, requests: list[Request], cfg: ServeCon
 
     side = cfg.interleave and next(model.parameters()).device.type == "cpu"
     hold_freed_memory()   # a launch's cost must not depend on what was allocated before it
-    return compare_modes(engines, model.cfg, requests, cfg, seq_len_for_flops, progress, side)
+    return compare_modes(engines, model.shape, requests, cfg, seq_len_for_flops, progress, side)
 
 
 # ---- the serve stage -------------------------------------------------------------------------------
@@ -109,8 +110,9 @@ def run_bench(cfg: ServeConfig, log=None) -> dict:
     from depthbench.rows import row_files, tag_rows
     from depthbench.runtime import setup
 
-    if bool(cfg.run) == bool(cfg.random):
-        raise UserError("give either a RUN directory (or checkpoint) or --random PRESET")
+    if sum(map(bool, (cfg.run, cfg.random, cfg.model))) != 1:
+        raise UserError("give one model: a RUN directory (or checkpoint), --random PRESET or "
+                        "--model SPEC (ouro:DIR, huginn:DIR, hf:DIR)")
     outs = _outputs(cfg)
     if len(set(map(Path.resolve, outs))) < len(outs):
         raise UserError("--save-trace names a file --out also writes; choose another path")
@@ -126,14 +128,21 @@ def run_bench(cfg: ServeConfig, log=None) -> dict:
         keys = {"run": run_dir.name if run_dir else Path(cfg.run).stem,
                 "schedule": ck.get("schedule")}
     else:
-        model = _random_model(cfg, rt)
-        requests = random_workload(model.cfg.vocab_size, cfg.requests, cfg.prompt_len,
+        if cfg.model:
+            from depthbench.models.load import load_model, refuse_inside
+            refuse_inside(outs, cfg.model)
+            model = load_model(cfg.model, rt.device)
+            source = model.source
+        else:
+            model, source = _random_model(cfg, rt), f"random:{cfg.random}"
+        requests = random_workload(model.shape.vocab_size, cfg.requests, cfg.prompt_len,
                                    cfg.max_new_tokens, cfg.seed, cfg.length_spread)
-        seq_len, source = cfg.prompt_len + (cfg.max_new_tokens or 32), f"random:{cfg.random}"
+        seq_len = cfg.prompt_len + (cfg.max_new_tokens or 32)
         keys = {"run": source, "schedule": None}
         refuse_over_inputs(outs, inputs=[replay])
     if log:
-        log(f"device: {rt.reason}; model {source}: {model.num_params():,} parameters; "
+        log(f"device: {rt.reason}; model {source}: {sum(p.numel() for p in model.parameters()):,} "
+            "parameters; "
             f"{cfg.requests} requests, exit {cfg.exit}, kv {cfg.kv_policy}, width {cfg.width}")
     res = serve_bench(model, requests, cfg, seq_len, progress=log and (lambda m: log(f"  {m} done")))
     rows = tag_rows(result_rows(res, source=source, **keys, exit=cfg.exit, kv_policy=cfg.kv_policy,

@@ -279,9 +279,11 @@ def compare_modes(engines, mcfg, requests: list[Request], cfg: ServeConfig,
                   seq_len_for_flops: int, progress=None, interleave: bool = False) -> dict:
     """Every mode of ``cfg`` over the same requests (``engines(mode)`` makes a fresh engine;
     ``interleave``: side by side, see ``run_side_by_side``), with the bounds, speedups over
-    ``static`` and whether the adaptive modes agree."""
-    fm = FlopModel.of(mcfg, seq_len_for_flops)
-    fm_params = FlopModel.of(mcfg, 0)   # parameters only, the paper's convention
+    ``static`` and whether the adaptive modes agree. ``mcfg``: a model config or any looped
+    model's shape (``model.shape``)."""
+    shape = getattr(mcfg, "shape", mcfg)
+    fm = FlopModel.of_shape(shape, seq_len_for_flops)
+    fm_params = FlopModel.of_shape(shape, 0)   # parameters only, the paper's convention
     ran = run_side_by_side({m: (m, cfg, engines(m)) for m in cfg.modes}, requests, interleave)
     results = [ran[m][0] for m in cfg.modes]
     outputs = {m: ran[m][1] for m in cfg.modes}

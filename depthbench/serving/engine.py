@@ -44,6 +44,8 @@ def fires(crit: ExitCriterion, loops: torch.Tensor, sig: dict) -> torch.Tensor:
         return delta / sig["state"].norm(dim=-1).clamp(min=1e-12) < crit.value
     if crit.kind == "gate":
         return torch.sigmoid(sig["gate"]) > crit.value
+    if crit.kind == "qexit":   # the exit distribution's mass up to this loop
+        return 1 - sig["survive"] >= crit.value
     logp = torch.log_softmax(sig["logits"].float(), dim=-1)
     if crit.kind == "entropy":
         return -(logp.exp() * logp).sum(-1) < crit.value
@@ -71,7 +73,7 @@ class Engine(HostState):
                  clock: Clock | None = None, n_prompt_slots: int = 0):
         super().__init__(criterion, n_rows, record, clock, n_prompt_slots)
         self.model = model.eval()
-        self.cfg = model.cfg
+        self.cfg = model.shape   # any looped model's shape (LoopShape)
         self.device = device or next(model.parameters()).device
         self.device_type = self.device.type
         dtype = next(model.parameters()).dtype
@@ -84,6 +86,7 @@ class Engine(HostState):
         self.pos = z(n, dtype=torch.long)
         self.row_of = torch.arange(n, device=self.device)
         self.pending = z(n, dtype=torch.bool)
+        self.survive = z(n, dtype=torch.float32)   # qexit: prod over loops of (1 - gate prob)
         if criterion.needs_logits:
             self.logits = z(n, V, dtype=dtype)
             self.prev_logp = z(n, V, dtype=torch.float32)
@@ -189,6 +192,7 @@ class Engine(HostState):
         self.S[it] = m.initial_state(e[:, None], pos[:, None])[:, 0]
         self.loop[it] = 0
         self.pending[it] = False
+        self.survive[it] = 1.0
         self._set_target(items, depths)
         if self.crit.needs_logits:
             self.argmax_run[it] = 0
@@ -247,6 +251,8 @@ class Engine(HostState):
         sig = {"state": s, "prev_state": s_prev}
         if crit.needs_gate:
             sig["gate"] = m.gate_logit(s)
+            self.survive[it] = self.survive[it] * (1 - torch.sigmoid(sig["gate"].float()))
+            sig["survive"] = self.survive[it]
         if crit.needs_logits:
             logits = self._readout(s, rows_t, pos, mask, L)
             self.logits[it] = logits

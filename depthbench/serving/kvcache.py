@@ -29,7 +29,7 @@ import torch
 
 from depthbench.config import (  # noqa: F401  (KV_POLICIES, copies_on_exit: re-exported)
     KV_POLICIES,
-    ModelConfig,
+    LoopShape,
     copies_on_exit,
     kv_layout,
 )
@@ -72,7 +72,7 @@ def _free_bytes(device: torch.device) -> int:
 
 
 class KVStore:
-    def __init__(self, cfg: ModelConfig, policy: str, max_depth: int, n_rows: int, max_len: int,
+    def __init__(self, cfg: LoopShape, policy: str, max_depth: int, n_rows: int, max_len: int,
                  device, dtype=torch.float32):
         from depthbench.config import ConfigError
         from depthbench.errors import UserError
@@ -83,7 +83,7 @@ class KVStore:
         self.cfg, self.policy, self.max_depth = cfg, policy, max_depth
         self.per_core = self.n_private + int(self.shared)
         self.n_slots = cfg.n_prelude + cfg.n_core * self.per_core + cfg.n_coda
-        H, dh = cfg.n_heads, cfg.d_model // cfg.n_heads
+        H, dh = cfg.n_kv_heads, cfg.head_dim   # grouped-query models cache their KV heads
         shape = (self.n_slots, n_rows, max_len, H, dh)
         need = 2 * math.prod(shape) * torch.empty((), dtype=dtype).element_size()
         free = _free_bytes(torch.device(device))

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from depthbench.config import ModelConfig, SimConfig, kv_layout, model_preset
+from depthbench.config import LoopShape, ModelConfig, SimConfig, kv_layout, model_preset
 from depthbench.errors import UserError
 from depthbench.exits import parse_exit
 from depthbench.serving.executor import STAGES
@@ -135,38 +135,52 @@ def load_profile(name_or_path: str) -> Profile:
 
 
 # ---- the work of a launch ----------------------------------------------------------------------------
-def stage_layers(cfg: ModelConfig, stage: str, max_depth: int) -> tuple[int, bool]:
+def _shape(cfg: ModelConfig | LoopShape) -> LoopShape:
+    return cfg.shape if isinstance(cfg, ModelConfig) else cfg
+
+
+def stage_layers(cfg: ModelConfig | LoopShape, stage: str, max_depth: int) -> tuple[int, bool]:
     """(transformer layers a launch of ``stage`` runs, whether it reads out the head)."""
-    return {"prefill": (cfg.n_prelude + max_depth * cfg.n_core + cfg.n_coda, True),
-            "start": (cfg.n_prelude, False), "core": (cfg.n_core, False),
-            "finish": (cfg.n_coda, True)}[stage]
+    s = _shape(cfg)
+    return {"prefill": (s.n_prelude + max_depth * s.n_core + s.n_coda, True),
+            "start": (s.n_prelude, False), "core": (s.n_core, False),
+            "finish": (s.n_coda, True)}[stage]
 
 
-def stage_work(cfg: ModelConfig, stage: str, rows: int, tokens: int, L: int, max_depth: int,
-               bytes_per_value: int, copies: int = 0, attention: bool = True,
+def stage_params(s: LoopShape, stage: str, max_depth: int) -> int:
+    """Matmul parameters a token runs through in one launch of ``stage``."""
+    return {"prefill": s.prelude_params + max_depth * s.core_params + s.coda_params + s.head_params,
+            "start": s.prelude_params, "core": s.core_params,
+            "finish": s.coda_params + s.head_params}[stage]
+
+
+def stage_work(cfg: ModelConfig | LoopShape, stage: str, rows: int, tokens: int, L: int,
+               max_depth: int, bytes_per_value: int, copies: int = 0, attention: bool = True,
                read: int | None = None) -> tuple[float, float]:
-    """(FLOPs, bytes moved) of one launch; see the module docstring. ``read``: cached
-    positions read per layer (default ``rows * L``, every row padded to the longest context);
-    ``attention=False`` counts parameters only (the paper's convention)."""
+    """(FLOPs, bytes moved) of one launch; see the module docstring. ``cfg``: a model config or
+    any looped model's shape (its stages' own parameters, attention at the query width, KV at
+    the KV heads' width). ``read``: cached positions read per layer (default ``rows * L``, every
+    row padded to the longest context); ``attention=False`` counts parameters only (the paper's
+    convention)."""
+    s = _shape(cfg)
     read = rows * L if read is None else read
     if not attention:
         L = copies = read = 0
-    d = cfg.d_model
-    n, head = stage_layers(cfg, stage, max_depth)
-    params = n * (4 * d * d + 2 * d * cfg.ff) + (d * cfg.vocab_size if head else 0)
-    if cfg.injection == "concat":
-        params += 2 * d * d * {"prefill": max_depth, "core": 1}.get(stage, 0)
+    n, _ = stage_layers(s, stage, max_depth)
+    params = stage_params(s, stage, max_depth)
     per_token = read / max(rows, 1) * (tokens / max(rows, 1))   # positions each token attends
-    flops = 2.0 * tokens * params + 4.0 * d * per_token * rows * n
-    values = params + 2.0 * d * n * (read + tokens * (L > 0)) + 4.0 * d * cfg.n_core * copies
+    flops = 2.0 * tokens * params + 4.0 * s.q_width * per_token * rows * n
+    kv = s.kv_width
+    values = params + 2.0 * kv * n * (read + tokens * (L > 0)) + 4.0 * kv * s.n_core * copies
     return flops, values * bytes_per_value
 
 
-def kv_bytes(cfg: ModelConfig, policy: str, max_depth: int, rows: int, max_len: int,
+def kv_bytes(cfg: ModelConfig | LoopShape, policy: str, max_depth: int, rows: int, max_len: int,
              bytes_per_value: int) -> int:
+    s = _shape(cfg)
     n_private, shared, _ = kv_layout(policy, max_depth)
-    slots = cfg.n_prelude + cfg.n_core * (n_private + int(shared)) + cfg.n_coda
-    return 2 * slots * rows * max_len * cfg.d_model * bytes_per_value
+    slots = s.n_prelude + s.n_core * (n_private + int(shared)) + s.n_coda
+    return 2 * slots * rows * max_len * s.kv_width * bytes_per_value
 
 
 # ---- simulating a workload ---------------------------------------------------------------------------

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from depthbench.config import ModelConfig, SimConfig, copies_on_exit
+from depthbench.config import LoopShape, ModelConfig, SimConfig, copies_on_exit
 from depthbench.errors import UserError
 from depthbench.exits import ExitCriterion, parse_exit, replay_file
 from depthbench.serving.executor import Clock, HostState
@@ -64,7 +64,7 @@ class VirtualClock:
 class SimEngine(HostState):
     """The engine's interface, priced by ``profile`` on a virtual clock (tokens are all 0)."""
 
-    def __init__(self, cfg: ModelConfig, criterion: ExitCriterion, kv_policy: str, n_rows: int,
+    def __init__(self, cfg: ModelConfig | LoopShape, criterion: ExitCriterion, kv_policy: str, n_rows: int,
                  max_len: int, profile: Profile, record: bool = False, clock: Clock | None = None,
                  n_prompt_slots: int = 0):
         if not criterion.known_in_advance:
@@ -135,6 +135,9 @@ def simulate(cfg: SimConfig, profile: Profile, mcfg: ModelConfig | None = None) 
         resolve_knobs,
         with_arrivals,
     )
+    if mcfg is None and cfg.model:
+        from depthbench.models.load import load_shape
+        mcfg = load_shape(cfg.model)
     mcfg = mcfg or sim_model(cfg)
     cfg = resolve_knobs(cfg, profile.device_type)
     crit = parse_exit(cfg.exit, cfg.min_depth, cfg.max_depth, cfg.lookahead, cfg.seed)
@@ -193,6 +196,9 @@ def run_sim(cfg: SimConfig, log=None) -> dict:
     from depthbench.serving.compare import result_rows
 
     if cfg.calibrate:
+        if cfg.model:
+            raise UserError("--calibrate measures this machine on a random model of --random's "
+                            "shape; leave --model out (a fitted profile prices any shape)")
         if Path(cfg.calibrate).is_dir():
             raise UserError(f"--calibrate {cfg.calibrate} is a directory; give a .toml file")
         prof, info = calibrate(cfg, log)
@@ -202,6 +208,9 @@ def run_sim(cfg: SimConfig, log=None) -> dict:
     from depthbench.fsio import refuse_over_inputs
     replay = replay_file(cfg.exit)
     outs = [*(row_paths(cfg.out) if cfg.out else ()), *([Path(cfg.plot)] if cfg.plot else [])]
+    if cfg.model:
+        from depthbench.models.load import refuse_inside
+        refuse_inside(outs, cfg.model)
     refuse_over_inputs(outs, inputs=[p for p in (cfg.profile, replay) if p and Path(p).suffix])
     if log:
         log(f"profile {profile.name}: {profile.source}")
@@ -209,7 +218,7 @@ def run_sim(cfg: SimConfig, log=None) -> dict:
     rows, results = [], []
     for spec in exits:
         res = simulate(cfg.replace(exit=spec), profile)
-        keys = dict(source=f"sim:{profile.name}", run=f"random:{cfg.random}", schedule=None,
+        keys = dict(source=f"sim:{profile.name}", run=cfg.model or f"random:{cfg.random}", schedule=None,
                     exit=spec, kv_policy=cfg.kv_policy, width=cfg.width, lookahead=cfg.lookahead,
                     rate=cfg.rate, profile=profile.name)
         rows += tag_rows(result_rows(res, **keys), cfg.tags)
@@ -225,7 +234,7 @@ def run_sim(cfg: SimConfig, log=None) -> dict:
         out["csv"], out["jsonl"] = files
     plot = cfg.plot or (str(Path(cfg.out).with_suffix(".png")) if cfg.out and cfg.means else "")
     if plot and cfg.means:
-        files[Path(plot)] = sweep_png(results, f"serve-sim {profile.name}: {cfg.random}, width "
+        files[Path(plot)] = sweep_png(results, f"serve-sim {profile.name}: {cfg.model or cfg.random}, width "
                                       f"{cfg.width}, kv {cfg.kv_policy}, max depth {cfg.max_depth}")
         out["plot"] = plot
     atomic_write_many(files)
