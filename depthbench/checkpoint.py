@@ -21,9 +21,9 @@ from pathlib import Path
 import torch
 
 from data_gen.format import sha256_file
-from depthbench import __version__
 from depthbench.errors import UserError
 from depthbench.fsio import atomic_write_text
+from depthbench.version import __version__
 
 FORMAT = 1
 

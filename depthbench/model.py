@@ -241,7 +241,8 @@ class LoopedTransformer(nn.Module):
                     gates.append(self.gate_logit(s.detach()))
                     if not last:
                         with torch.no_grad():
-                            preds.append((outs[-1] if all_depths else self.readout(s, pos, None, mask)).argmax(-1))
+                            last_out = outs[-1] if all_depths else self.readout(s, pos, None, mask)
+                            preds.append(last_out.argmax(-1))
         logits = torch.stack(outs) if all_depths else outs[-1]
         if return_gates:
             preds.append(outs[-1].detach().argmax(-1))

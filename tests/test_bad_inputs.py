@@ -292,7 +292,7 @@ def cases():
         ("serve-bad-policy", ["serve-bench", R, "--kv-policy", "paged"], "kv-policy"),
         ("serve-min-over-max", ["serve-bench", R, "--min-depth", "9", "--max-depth", "4"], "--min-depth: must be <= max_depth"),
         ("serve-too-long", ["serve-bench", R, "--max-new-tokens", "5000"], "max_seq_len"),
-        ("serve-no-model", ["serve-bench"], "either"),
+        ("serve-no-model", ["serve-bench"], "give one model"),
         ("sim-no-shape", ["serve-sim"], "--random"),
         ("sim-data-dependent-exit", ["serve-sim", "--random", "tiny", "--exit", "latent:0.1"], "known in advance"),
         ("sim-missing-profile", ["serve-sim", "--random", "tiny", "--profile", "{root}/none.toml"], "does not exist"),

@@ -1,9 +1,8 @@
 """The ``depthbench`` command line: each command parses its options into the stage's config
 (``depthbench.config``), calls the stage's action, and prints. ``--config FILE`` supplies the
 same config from a file (what ``depthbench run --plan`` writes); options given replace its keys.
-Every user error (bad path, spec, config value, mismatched files) ends as exit status 2 with
-one line on stderr: ``depthbench: error: ...``, and no traceback.
-"""
+A user error (bad path, spec, config value, mismatched files) ends as exit status 2 with one
+line on stderr: ``depthbench: error: ...``, and no traceback."""
 
 from __future__ import annotations
 
@@ -148,6 +147,7 @@ def flops(run, preset, schedule, steps, seed, as_json):
 
 @main.command("eval")
 @click.argument("run", required=False, type=click.Path())
+@click.option("--model", metavar="SPEC", help="Instead of RUN: ouro:DIR, huginn:DIR or hf:DIR (text --data).")
 @click.option("--data", type=click.Path(), help="Dataset directory (default: the run's).")
 @click.option("--depths", show_default=default_of(EvalConfig, "depths"), help="e.g. 1-16 or 1,4,16.")
 @click.option("--split", "splits", multiple=True, help="Split to evaluate (repeatable; default: all).")
@@ -170,6 +170,7 @@ def eval_cmd(config_file, as_json, **given):
       depthbench eval runs/uniform --depths 1-16
       depthbench eval runs/ff --split eval_reordered --checkpoint 480 --out results/ff480
       torchrun --nproc_per_node=2 -m depthbench eval runs/uniform
+      depthbench eval --model ouro:ckpt/ouro --data text --out results/ouro
     """
     import pandas as pd
 

@@ -39,7 +39,8 @@ def one_of(value, choices, name: str) -> None:
 @dataclass(frozen=True, kw_only=True)
 class EvalConfig(PlainConfig):
     """A serving-depth sweep of one checkpoint: ``evaluate.run_eval(cfg)``."""
-    run: str                       # run directory or checkpoint file
+    run: str = ""                  # run directory or checkpoint file
+    model: str = ""                # or another looped model: ouro:DIR, huginn:DIR, hf:DIR
     data: str = ""                 # dataset directory ("": the one the run records)
     depths: str = "1-16"           # serving depths, e.g. 1-16 or 1,4,16
     splits: tuple[str, ...] = ()   # (): every eval split
@@ -56,6 +57,8 @@ class EvalConfig(PlainConfig):
     def __post_init__(self):
         self._check_types()
         depths_ok(self.depths, "depths")
+        require(bool(self.run) != bool(self.model), "run",
+                "give one model: a RUN directory (or checkpoint) or --model SPEC")
         require(not self.tasks or self.harness == "lm-eval", "tasks", "need --harness lm-eval")
         for s in self.splits:
             one_of(s, EVAL_SPLITS, "splits")

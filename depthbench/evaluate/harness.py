@@ -76,18 +76,24 @@ class DepthbenchLM(TemplateLM):
         self._dev = torch.device(device if usable else "cpu")
         step = _int_arg("checkpoint_step", checkpoint_step, 0, 10**9) \
             if checkpoint_step is not None else None
-        self.model, ck = load_model(pretrained, step, device=self._dev)
-        self.checkpoint = ck["path"]
-        run_dir = run_dir_of(pretrained)
-        data = data or (read_run(run_dir).get("data") if run_dir is not None else None)
-        if data is None:
-            raise UserError(f"cannot find the dataset of {pretrained}; pass data=DIR")
-        ds = open_dataset(data, verify=False)
-        check_compatible(ck, ds, data)
+        from depthbench.models.load import parse_spec
+        if parse_spec(pretrained)[0] != "run":   # ouro:DIR, huginn:DIR, hf:DIR
+            from depthbench.models.load import open_with_text
+            self.model, ds = open_with_text(pretrained, data, self._dev)
+            self.checkpoint = self.model.source
+        else:
+            self.model, ck = load_model(pretrained, step, device=self._dev)
+            self.checkpoint = ck["path"]
+            run_dir = run_dir_of(pretrained)
+            data = data or (read_run(run_dir).get("data") if run_dir is not None else None)
+            if data is None:
+                raise UserError(f"cannot find the dataset of {pretrained}; pass data=DIR")
+            ds = open_dataset(data, verify=False)
+            check_compatible(ck, ds, data)
         self.text = ds.kind == "text"
         self.vocab = ds.lm_vocab()
-        self.max_len = _int_arg("max_length", max_length, hi=self.model.cfg.max_seq_len) \
-            if max_length else self.model.cfg.max_seq_len
+        limit = self.model.shape.max_seq_len
+        self.max_len = _int_arg("max_length", max_length, hi=limit) if max_length else limit
         self.exit_spec = exit
         self.engine = None
         if exit:
@@ -209,13 +215,23 @@ SPLIT_TASKS = {"eval_reordered": "reordered", "eval_seen_order": "seen_order",
                "eval_unseen_people": "unseen_people"}
 
 
+def _is_spec(run: str) -> bool:
+    """Whether ``run`` names a ported or wrapped model (ouro:DIR, ...), not a depthbench run."""
+    from depthbench.models.load import parse_spec
+    return parse_spec(run)[0] != "run"
+
+
+def _run_name(run: str) -> str:
+    return run if _is_spec(run) else Path(run).name
+
+
 def _per_depth(run: str, data: str, depths: list[int], tasks: list[str], tm, step, limit,
                batch_size: int):
     """(depth, lm-eval's results by task, the checkpoint, the run record) for every depth: a
     fresh model per depth, so that no response cache is ever shared across depths. A task lm-eval
     cannot run (its data not in the HF cache offline, a bad task file) ends as one UserError."""
     import lm_eval
-    meta = read_run(Path(run)) if (Path(run) / "run.json").is_file() else {}
+    meta = read_run(Path(run)) if not _is_spec(run) and (Path(run) / "run.json").is_file() else {}
     for k in depths:
         lm = DepthbenchLM(pretrained=run, n_loops=k, max_depth=max(k, 1), data=data,
                           checkpoint_step=step, batch_size=batch_size)
@@ -230,7 +246,7 @@ def _per_depth(run: str, data: str, depths: list[int], tasks: list[str], tm, ste
             raise UserError(f"lm-eval could not run {', '.join(tasks)} ({first}); a task's data "
                             "must be in the HF datasets cache (HF_DATASETS_OFFLINE=1 reads only "
                             "it)") from None
-        ck = load_checkpoint(lm.checkpoint)   # sha256 and format checked, as every load is
+        ck = load_checkpoint(lm.checkpoint) if not _is_spec(run) else {"step": None}
         yield k, out["results"], {**ck, "path": lm.checkpoint}, meta
 
 
@@ -310,7 +326,7 @@ def harness_tasks(run: str, data: str, depths: list[int], tasks: list[str],
             metrics = _metrics(r)
             if not metrics:   # a group without aggregate metrics
                 continue
-            rows.append({"run": Path(run).name, "schedule": ck.get("schedule"),
+            rows.append({"run": _run_name(run), "schedule": ck.get("schedule"),
                          "seed": meta.get("seed"), "step": ck["step"], "depth": k, "task": t,
                          **metrics, "modeled_train_flops": ck.get("flops"),
                          "dataset_hash": ds.hash, "checkpoint": ck["path"], "harness": "lm-eval"})
@@ -364,6 +380,9 @@ def check_inputs(args: list[str]) -> None:
     for out in _opt(args, "--output_path") + _opt(args, "-o"):   # lm-eval's own results files
         refuse_over_inputs([out], run_dir, Path(data) if data else None, [run] if run else [],
                            flag="--output_path")
+    if run and _is_spec(run):   # nothing lands inside a checkpoint folder
+        from depthbench.models.load import refuse_inside
+        refuse_inside(_opt(args, "--rows") + _opt(args, "--output_path") + _opt(args, "-o"), run)
 
 
 def run_depths(args: list[str]) -> tuple[list[dict], list[Path]]:
@@ -401,7 +420,7 @@ def run_depths(args: list[str]) -> tuple[list[dict], list[Path]]:
                         f"and batch_size, not {unknown[0]}")
     run = margs.get("pretrained")
     if not run:
-        raise UserError("--model_args needs pretrained=RUN_DIR")
+        raise UserError("--model_args needs pretrained=RUN_DIR (or ouro:DIR, huginn:DIR, hf:DIR)")
     if not ns.tasks:
         raise UserError("--depths needs --tasks T1,T2,...")
     try:
@@ -412,7 +431,8 @@ def run_depths(args: list[str]) -> tuple[list[dict], list[Path]]:
     data = margs.get("data") or meta_data or (read_run(run_dir).get("data")
                                              if run_dir is not None else None)
     if not data:
-        raise UserError(f"{run} records no dataset; pass --metadata '{{\"data\": \"DIR\"}}'")
+        raise UserError(f"{run} records no dataset; pass --metadata '{{\"data\": \"DIR\"}}' (for "
+                        "a ported model, a text dataset prepared with its tokenizer)")
 
     depths = parse_depths(ns.depths)
     limit = _int_arg("--limit", ns.limit, 1, 1 << 30) if ns.limit is not None else None

@@ -116,7 +116,8 @@ def _text_eval(cfg: EvalConfig, model, ck, meta, name, ds, depths, rt) -> list[d
         if not cfg.tasks:
             raise UserError("a text run through lm-eval needs --task (e.g. hellaswag, piqa, "
                             "arc_easy, depthbench_cloze)")
-        return _adapter().harness_tasks(cfg.run, str(ds.path), depths, list(cfg.tasks), cfg.checkpoint,
+        return _adapter().harness_tasks(cfg.run or cfg.model, str(ds.path), depths, list(cfg.tasks),
+                                        cfg.checkpoint,
                              cfg.max_people, cfg.batch_size, cfg.task_path)
     if cfg.splits and set(cfg.splits) != {"validation"}:
         raise UserError(f"a text dataset has one evaluation split, validation (got "
@@ -141,9 +142,59 @@ def _nonempty(ds: Dataset, splits: list[str], named: bool) -> list[str]:
     return [s for s in splits if s not in empty]
 
 
+def _model_eval(cfg: EvalConfig, rt):
+    """``eval --model SPEC``: a ported or wrapped model on a text dataset tokenized its way."""
+    from depthbench.data.synthetic import open_dataset
+    from depthbench.models.load import check_text_dataset, load_model, refuse_inside
+    from depthbench.schedules import parse_depths
+    if not cfg.data:
+        raise UserError(f"eval --model {cfg.model} needs --data: a text dataset prepared with "
+                        "the model's tokenizer (prepare-text CORPUS --tokenizer DIR/tokenizer.json)")
+    if not cfg.out:
+        raise UserError("eval --model needs --out FILE_BASE (a checkpoint folder holds only its "
+                        "own files)")
+    refuse_inside(row_paths(cfg.out), cfg.model)
+    ds = open_dataset(cfg.data)
+    refuse_over_inputs(row_paths(cfg.out), None, ds.path, [])
+    model = load_model(cfg.model, rt.device)
+    check_text_dataset(model, ds, cfg.model)
+    ck = {"step": None, "path": model.source, "schedule": None}
+    rows = _text_eval(cfg, model, ck, {}, model.source, ds, parse_depths(cfg.depths), rt)
+    return rows, ck, Path(cfg.out), ds
+
+
+def _run_rows(cfg: EvalConfig, rt, depths: list[int], splits: list[str]):
+    """A depthbench run's eval rows (synthetic splits, text, or through lm-eval)."""
+    model, ck, meta, ds = open_run(cfg.run, cfg.checkpoint, cfg.data or None, rt.device)
+    name = _run_name(cfg.run)
+    out = cfg.out or Path(run_dir_of(cfg.run) or Path(cfg.run).parent) / "eval" / \
+        f"step_{ck['step']:07d}"
+    refuse_over_inputs(row_paths(out), run_dir_of(cfg.run), ds.path, [cfg.run])
+    if ds.kind == "text":
+        return _text_eval(cfg, model.to(rt.device), ck, meta, name, ds, depths, rt), ck, out, ds
+    splits = _nonempty(ds, splits, named=bool(cfg.splits))
+    if cfg.tasks:
+        raise UserError("--task runs lm-eval tasks on a text run; a synthetic run's harness "
+                        "tasks are its recall and likelihood splits (--split)")
+    if cfg.harness == "lm-eval":
+        limit = cfg.max_people and cfg.max_people * ds.rows_per_person
+        rows = _adapter().harness_sweep(cfg.run, str(ds.path), depths, splits, cfg.checkpoint,
+                                        limit, cfg.batch_size)
+        return rows, ck, out, ds
+    rows, floors, blind = [], PersonAgnostic(ds), NameBlind(ds)
+    params = sum(p.numel() for p in model.parameters())
+    for split in splits:
+        sums = sweep(model.to(rt.device), ds, split, depths, rt, cfg.batch_size,
+                     cfg.max_people and cfg.max_people * ds.rows_per_person)
+        rows += result_rows(ck, meta, name, ds, split, sums, floors.reading(split),
+                            blind.reading(split), params)
+    return rows, ck, out, ds
+
+
 def run_eval(cfg: EvalConfig) -> dict:
     """The eval stage: sweep ``cfg.depths`` on every split of a checkpoint (on ``cfg.device``,
-    across torchrun's ranks when there are several) and write its ``eval`` rows.
+    across torchrun's ranks when there are several), or of another looped model
+    (``cfg.model``) on a text dataset, and write its ``eval`` rows.
 
     Returns the rows and, on the rank that wrote them, the paths of the written files."""
     from depthbench.runtime import setup, teardown
@@ -152,30 +203,7 @@ def run_eval(cfg: EvalConfig) -> dict:
     depths, splits = parse_depths(cfg.depths), list(cfg.splits or EVAL_SPLITS)
     rt = setup(cfg.device)
     try:
-        model, ck, meta, ds = open_run(cfg.run, cfg.checkpoint, cfg.data or None, rt.device)
-        name = _run_name(cfg.run)
-        out = cfg.out or Path(run_dir_of(cfg.run) or Path(cfg.run).parent) / "eval" / \
-            f"step_{ck['step']:07d}"
-        refuse_over_inputs(row_paths(out), run_dir_of(cfg.run), ds.path, [cfg.run])
-        if ds.kind != "text":
-            splits = _nonempty(ds, splits, named=bool(cfg.splits))
-        if ds.kind == "text":
-            rows = _text_eval(cfg, model.to(rt.device), ck, meta, name, ds, depths, rt)
-        elif cfg.tasks:
-            raise UserError("--task runs lm-eval tasks on a text run; a synthetic run's harness "
-                            "tasks are its recall and likelihood splits (--split)")
-        elif cfg.harness == "lm-eval":
-            limit = cfg.max_people and cfg.max_people * ds.rows_per_person
-            rows = _adapter().harness_sweep(cfg.run, str(ds.path), depths, splits, cfg.checkpoint, limit,
-                                 cfg.batch_size)
-        else:
-            rows, floors, blind = [], PersonAgnostic(ds), NameBlind(ds)
-            params = sum(p.numel() for p in model.parameters())
-            for split in splits:
-                sums = sweep(model.to(rt.device), ds, split, depths, rt, cfg.batch_size,
-                             cfg.max_people and cfg.max_people * ds.rows_per_person)
-                rows += result_rows(ck, meta, name, ds, split, sums, floors.reading(split),
-                                    blind.reading(split), params)
+        rows, ck, out, ds = _model_eval(cfg, rt) if cfg.model else _run_rows(cfg, rt, depths, splits)
     finally:
         teardown(rt)
     rows = tag_rows(rows, cfg.tags)

@@ -123,7 +123,7 @@ def cloze_accuracy(model, ds: TextDataset, depths: list[int], device=None) -> di
         return {k: {"cloze_accuracy": float("nan"), "cloze_accuracy_mi": float("nan")}
                 for k in depths}
     tok = ds.tokenizer()
-    limit = model.cfg.max_seq_len
+    limit = model.shape.max_seq_len
     eot = ds.vocab.eos
     n_items, n_choices = len(items), len(items[0]["choices"])
     labels = torch.tensor([it["label"] for it in items])

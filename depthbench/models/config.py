@@ -1,11 +1,106 @@
-"""Reading a port's ``config.json``: each field the port needs, of its type and range, and a
-clear refusal of the features the port does not implement (instead of wrong numbers)."""
+"""Reading a checkpoint folder: the model spec, ``config.json`` (each field a port needs, of its
+type and range, and a clear refusal of the features a port does not implement instead of wrong
+numbers) and the ``*.safetensors`` weights, loaded strictly."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
-from depthbench.models.load import ModelSpecError
+from depthbench.errors import UserError
+
+KINDS = ("ouro", "huginn", "hf", "run")
+MODEL_SPEC_HELP = "ouro:DIR, huginn:DIR, hf:DIR or a depthbench run (run:DIR)"
+
+
+class ModelSpecError(UserError, ValueError):
+    """A model spec, checkpoint directory or checkpoint file that cannot be loaded."""
+
+
+def parse_spec(spec: str) -> tuple[str, Path]:
+    """(kind, path) of a model spec."""
+    spec = str(spec).strip()
+    kind, sep, rest = spec.partition(":")
+    if sep and kind in KINDS:
+        if not rest:
+            raise ModelSpecError(f"model spec {spec!r} names no directory; use {MODEL_SPEC_HELP}")
+        return kind, Path(rest)
+    if sep and kind.isalpha() and len(kind) > 1:
+        raise ModelSpecError(f"unknown model kind {kind!r} in {spec!r}; use {MODEL_SPEC_HELP}")
+    return "run", Path(spec)
+
+
+def read_config(d: Path) -> dict:
+    if not d.is_dir():
+        raise ModelSpecError(f"checkpoint directory {d} does not exist; give the folder that "
+                             "holds config.json and the *.safetensors weights")
+    f = d / "config.json"
+    if not f.is_file():
+        raise ModelSpecError(f"{d} has no config.json; give the checkpoint folder as saved by "
+                             "save_pretrained")
+    try:
+        c = json.loads(f.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ModelSpecError(f"{f} is not JSON ({e}); restore it from the checkpoint") from None
+    if not isinstance(c, dict):
+        raise ModelSpecError(f"{f} holds no JSON object; restore it from the checkpoint")
+    return c
+
+
+def read_weights(d: Path) -> dict:
+    """Every tensor of the directory's ``*.safetensors`` files (sharded checkpoints included)."""
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+    files = sorted(d.glob("*.safetensors"))
+    if not files:
+        raise ModelSpecError(f"{d} holds no *.safetensors weights (pickled .bin weights are not "
+                             "read: convert them with safetensors)")
+    out: dict = {}
+    for f in files:
+        try:
+            part = load_file(str(f), device="cpu")
+        except (SafetensorError, OSError, ValueError) as e:
+            raise ModelSpecError(f"{f} is not a readable safetensors file ({str(e)[:80]}); "
+                                 "download it again") from None
+        twice = sorted(set(part) & set(out))
+        if twice:
+            raise ModelSpecError(f"{d}: tensor {twice[0]} is in more than one *.safetensors "
+                                 "file; keep one copy of the checkpoint in the folder")
+        out.update(part)
+    return out
+
+
+def _few(names) -> str:
+    names = sorted(names)
+    more = f" and {len(names) - 3} more" if len(names) > 3 else ""
+    return ", ".join(names[:3]) + more
+
+
+def load_strict(model, weights: dict, d: Path, optional=()) -> None:
+    """Load ``weights`` into ``model``: names and shapes must match exactly (``optional``: keys
+    the port fills itself where the file leaves them out, e.g. a tied head)."""
+    import torch
+    want = model.state_dict()
+    missing = set(want) - set(weights) - set(optional)
+    unexpected = set(weights) - set(want)
+    if missing:
+        raise ModelSpecError(f"{d}: the checkpoint lacks {len(missing)} tensor(s) the "
+                             f"{model.kind} model has: {_few(missing)}; is it a {model.kind} "
+                             "checkpoint of this config?")
+    if unexpected:
+        raise ModelSpecError(f"{d}: the checkpoint holds {len(unexpected)} tensor(s) the "
+                             f"{model.kind} model does not have: {_few(unexpected)}; its "
+                             "config.json does not describe these weights")
+    for k, t in weights.items():
+        if tuple(t.shape) != tuple(want[k].shape):
+            raise ModelSpecError(f"{d}: tensor {k} has shape {tuple(t.shape)} but config.json "
+                                 f"gives {tuple(want[k].shape)}; the config and weights differ")
+        if not t.is_floating_point():
+            raise ModelSpecError(f"{d}: tensor {k} is {t.dtype}, not floating point")
+    with torch.no_grad():
+        for k, t in weights.items():
+            want[k].copy_(t)
+
 
 MODEL_TYPES = {"ouro": ("ouro",), "huginn": ("huginn_raven",)}
 
@@ -100,8 +195,8 @@ def build(kind: str, raw: dict, path: Path):
     if mt not in MODEL_TYPES[kind]:
         other = [k for k, v in MODEL_TYPES.items() if mt in v]
         hint = f"; load it as {other[0]}:{path}" if other else ""
-        raise ModelSpecError(f"{path}/config.json has model_type {mt!r}, not a {kind} model "
-                             f"({', '.join(MODEL_TYPES[kind])}){hint}")
+        raise ModelSpecError(f"{path}/config.json has model_type {mt!r}; {kind}:DIR loads "
+                             f"model_type {', '.join(map(repr, MODEL_TYPES[kind]))}{hint}")
     F = Fields(raw, path)
     if kind == "ouro":
         from depthbench.models.ouro import OuroLM

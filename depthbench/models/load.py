@@ -12,102 +12,17 @@ loaded as float32 unless ``dtype`` says otherwise.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-from depthbench.errors import UserError
-
-KINDS = ("ouro", "huginn", "hf", "run")
-MODEL_SPEC_HELP = "ouro:DIR, huginn:DIR, hf:DIR or a depthbench run (run:DIR)"
-
-
-class ModelSpecError(UserError, ValueError):
-    """A model spec, checkpoint directory or checkpoint file that cannot be loaded."""
-
-
-def parse_spec(spec: str) -> tuple[str, Path]:
-    """(kind, path) of a model spec."""
-    spec = str(spec).strip()
-    kind, sep, rest = spec.partition(":")
-    if sep and kind in KINDS:
-        if not rest:
-            raise ModelSpecError(f"model spec {spec!r} names no directory; use {MODEL_SPEC_HELP}")
-        return kind, Path(rest)
-    if sep and kind.isalpha() and len(kind) > 1:
-        raise ModelSpecError(f"unknown model kind {kind!r} in {spec!r}; use {MODEL_SPEC_HELP}")
-    return "run", Path(spec)
-
-
-def read_config(d: Path) -> dict:
-    if not d.is_dir():
-        raise ModelSpecError(f"checkpoint directory {d} does not exist; give the folder that "
-                             "holds config.json and the *.safetensors weights")
-    f = d / "config.json"
-    if not f.is_file():
-        raise ModelSpecError(f"{d} has no config.json; give the checkpoint folder as saved by "
-                             "save_pretrained")
-    try:
-        c = json.loads(f.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise ModelSpecError(f"{f} is not JSON ({e}); restore it from the checkpoint") from None
-    if not isinstance(c, dict):
-        raise ModelSpecError(f"{f} holds no JSON object; restore it from the checkpoint")
-    return c
-
-
-def read_weights(d: Path) -> dict:
-    """Every tensor of the directory's ``*.safetensors`` files (sharded checkpoints included)."""
-    from safetensors import SafetensorError
-    from safetensors.torch import load_file
-    files = sorted(d.glob("*.safetensors"))
-    if not files:
-        raise ModelSpecError(f"{d} holds no *.safetensors weights (pickled .bin weights are not "
-                             "read: convert them with safetensors)")
-    out: dict = {}
-    for f in files:
-        try:
-            part = load_file(str(f), device="cpu")
-        except (SafetensorError, OSError, ValueError) as e:
-            raise ModelSpecError(f"{f} is not a readable safetensors file ({str(e)[:80]}); "
-                                 "download it again") from None
-        twice = sorted(set(part) & set(out))
-        if twice:
-            raise ModelSpecError(f"{d}: tensor {twice[0]} is in more than one *.safetensors "
-                                 "file; keep one copy of the checkpoint in the folder")
-        out.update(part)
-    return out
-
-
-def _few(names) -> str:
-    names = sorted(names)
-    more = f" and {len(names) - 3} more" if len(names) > 3 else ""
-    return ", ".join(names[:3]) + more
-
-
-def load_strict(model, weights: dict, d: Path, optional=()) -> None:
-    """Load ``weights`` into ``model``: names and shapes must match exactly (``optional``: keys
-    the port fills itself where the file leaves them out, e.g. a tied head)."""
-    import torch
-    want = model.state_dict()
-    missing = set(want) - set(weights) - set(optional)
-    unexpected = set(weights) - set(want)
-    if missing:
-        raise ModelSpecError(f"{d}: the checkpoint lacks {len(missing)} tensor(s) the "
-                             f"{model.kind} model has: {_few(missing)}; is it a {model.kind} "
-                             "checkpoint of this config?")
-    if unexpected:
-        raise ModelSpecError(f"{d}: the checkpoint holds {len(unexpected)} tensor(s) the "
-                             f"{model.kind} model does not have: {_few(unexpected)}; its "
-                             "config.json does not describe these weights")
-    for k, t in weights.items():
-        if tuple(t.shape) != tuple(want[k].shape):
-            raise ModelSpecError(f"{d}: tensor {k} has shape {tuple(t.shape)} but config.json "
-                                 f"gives {tuple(want[k].shape)}; the config and weights differ")
-        if not t.is_floating_point():
-            raise ModelSpecError(f"{d}: tensor {k} is {t.dtype}, not floating point")
-    with torch.no_grad():
-        for k, t in weights.items():
-            want[k].copy_(t)
+from depthbench.models.config import (  # noqa: F401  (re-exported)
+    KINDS,
+    MODEL_SPEC_HELP,
+    ModelSpecError,
+    load_strict,
+    parse_spec,
+    read_config,
+    read_weights,
+)
 
 
 def load_model(spec: str, device="cpu", dtype=None, step: int | None = None):
@@ -159,3 +74,45 @@ def refuse_inside(outputs, spec: str) -> None:
         if o == d or d in o.parents:
             raise ModelSpecError(f"--out {out} is inside the checkpoint directory {path}; write "
                                  "results elsewhere (a checkpoint folder holds only its own files)")
+
+
+def check_text_dataset(model, ds, spec: str) -> None:
+    """A ported model reads a text dataset only if it was tokenized with the model's own
+    tokenizer (``prepare-text --tokenizer DIR/tokenizer.json``): every token of the checkpoint's
+    tokenizer.json has the same id in the dataset's, and every id fits the model's vocabulary;
+    the dataset's windows fit its positions."""
+    kind, path = parse_spec(spec)
+    fix = (f"prepare the text with the model's tokenizer: depthbench prepare-text CORPUS --out "
+           f"DATA --tokenizer {path}/tokenizer.json")
+    if getattr(ds, "kind", None) != "text":
+        raise ModelSpecError(f"{ds.path} is a synthetic people dataset in depthbench's own "
+                             f"vocabulary; {spec} reads text: {fix}")
+    tok_file = getattr(model, "tokenizer_file", None)
+    if tok_file is None:
+        raise ModelSpecError(f"{path} has no tokenizer.json; a ported model is evaluated on text "
+                             "tokenized its own way: put the checkpoint's tokenizer.json in the "
+                             "folder")
+    from depthbench.data.text import _load_tokenizer
+    mine, theirs = _load_tokenizer(tok_file).get_vocab(), ds.tokenizer().get_vocab()
+    differ = [t for t, i in mine.items() if theirs.get(t) != i]
+    if differ or len(theirs) > model.shape.vocab_size:
+        raise ModelSpecError(f"dataset {ds.path} was tokenized with another tokenizer than "
+                             f"{tok_file} ({len(differ)} of its tokens differ; {len(theirs)} ids "
+                             f"for a model of {model.shape.vocab_size}); {fix}")
+    if ds.seq_len - 1 > model.shape.max_seq_len:
+        raise ModelSpecError(f"dataset {ds.path} has windows of {ds.seq_len - 1} tokens, more than "
+                             f"the model's {model.shape.max_seq_len} positions; prepare it with a "
+                             "shorter --seq-len")
+
+
+def open_with_text(spec: str, data: str | None, device="cpu"):
+    """(model, text dataset) for the lm-eval adapter: a ported or wrapped model and the text
+    dataset, tokenized its way, that it reads through."""
+    from depthbench.data.synthetic import open_dataset
+    if not data:
+        raise ModelSpecError(f"{spec} needs data=DIR: a text dataset prepared with the model's "
+                             "tokenizer (prepare-text CORPUS --tokenizer DIR/tokenizer.json)")
+    ds = open_dataset(data, verify=False)
+    model = load_model(spec, device=device)
+    check_text_dataset(model, ds, spec)
+    return model, ds

@@ -140,3 +140,19 @@ class OuroLM(LoopedMixin, nn.Module):
                 survive = survive * (1 - lam)
         out.append(survive)
         return torch.stack(out, -1)
+
+    def exit_logits(self, idx, n_loops: int, attention_mask=None, threshold: float | None = None):
+        """Ouro's exit read-outs over ``n_loops`` loops: with ``threshold`` q, each token's logits
+        at the first loop whose cumulative exit probability reaches q (the last loop if none),
+        and that loop (B, T), 1-based; without, the exit-probability-weighted sum of every
+        loop's logits (``use_weighted_exit``) and None."""
+        pdf = self.exit_pdf(idx, n_loops, attention_mask)                   # (B, T, K)
+        logits = torch.stack([lg for _, lg in self.readouts(idx, range(1, n_loops + 1),
+                                                             attention_mask)], -2)  # (B, T, K, V)
+        if threshold is None:
+            return (pdf[..., None] * logits).sum(-2), None
+        hit = pdf.cumsum(-1) >= threshold
+        hit[..., -1] = True
+        depth = hit.float().argmax(-1)                                      # first loop reaching q
+        return logits.gather(-2, depth[..., None, None].expand(*depth.shape, 1,
+                                                                logits.shape[-1]))[..., 0, :], depth + 1

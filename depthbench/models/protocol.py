@@ -19,7 +19,8 @@ matmul parameters, from which the FLOP ceilings, serving bounds and KV sizes fol
 
 from __future__ import annotations
 
-from typing import Iterator, Protocol, runtime_checkable
+from collections.abc import Iterator
+from typing import Protocol, runtime_checkable
 
 import torch
 import torch.nn as nn

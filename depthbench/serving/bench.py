@@ -62,14 +62,18 @@ def text_workload(ds, n: int, prompt_len: int, max_new_tokens: int, seed: int) -
                     max_new_tokens or 32, stop_token=ds.vocab.eos) for i, a in enumerate(starts)]
 
 
+def check_gate(model, crit) -> None:
+    if crit.needs_gate and not model.shape.exit_gate:
+        raise UserError(f"exit {crit.kind}:Q needs a model with an exit gate (trained with "
+                        "exit_gate=true, or Ouro's); choose another --exit")
+
+
 def serve_bench(model: LoopedTransformer, requests: list[Request], cfg: ServeConfig,
                 seq_len_for_flops: int, progress=None) -> dict:
     model.eval()
     cfg = resolve_knobs(cfg, next(model.parameters()).device.type)
     crit = parse_exit(cfg.exit, cfg.min_depth, cfg.max_depth, cfg.lookahead, cfg.seed)
-    if crit.needs_gate and not model.shape.exit_gate:
-        raise UserError(f"exit {crit.kind}:Q needs a model with an exit gate (trained with "
-                        "exit_gate=true, or Ouro's); choose another --exit")
+    check_gate(model, crit)
     requests = with_arrivals(requests, cfg.rate, cfg.seed)
     crit.check_covers([q.id for q in requests])
     max_len = max(len(q.prompt) + q.max_new_tokens for q in requests) + 1
@@ -140,6 +144,7 @@ def run_bench(cfg: ServeConfig, log=None) -> dict:
         seq_len = cfg.prompt_len + (cfg.max_new_tokens or 32)
         keys = {"run": source, "schedule": None}
         refuse_over_inputs(outs, inputs=[replay])
+    check_gate(model, parse_exit(cfg.exit, cfg.min_depth, cfg.max_depth))   # before any output
     if log:
         log(f"device: {rt.reason}; model {source}: {sum(p.numel() for p in model.parameters()):,} "
             "parameters; "

@@ -71,6 +71,11 @@ class Engine(HostState):
     def __init__(self, model: LoopedTransformer, criterion: ExitCriterion, kv_policy: str,
                  n_rows: int, max_len: int, device=None, record: bool = False,
                  clock: Clock | None = None, n_prompt_slots: int = 0):
+        if not getattr(model, "serves", True):
+            from depthbench.errors import UserError
+            raise UserError(f"{getattr(model, 'source', 'this model')} runs the evaluators only: "
+                            "serving needs the stage methods over depthbench's KV store (serve "
+                            "an ouro:, huginn: or depthbench model)")
         super().__init__(criterion, n_rows, record, clock, n_prompt_slots)
         self.model = model.eval()
         self.cfg = model.shape   # any looped model's shape (LoopShape)

@@ -208,16 +208,18 @@ def run_sim(cfg: SimConfig, log=None) -> dict:
     from depthbench.fsio import refuse_over_inputs
     replay = replay_file(cfg.exit)
     outs = [*(row_paths(cfg.out) if cfg.out else ()), *([Path(cfg.plot)] if cfg.plot else [])]
-    if cfg.model:
-        from depthbench.models.load import refuse_inside
+    shape = None
+    if cfg.model:   # checked (and its shape read) before anything is printed
+        from depthbench.models.load import load_shape, refuse_inside
         refuse_inside(outs, cfg.model)
+        shape = load_shape(cfg.model)
     refuse_over_inputs(outs, inputs=[p for p in (cfg.profile, replay) if p and Path(p).suffix])
     if log:
         log(f"profile {profile.name}: {profile.source}")
     exits = [f"trace:{m:g}" for m in cfg.means] or [cfg.exit]
     rows, results = [], []
     for spec in exits:
-        res = simulate(cfg.replace(exit=spec), profile)
+        res = simulate(cfg.replace(exit=spec), profile, shape)
         keys = dict(source=f"sim:{profile.name}", run=cfg.model or f"random:{cfg.random}", schedule=None,
                     exit=spec, kv_policy=cfg.kv_policy, width=cfg.width, lookahead=cfg.lookahead,
                     rate=cfg.rate, profile=profile.name)

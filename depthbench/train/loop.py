@@ -19,7 +19,6 @@ from pathlib import Path
 import torch
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from depthbench import __version__
 from depthbench import checkpoint as ckpt
 from depthbench.config import ModelConfig, TrainConfig
 from depthbench.data.synthetic import open_dataset
@@ -31,6 +30,7 @@ from depthbench.model import LoopedTransformer
 from depthbench.runtime import Runtime, compiles, setup, teardown
 from depthbench.schedules import Schedule, parse_schedule
 from depthbench.train.metrics import _append, _read_metrics, _write_metrics
+from depthbench.version import __version__
 
 
 def lr_at(step: int, cfg: TrainConfig, schedule: Schedule) -> float:
