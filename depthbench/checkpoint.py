@@ -258,7 +258,7 @@ def read_run(run_dir: Path) -> dict:
 def load_model(run_or_ckpt: str | Path, step: int | None = None, device="cpu"):
     """(model in eval mode, checkpoint dict) from a run directory or checkpoint file."""
     from depthbench.config import ConfigError, ModelConfig
-    from depthbench.model import LoopedTransformer
+    from depthbench.models.build import build_model
 
     path = resolve(run_or_ckpt, step)
     ck = load(path, map_location=device)
@@ -269,7 +269,7 @@ def load_model(run_or_ckpt: str | Path, step: int | None = None, device="cpu"):
         cfg = ModelConfig.from_dict(ck["model_config"])
     except (ConfigError, KeyError, TypeError) as e:
         raise CheckpointError(f"{path} holds no valid model config ({e})") from None
-    model = LoopedTransformer(cfg)
+    model = build_model(cfg.replace(init_from=""))   # the checkpoint's weights replace any start
     try:
         model.load_state_dict(ck["model"])
     except RuntimeError as e:

@@ -203,3 +203,73 @@ def test_a_missing_tokenizer_another_tokenizer_and_a_wrong_kind_are_refused(port
         assert r.exit_code == 2 and says in r.output, (args, r.output)
         assert len(r.output.strip().splitlines()) == 1 and "Traceback" not in r.output
     assert not list(tmp_path.glob("rows*")) and not list((ported / "ouro").glob("rows*"))
+
+
+# ---- training a ported architecture under depthbench's schedules ---------------------------------
+def test_a_port_config_shape_is_what_its_modules_hold():
+    from depthbench.config import ModelConfig
+    from depthbench.models.build import build_model, model_from, port_dict
+    from depthbench.models.huginn import HuginnLM
+    from depthbench.models.ouro import OuroLM
+    for kind, cls in (("ouro", OuroLM), ("huginn", HuginnLM)):
+        for extra in ({}, {"n_kv_heads": 2, "d_model": 64, "d_ff": 96}):
+            cfg = ModelConfig(**{**model_from(f"{kind}:{GOLDEN / kind}"), "vocab_size": 50, **extra})
+            mods = cls(port_dict(cfg)).shape
+            assert cfg.shape == mods.__class__(**{**mods.__dict__, "exit_gate": False, "gate_params": 0})
+        start = build_model(ModelConfig(**model_from(f"{kind}:{GOLDEN / kind}", weights=True)))
+        ref, x = depthbench.load_model(f"{kind}:{GOLDEN / kind}"), torch.randint(0, 128, (2, 9))
+        with torch.no_grad():
+            assert torch.equal(start(x, n_loops=3), ref(x, n_loops=3))
+
+
+def _losses(run: Path) -> list[float]:
+    return [json.loads(x)["loss"] for x in (run / "metrics.jsonl").read_text().splitlines()
+            if "loss" in json.loads(x)]
+
+
+@pytest.mark.parametrize("kind", ["ouro", "huginn"])
+def test_training_a_ported_architecture_learns_resumes_exactly_and_evaluates(small_data, tmp_path, kind):
+    base = ["train", "--data", small_data, "--model-from", f"{kind}:{GOLDEN / kind}", "--schedule",
+            "uniform:1-3", "--set", "batch_size=8", "--set", "warmup_steps=2", "--set", "lr=3e-3",
+            "--set", "log_every=1", "--set", "ckpt_every=10"]
+    r = _invoke([*base, "--out", tmp_path / "a", "--steps", "20"])
+    assert r.exit_code == 0, r.output
+    rec = json.loads((tmp_path / "a" / "run.json").read_text())
+    assert rec["model"]["arch"] == kind and "init_from" not in rec["model"]
+    losses = _losses(tmp_path / "a")
+    assert len(losses) == 20 and np.mean(losses[-5:]) < np.mean(losses[:5])
+    # resumed from step 10 as if it had died there: the same losses and weights
+    from depthbench import checkpoint as ckpt
+    from depthbench.config import ModelConfig, TrainConfig
+    from depthbench.models.build import model_from
+    from depthbench.train.loop import train
+    mcfg = ModelConfig(**model_from(f"{kind}:{GOLDEN / kind}"))
+    tcfg = TrainConfig(steps=12, batch_size=8, lr=3e-3, warmup_steps=2, log_every=1, ckpt_every=0,
+                       keep_steps=(4,), seed=0)
+    train(small_data, tmp_path / "r", mcfg, tcfg, "uniform:1-3", progress=False, log=lambda *a: None)
+    reference, w_ref = _losses(tmp_path / "r"), ckpt.load(ckpt.latest(tmp_path / "r"))["model"]
+    (tmp_path / "r" / "checkpoints" / ckpt.ckpt_name(12)).unlink()
+    ckpt.atomic_write_text(tmp_path / "r" / "checkpoints" / "latest", ckpt.ckpt_name(4))
+    train(small_data, tmp_path / "r", mcfg, tcfg, "uniform:1-3", resume=True, progress=False,
+          log=lambda *a: None)
+    assert _losses(tmp_path / "r") == reference
+    w = ckpt.load(ckpt.latest(tmp_path / "r"))["model"]
+    assert all(torch.equal(w[k], w_ref[k]) for k in w_ref)
+    r = _invoke(["eval", tmp_path / "a", "--depths", "1-3", "--max-people", "8", "--out", tmp_path / "ev"])
+    assert r.exit_code == 0, r.output
+    assert len((tmp_path / "ev.jsonl").read_text().splitlines()) >= 3
+
+
+def test_training_from_a_checkpoints_weights_on_text_tokenized_its_way(ported, small_data, tmp_path):
+    spec = f"huginn:{ported / 'huginn'}"
+    args = ["train", "--model-from", spec, "--from-weights", "--steps", "3", "--set", "batch_size=4",
+            "--schedule", "fixed:2"]
+    r = _invoke([*args, "--data", ported / "text-huginn", "--out", tmp_path / "w"])
+    assert r.exit_code == 0, r.output
+    assert json.loads((tmp_path / "w" / "run.json").read_text())["model"]["init_from"].startswith("huginn:")
+    r = _invoke([*args, "--data", small_data, "--out", tmp_path / "x"])
+    assert r.exit_code == 2 and "synthetic people dataset" in r.output
+    assert len(r.output.strip().splitlines()) == 1 and not (tmp_path / "x").exists()
+    r = _invoke(["train", "--from-weights", "--data", small_data, "--out", tmp_path / "y"])
+    assert r.exit_code == 2 and "--model-from" in r.output
+    assert not (tmp_path / "y").exists()

@@ -32,8 +32,7 @@ def main():
 @main.command()
 @click.option("--out", required=True, type=click.Path(file_okay=False), help="Dataset directory to create.")
 @click.option("--preset", default="tiny", show_default=True, help="tiny, small or paper.")
-@click.option("--config", "config_file", type=click.Path(dir_okay=False),
-              help="TOML or JSON file of dataset config keys, replacing the preset's.")
+@click.option("--config", "config_file", type=click.Path(dir_okay=False), help="TOML/JSON dataset keys.")
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
               help="Override one config key (repeatable), e.g. --set n_people=1000000.")
 @click.option("--seed", type=cs.SEED, help="Random seed (replaces the config's).")
@@ -85,16 +84,17 @@ def generate(out, preset, config_file, sets, seed, force, as_json):
 @click.option("--steps", type=cs.STEPS, help="Training steps (replaces the preset's).")
 @click.option("--match-flops", metavar="RUN", help="Train for as many steps as spend RUN's modeled FLOPs.")
 @click.option("--seed", type=cs.SEED, help="Seed of init, data order and depth draws.")
-@click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
-              help="Override a model or training config key, e.g. --set lr=1e-3 --set d_model=128.")
+@click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="A model or train key.")
 @click.option("--resume/--no-resume", default=None, help="Continue the run in --out (or start it).")
 @click.option("--results", type=click.Path(file_okay=False), help="Also write result rows here.")
 @click.option("--start-from", metavar="RUN", help="Start from RUN's checkpoint at --start-step, "
               "where RUN made this run's first updates (same recipe, depths, LRs; checked).")
 @click.option("--start-step", type=cs.STEPS, help="The step of RUN's checkpoint (--start-from).")
+@click.option("--model-from", metavar="SPEC", help="Train ouro:DIR's or huginn:DIR's architecture.")
+@click.option("--from-weights", is_flag=True, help="--model-from: start from its weights, not random.")
 @cs.config_option
 @cs.json_option
-def train(preset, steps, seed, sets, config_file, as_json, **given):
+def train(preset, steps, seed, sets, config_file, as_json, model_from, from_weights, **given):
     """Train a looped transformer under a depth schedule.
 
     \b
@@ -102,15 +102,16 @@ def train(preset, steps, seed, sets, config_file, as_json, **given):
       depthbench train --data data/tiny --out runs/uniform --schedule uniform:1-16
       depthbench train --data data/tiny --out runs/ff --schedule fixed-first:0.8:4:1-16
       depthbench train --data data/tiny --out runs/u-matched --schedule uniform:1-16 --match-flops runs/ff
+      depthbench train --data data/tiny --out runs/ouro-arch --model-from ouro:ckpt/ouro --set d_model=64
       torchrun --nproc_per_node=2 -m depthbench train --data data/tiny --out runs/ddp
     """
     from depthbench.config import TrainJob, read_config_file, resolve_presets
-    from depthbench.train.job import run_train
+    from depthbench.train.job import arch_keys, run_train
     if steps is not None and given["match_flops"]:
         fail("give either --steps or --match-flops, not both")
     file = read_config_file(config_file, ("model", "train")) if config_file else {}
-    given_sets = {**parse_sets(sets), **{f"train.{k}": v for k, v in (("steps", steps),
-                                                                      ("seed", seed)) if v is not None}}
+    given_sets = {**arch_keys(model_from, from_weights), **parse_sets(sets),
+                  **{f"train.{k}": v for k, v in (("steps", steps), ("seed", seed)) if v is not None}}
     mcfg, tcfg = resolve_presets(preset or "tiny", given_sets, file.get("model"), file.get("train"))
     base = {"model": mcfg.to_dict(), "train": tcfg.to_dict()}
     job = build_config(TrainJob, config_file, given, base)
@@ -232,8 +233,7 @@ def probe_update_cmd(config_file, as_json, **given):
 @click.argument("spec", required=False)
 @click.option("--out", type=click.Path(file_okay=False),
               help="Experiment directory (default: runs/NAME; report: reports/NAME or OUT/report).")
-@click.option("--plan", is_flag=True, help="Write every stage's config and print its command instead of "
-              "running it.")
+@click.option("--plan", is_flag=True, help="Write every stage's config and print its command; run nothing.")
 @click.option("--rerun", multiple=True, metavar="STAGE",
               help="Rerun the finished stages matching this pattern (e.g. 'train-*', 'eval-*' or "
                    "all) whose settings changed, replacing their outputs.")

@@ -28,9 +28,24 @@ class ModelConfig(PlainConfig):
     exit_gate: bool = False        # a learned per-loop halting probability
     n_grad_loops: int = 0          # truncated backprop: gradients through the last n loops (0 = all)
     init_std: float = 0.02
+    # another architecture's modules under depthbench's schedules (``train --model-from``); these
+    # keys leave the config's dict (and so every record and stage key) where they are unset
+    arch: str = "looped"           # looped | ouro | huginn (depthbench.models' ports)
+    n_kv_heads: int = 0            # ports: grouped-query KV heads (0: n_heads)
+    norm_eps: float = 1e-6         # ports: RMSNorm eps
+    rope_base: float = 10000.0     # ports: the rotary base (Ouro's rope_theta, Huginn's rope_base)
+    init_from: str = ""            # ports: start from this checkpoint's weights (ouro:DIR, ...)
+
+    def to_dict(self) -> dict:
+        d = super().to_dict()
+        for k, v in PORT_DEFAULTS.items():
+            if d[k] == v:
+                del d[k]
+        return d
 
     def __post_init__(self):
         self._check_types()
+        self._check_port()
         for f in ("d_model", "n_heads", "n_core", "max_seq_len"):
             require(isinstance(getattr(self, f), int) and getattr(self, f) >= 1, f,
                    f"must be a positive integer (got {getattr(self, f)!r})")
@@ -53,13 +68,29 @@ class ModelConfig(PlainConfig):
                         "n_core": 1024, "n_coda": 1024, "max_seq_len": 1 << 20,
                         "vocab_size": 1 << 24, "n_grad_loops": MAX_DEPTH})
 
+    def _check_port(self):
+        require(self.arch in ARCHS, "arch", f"must be one of {', '.join(ARCHS)} (got {self.arch!r})")
+        if self.arch == "looped":
+            require(all(getattr(self, k) == v for k, v in PORT_DEFAULTS.items()), "arch",
+                    "n_kv_heads, norm_eps, rope_base and init_from apply to a port (arch ouro or huginn)")
+            return
+        kv = self.n_kv_heads or self.n_heads
+        require(kv >= 1 and self.n_heads % kv == 0, "n_kv_heads", f"must divide n_heads={self.n_heads}")
+        require(0 < self.norm_eps < 1 and self.rope_base > 1, "norm_eps", "norm_eps in (0, 1), rope_base > 1")
+        require(not self.exit_gate and not self.n_grad_loops, "arch",
+                f"{self.arch} trains without exit_gate and n_grad_loops (full backprop)")
+        require(self.arch == "huginn" or (self.n_prelude == 0 and self.n_coda == 0), "arch",
+                "ouro loops every layer: n_prelude and n_coda must be 0")
+
     @property
     def ff(self) -> int:
         return self.d_ff or 4 * self.d_model
 
     @property
     def shape(self) -> LoopShape:
-        """The shape this config's ``LoopedTransformer`` has (its stages' matmul parameters)."""
+        """The shape of the model this config builds (its stages' matmul parameters)."""
+        if self.arch != "looped":
+            return self._port_shape()
         d, layer = self.d_model, 4 * self.d_model ** 2 + 2 * self.d_model * self.ff
         return LoopShape(vocab_size=self.vocab_size, d_model=d, n_heads=self.n_heads,
                          n_kv_heads=self.n_heads, head_dim=d // self.n_heads,
@@ -69,6 +100,27 @@ class ModelConfig(PlainConfig):
                          core_params=self.n_core * layer + (2 * d * d if self.injection == "concat" else 0),
                          coda_params=self.n_coda * layer, head_params=d * self.vocab_size,
                          gate_params=d if self.exit_gate else 0)
+
+
+    def _port_shape(self) -> LoopShape:
+        """A port's shape: Ouro's SwiGLU layers (gate, up, down) with separate q/k/v/o; Huginn's
+        gated MLP (fc of 2 ff, proj) with one fused Wqkv and a concat adapter."""
+        d, h = self.d_model, self.n_heads
+        dh, kv = d // h, self.n_kv_heads or h
+        attn = d * (h + 2 * kv) * dh + h * dh * d
+        layer = attn + 3 * d * self.ff
+        adapter = 2 * d * d if self.arch == "huginn" else 0
+        return LoopShape(vocab_size=self.vocab_size, d_model=d, n_heads=h, n_kv_heads=kv, head_dim=dh,
+                         n_prelude=self.n_prelude, n_core=self.n_core, n_coda=self.n_coda,
+                         max_seq_len=self.max_seq_len, exit_gate=False,
+                         prelude_params=self.n_prelude * layer,
+                         core_params=self.n_core * layer + adapter,
+                         coda_params=self.n_coda * layer, head_params=d * self.vocab_size)
+
+
+ARCHS = ("looped", "ouro", "huginn")
+PORT_DEFAULTS = {"arch": "looped", "n_kv_heads": 0, "norm_eps": 1e-6, "rope_base": 10000.0,
+                 "init_from": ""}
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -116,3 +116,13 @@ def open_with_text(spec: str, data: str | None, device="cpu"):
     model = load_model(spec, device=device)
     check_text_dataset(model, ds, spec)
     return model, ds
+
+
+def check_start_weights(spec: str, ds) -> None:
+    """Training from a checkpoint's weights (``init_from``) needs a text dataset tokenized with
+    its tokenizer; checked from its config and tokenizer alone, before any weight is read."""
+    from types import SimpleNamespace
+    path = parse_spec(spec)[1]
+    tok = path / "tokenizer.json"
+    check_text_dataset(SimpleNamespace(shape=load_shape(spec),
+                                       tokenizer_file=tok if tok.is_file() else None), ds, spec)

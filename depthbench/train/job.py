@@ -9,6 +9,7 @@ from pathlib import Path
 from depthbench import checkpoint as ckpt
 from depthbench.config import ModelConfig, TrainConfig, TrainJob
 from depthbench.data.synthetic import open_dataset
+from depthbench.errors import UserError
 from depthbench.flops import FlopModel
 from depthbench.rows import tag_rows, write_rows
 from depthbench.schedules import parse_schedule
@@ -108,3 +109,13 @@ def run_train(job: TrainJob, log=print, progress: bool = True) -> dict:
                               "cpu_s": last.get("cpu_clock")}], job.tags),
                    results / "runs" / name, "run")
     return summary
+
+
+def arch_keys(spec: str | None, weights: bool = False) -> dict:
+    """``train --model-from SPEC [--from-weights]``: the model keys of SPEC's architecture."""
+    if not spec:
+        if weights:
+            raise UserError("--from-weights needs --model-from ouro:DIR or huginn:DIR")
+        return {}
+    from depthbench.models.build import model_from
+    return model_from(spec, weights)

@@ -27,6 +27,7 @@ from depthbench.evaluate.sweep import sweep
 from depthbench.flops import FlopModel
 from depthbench.fsio import DirLock, atomic_write_text, is_empty_dir
 from depthbench.model import LoopedTransformer
+from depthbench.models.build import build_model
 from depthbench.runtime import Runtime, compiles, setup, teardown
 from depthbench.schedules import Schedule, parse_schedule
 from depthbench.train.metrics import _append, _read_metrics, _write_metrics
@@ -85,6 +86,10 @@ def shared_steps(a: tuple, b: tuple, profiles: tuple | None = None) -> int:
     n = min(len(ka), len(kb))
     differ = ((ka[:n] != kb[:n]) | (la[:n] != lb[:n])).nonzero()[0]
     return int(differ[0]) if len(differ) else n
+
+
+def n_params(model: torch.nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters())
 
 
 def make_optimizer(model: torch.nn.Module, cfg: TrainConfig, device) -> torch.optim.AdamW:
@@ -181,6 +186,10 @@ def _prepare(ds, model_cfg: ModelConfig, train_cfg: TrainConfig) -> ModelConfig:
     if train_cfg.eval_every and ds.kind != "synthetic":
         raise UserError("eval_every evaluates recall during training, which needs a synthetic "
                         "dataset; leave it 0 for a text corpus and run `depthbench eval`")
+    if model_cfg.init_from:   # a checkpoint's weights: text tokenized its way, its vocabulary
+        from depthbench.models.load import check_start_weights
+        check_start_weights(model_cfg.init_from, ds)
+        return model_cfg
     if model_cfg.vocab_size == 0:
         model_cfg = model_cfg.replace(vocab_size=len(ds.vocab))
     if model_cfg.vocab_size != len(ds.vocab):
@@ -348,7 +357,7 @@ def _begin(data: Path, out: Path, model_cfg: ModelConfig, train_cfg: TrainConfig
     metrics_path = out / "metrics.jsonl"
     start_ckpt = _start_checkpoint(out, resume, record)
     torch.manual_seed(train_cfg.seed)
-    model = LoopedTransformer(model_cfg).to(rt.device)
+    model = build_model(model_cfg).to(rt.device)
     opt = make_optimizer(model, train_cfg, rt.device)
     st, forked = _first_state(out, start_ckpt, start, record, model, opt, ds, rt, say)
     rt.barrier()  # every rank has checked --out before rank 0 writes to it
@@ -362,7 +371,7 @@ def _begin(data: Path, out: Path, model_cfg: ModelConfig, train_cfg: TrainConfig
         _save(out, st.step, st, model, opt, (model_cfg, train_cfg), schedule, ds, rt, keep)
     rt.barrier()
     how = compiles(train_cfg.compile, train_cfg.steps, rt.device.type)[1]
-    say(f"device: {rt.reason}, {how}; model: {model.num_params():,} parameters; schedule "
+    say(f"device: {rt.reason}, {how}; model: {n_params(model):,} parameters; schedule "
         f"{schedule.spec}; {train_cfg.steps} steps of {train_cfg.batch_size} sequences")
     return ds, model_cfg, fm, model, opt, st, keep
 
@@ -425,7 +434,7 @@ def _finish(out: Path, st: _State, model, schedule: Schedule, say) -> dict:
     final = [r for r in st.rows if "loss" in r]
     summary = {"out": str(out), "steps": st.step, "final_loss": final[-1]["loss"] if final else None,
                "modeled_train_flops": st.flops, "wall_clock_s": st.wall, "tokens": st.tokens,
-               "params": model.num_params(), "schedule": schedule.spec,
+               "params": n_params(model), "schedule": schedule.spec,
                "checkpoint": str(ckpt.latest(out))}
     loss = "n/a" if summary["final_loss"] is None else f"{summary['final_loss']:.4f}"
     say(f"done: {st.step} steps, final loss {loss}, "
