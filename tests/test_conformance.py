@@ -65,7 +65,9 @@ IMPLS = {
     "ouro": lambda: depthbench.load_model(f"ouro:{GOLDEN / 'ouro'}"),
     "huginn": lambda: depthbench.load_model(f"huginn:{GOLDEN / 'huginn'}"),
     "ouro-gqa": _port("ouro", num_key_value_heads=2),
+    "ouro-mqa-tied": _port("ouro", num_key_value_heads=1, tie_word_embeddings=True),
     "huginn-gqa": _port("huginn", num_key_value_heads=2, qk_bias=False, n_layers_in_coda=2),
+    "huginn-bias-untied": _port("huginn", bias=True, tie_embeddings=False, n_layers_in_prelude=0),
     "dory": _hf_dory,
 }
 SERVES = [k for k in IMPLS if k != "dory"]   # Dory's wrapper runs the evaluators, not the engine

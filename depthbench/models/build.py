@@ -28,7 +28,8 @@ def port_dict(cfg: ModelConfig) -> dict:
                 "exit_threshold": None}
     return {**common, "n_embd": cfg.d_model, "n_prelude": cfg.n_prelude, "n_core": cfg.n_core,
             "n_coda": cfg.n_coda, "rope_base": cfg.rope_base, "bias": False,
-            "qk_bias": heads["n_kv_heads"] == h, "tie_embeddings": cfg.tie_embeddings}
+            "qk_bias": heads["n_kv_heads"] == h, "tie_embeddings": cfg.tie_embeddings,
+            "embed_scale": None}
 
 
 def build_model(cfg: ModelConfig):

@@ -168,6 +168,16 @@ def ouro_config(F: Fields) -> dict:
     return c
 
 
+def _embed_scale(F: Fields) -> float | None:
+    iv = F.c.get("init_values")
+    v = iv.get("embed_scale") if isinstance(iv, dict) else None
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v < float("inf"):
+        raise F.bad("init_values.embed_scale", f"must be a positive number (got {v!r})")
+    return float(v)
+
+
 def huginn_config(F: Fields) -> dict:
     d = F.int("n_embd")
     F.only("injection_type", ("linear",), "linear")
@@ -182,7 +192,10 @@ def huginn_config(F: Fields) -> dict:
          "eps": F.num("norm_eps"), "rope_base": F.num("rope_base"), "max_seq_len": F.int("block_size"),
          "bias": F.flag("bias", False), "qk_bias": F.flag("qk_bias", False),
          "tie_embeddings": F.flag("tie_embeddings", True),
-         "default_depth": F.int("mean_recurrence", 32), **_heads(F, d, "n_heads", "num_key_value_heads")}
+         "default_depth": F.int("mean_recurrence", 32), **_heads(F, d, "n_heads", "num_key_value_heads"),
+         "embed_scale": _embed_scale(F)}
+    if c["head_dim"] * c["n_heads"] != d:   # the original's head dimension is n_embd / n_heads
+        raise F.bad("head_dim", f"must be n_embd / n_heads = {d // c['n_heads']} (got {c['head_dim']})")
     if c["qk_bias"] and c["n_kv_heads"] != c["n_heads"]:
         raise ModelSpecError(f"{F.f}: qk_bias with grouped KV heads is not supported by "
                              "depthbench's port (num_key_value_heads must equal n_heads)")

@@ -11,7 +11,10 @@ its checkpoints (``RavenForCausalLM``).
 Blocks are sandwich blocks, the norm after the residual add: ``x = norm_2(attn(norm_1(x)) + x)``,
 ``x = norm_4(mlp(norm_3(x)) + x)``; the MLP is gated (``fc`` split in two, ``proj(silu(a) * b)``);
 attention takes one fused ``Wqkv``, adds ``qk_bias`` to queries and keys before interleaved
-RoPE from the checkpoint's ``freqs_cis`` buffer. ``default_depth`` is ``mean_recurrence``.
+RoPE from the checkpoint's ``freqs_cis`` buffer. Only the adapter takes the config's ``bias``
+(attention and MLP never have biases); the embedding scale is the config's
+``init_values.embed_scale`` (sqrt(n_embd) where it is absent); the head dimension is
+n_embd / n_heads. ``default_depth`` is ``mean_recurrence``.
 """
 
 from __future__ import annotations
@@ -31,10 +34,10 @@ class HuginnAttention(nn.Module):
     def __init__(self, c: dict):
         super().__init__()
         d, self.h, self.h_kv, self.dh = c["n_embd"], c["n_heads"], c["n_kv_heads"], c["head_dim"]
-        self.Wqkv = nn.Linear(d, (self.h + 2 * self.h_kv) * self.dh, bias=c["bias"])
+        self.Wqkv = nn.Linear(d, (self.h + 2 * self.h_kv) * self.dh, bias=False)
         if c["qk_bias"]:
             self.qk_bias = nn.Parameter(torch.zeros(2, 1, self.h, self.dh))
-        self.proj = nn.Linear(self.h * self.dh, d, bias=c["bias"])
+        self.proj = nn.Linear(self.h * self.dh, d, bias=False)
 
     def forward(self, x, rope, cache=None, mask=None):
         B, T, _ = x.shape
@@ -50,8 +53,8 @@ class HuginnAttention(nn.Module):
 class HuginnMLP(nn.Module):
     def __init__(self, c: dict):
         super().__init__()
-        self.fc = nn.Linear(c["n_embd"], 2 * c["intermediate_size"], bias=c["bias"])
-        self.proj = nn.Linear(c["intermediate_size"], c["n_embd"], bias=c["bias"])
+        self.fc = nn.Linear(c["n_embd"], 2 * c["intermediate_size"], bias=False)
+        self.proj = nn.Linear(c["intermediate_size"], c["n_embd"], bias=False)
 
     def forward(self, x):
         a, b = self.fc(x).chunk(2, dim=-1)
@@ -99,7 +102,7 @@ class HuginnLM(LoopedMixin, nn.Module):
         inv = 1.0 / c["rope_base"] ** (torch.arange(0, dh, 2, dtype=torch.float32) / dh)
         f = torch.outer(torch.arange(c["max_seq_len"], dtype=torch.float32), inv)
         self.register_buffer("freqs_cis", torch.stack([f.cos(), f.sin()], -1)[None, :, None])
-        self.emb_scale = math.sqrt(d)
+        self.emb_scale = c.get("embed_scale") or math.sqrt(d)
         self.default_depth = c["default_depth"]
         t = self.transformer
         head = d * c["vocab_size"]
