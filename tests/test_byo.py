@@ -105,6 +105,12 @@ def test_serve_bench_on_a_port_serves_the_same_tokens_in_every_adaptive_mode(por
                  "--json"])
     assert r.exit_code == 0, r.output
     assert json.loads(r.output.strip().splitlines()[-1])["adaptive_modes_agree"] is True
+    # prompts from a text dataset tokenized the model's way
+    r = _invoke(["serve-bench", "--model", f"huginn:{ported / 'huginn'}", "--data", ported / "text-huginn",
+                 "--modes", "no_refill,cdb", "--exit", "latent:0.3", "--requests", "3", "--prompt-len", "8",
+                 "--max-new-tokens", "4", "--max-depth", "4", "--json"])
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.output.strip().splitlines()[-1])["adaptive_modes_agree"] is True
 
 
 def test_serve_sim_prices_the_ports_real_shape(ported, tmp_path):
@@ -175,7 +181,7 @@ def test_bad_checkpoints_exit_2_with_one_line_and_write_nothing(ported, tmp_path
     assert not list(tmp_path.glob("o[123]*"))
 
 
-def test_a_missing_tokenizer_another_tokenizer_and_a_wrong_kind_are_refused(ported, tmp_path):
+def test_a_missing_tokenizer_another_tokenizer_and_a_wrong_kind_are_refused(ported, small_data, tmp_path):
     bare = tmp_path / "bare"
     shutil.copytree(GOLDEN / "ouro", bare)
     cases = [(["eval", "--model", f"ouro:{bare}", "--data", ported / "text-ouro"], "no tokenizer.json"),
@@ -186,6 +192,12 @@ def test_a_missing_tokenizer_another_tokenizer_and_a_wrong_kind_are_refused(port
              (["eval", "--model", f"ouro:{ported / 'ouro'}", "--data", ported / "text-ouro",
                "--out", ported / "ouro" / "rows"], "inside the checkpoint"),
              (["serve-bench", "--model", f"huginn:{ported / 'huginn'}", "--exit", "gate:0.5"], "exit gate"),
+             (["eval", "--model", f"ouro:{ported / 'ouro'}", "--data", ported / "text-ouro",
+               "--checkpoint", "3"], "checkpoint"),
+             (["eval", "--model", f"run:{ported / 'ouro'}", "--data", ported / "text-ouro"],
+              "names a depthbench run"),
+             (["serve-bench", "--random", "tiny", "--data", ported / "text-ouro"], "random tokens"),
+             (["serve-bench", "--model", f"ouro:{ported / 'ouro'}", "--data", small_data], "synthetic"),
              (["eval", "--model", f"ouro:{ported / 'ouro'}", "--data", ported / "text-ouro",
                "--depths", "0-2"], "depth")]
     other = tmp_path / "other.json"

@@ -59,6 +59,8 @@ class EvalConfig(PlainConfig):
         depths_ok(self.depths, "depths")
         require(bool(self.run) != bool(self.model), "run",
                 "give one model: a RUN directory (or checkpoint) or --model SPEC")
+        require(not (self.model and self.checkpoint is not None), "checkpoint",
+                "picks a step of a depthbench run; a --model checkpoint folder has one set of weights")
         require(not self.tasks or self.harness == "lm-eval", "tasks", "need --harness lm-eval")
         for s in self.splits:
             one_of(s, EVAL_SPLITS, "splits")

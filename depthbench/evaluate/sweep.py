@@ -145,8 +145,11 @@ def _nonempty(ds: Dataset, splits: list[str], named: bool) -> list[str]:
 def _model_eval(cfg: EvalConfig, rt):
     """``eval --model SPEC``: a ported or wrapped model on a text dataset tokenized its way."""
     from depthbench.data.synthetic import open_dataset
-    from depthbench.models.load import check_text_dataset, load_model, refuse_inside
+    from depthbench.models.load import check_text_dataset, load_model, parse_spec, refuse_inside
     from depthbench.schedules import parse_depths
+    if parse_spec(cfg.model)[0] == "run":
+        raise UserError(f"--model {cfg.model} names a depthbench run; give it as RUN (eval RUN) "
+                        "and --model for ouro:DIR, huginn:DIR or hf:DIR")
     if not cfg.data:
         raise UserError(f"eval --model {cfg.model} needs --data: a text dataset prepared with "
                         "the model's tokenizer (prepare-text CORPUS --tokenizer DIR/tokenizer.json)")

@@ -62,6 +62,37 @@ def text_workload(ds, n: int, prompt_len: int, max_new_tokens: int, seed: int) -
                     max_new_tokens or 32, stop_token=ds.vocab.eos) for i, a in enumerate(starts)]
 
 
+def _model_text_workload(model, cfg: ServeConfig) -> list[Request]:
+    from depthbench.data.synthetic import open_dataset
+    from depthbench.models.load import check_text_dataset
+    if not cfg.model:
+        raise UserError("--data gives the workload of a RUN or a --model; --random prompts are "
+                        "random tokens (leave --data out)")
+    ds = open_dataset(cfg.data)
+    check_text_dataset(model, ds, cfg.model)
+    return text_workload(ds, cfg.requests, cfg.prompt_len, cfg.max_new_tokens, cfg.seed)
+
+
+def _model_and_workload(cfg: ServeConfig, rt, outs, replay):
+    """A --model's or a --random model's (model, requests, sequence length, source, row keys)."""
+    from depthbench.fsio import refuse_over_inputs
+    if cfg.model:
+        from depthbench.models.load import load_model, refuse_inside
+        refuse_inside(outs, cfg.model)
+        model = load_model(cfg.model, rt.device)
+        source = model.source
+    else:
+        model, source = _random_model(cfg, rt), f"random:{cfg.random}"
+    requests = random_workload(model.shape.vocab_size, cfg.requests, cfg.prompt_len,
+                               cfg.max_new_tokens, cfg.seed, cfg.length_spread)
+    if cfg.data:   # prompts from a text dataset tokenized the model's way
+        requests = _model_text_workload(model, cfg)
+    seq_len = cfg.prompt_len + (cfg.max_new_tokens or 32)
+    keys = {"run": source, "schedule": None}
+    refuse_over_inputs(outs, None, cfg.data or None, [replay])
+    return model, requests, seq_len, source, keys
+
+
 def check_gate(model, crit) -> None:
     if crit.needs_gate and not model.shape.exit_gate:
         raise UserError(f"exit {crit.kind}:Q needs a model with an exit gate (trained with "
@@ -132,18 +163,7 @@ def run_bench(cfg: ServeConfig, log=None) -> dict:
         keys = {"run": run_dir.name if run_dir else Path(cfg.run).stem,
                 "schedule": ck.get("schedule")}
     else:
-        if cfg.model:
-            from depthbench.models.load import load_model, refuse_inside
-            refuse_inside(outs, cfg.model)
-            model = load_model(cfg.model, rt.device)
-            source = model.source
-        else:
-            model, source = _random_model(cfg, rt), f"random:{cfg.random}"
-        requests = random_workload(model.shape.vocab_size, cfg.requests, cfg.prompt_len,
-                                   cfg.max_new_tokens, cfg.seed, cfg.length_spread)
-        seq_len = cfg.prompt_len + (cfg.max_new_tokens or 32)
-        keys = {"run": source, "schedule": None}
-        refuse_over_inputs(outs, inputs=[replay])
+        model, requests, seq_len, source, keys = _model_and_workload(cfg, rt, outs, replay)
     check_gate(model, parse_exit(cfg.exit, cfg.min_depth, cfg.max_depth))   # before any output
     if log:
         log(f"device: {rt.reason}; model {source}: {sum(p.numel() for p in model.parameters()):,} "
