@@ -19,7 +19,7 @@ import torch.nn.functional as F
 
 from depthbench.config import LoopShape
 from depthbench.models.layers import RMSNorm, attend, rope_angles, rope_half
-from depthbench.models.protocol import LoopedMixin, matmul_params
+from depthbench.models.protocol import LoopedMixin, matmul_params, padding_mask
 
 
 class OuroAttention(nn.Module):
@@ -124,35 +124,37 @@ class OuroLM(LoopedMixin, nn.Module):
     def gate_logit(self, s):
         return self.model.early_exit_gate(s).squeeze(-1)
 
-    def exit_pdf(self, idx, n_loops: int, attention_mask=None) -> torch.Tensor:
-        """(B, T, K) Ouro's exit distribution over loops 1..K from the gates:
+    def _loops(self, idx, n_loops: int, attention_mask=None):
+        """(B, T, K) exit distribution and (B, T, K, V) logits of every loop, from one pass:
         p_t = lambda_t prod_{s<t} (1 - lambda_s) for t < K, the rest at K."""
-        from depthbench.models.protocol import padding_mask
         T = idx.shape[1]
         pos, mask = self.positions(T, idx.device), padding_mask(attention_mask, T, idx.device)
         s = self.embed_prelude(idx, pos)
-        survive, out = torch.ones(idx.shape, device=idx.device), []
+        survive, pdf, logits = torch.ones(idx.shape, device=idx.device), [], []
         for k in range(1, n_loops + 1):
             s = self.core_step(s, s, pos, None, mask)
+            logits.append(self.readout(s, pos))
             if k < n_loops:
                 lam = torch.sigmoid(self.gate_logit(s).float())
-                out.append(lam * survive)
+                pdf.append(lam * survive)
                 survive = survive * (1 - lam)
-        out.append(survive)
-        return torch.stack(out, -1)
+        pdf.append(survive)
+        return torch.stack(pdf, -1), torch.stack(logits, -2)
+
+    def exit_pdf(self, idx, n_loops: int, attention_mask=None) -> torch.Tensor:
+        """(B, T, K) Ouro's exit distribution over loops 1..K from the gates."""
+        return self._loops(idx, n_loops, attention_mask)[0]
 
     def exit_logits(self, idx, n_loops: int, attention_mask=None, threshold: float | None = None):
         """Ouro's exit read-outs over ``n_loops`` loops: with ``threshold`` q, each token's logits
         at the first loop whose cumulative exit probability reaches q (the last loop if none),
         and that loop (B, T), 1-based; without, the exit-probability-weighted sum of every
         loop's logits (``use_weighted_exit``) and None."""
-        pdf = self.exit_pdf(idx, n_loops, attention_mask)                   # (B, T, K)
-        logits = torch.stack([lg for _, lg in self.readouts(idx, range(1, n_loops + 1),
-                                                             attention_mask)], -2)  # (B, T, K, V)
+        pdf, logits = self._loops(idx, n_loops, attention_mask)            # (B,T,K), (B,T,K,V)
         if threshold is None:
             return (pdf[..., None] * logits).sum(-2), None
         hit = pdf.cumsum(-1) >= threshold
         hit[..., -1] = True
         depth = hit.float().argmax(-1)                                      # first loop reaching q
-        return logits.gather(-2, depth[..., None, None].expand(*depth.shape, 1,
-                                                                logits.shape[-1]))[..., 0, :], depth + 1
+        pick = depth[..., None, None].expand(*depth.shape, 1, logits.shape[-1])
+        return logits.gather(-2, pick)[..., 0, :], depth + 1
