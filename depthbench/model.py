@@ -31,7 +31,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from depthbench.config import ModelConfig
-from depthbench.models.protocol import padding_mask
+from depthbench.models.protocol import LoopedMixin, padding_mask
 
 
 class Rotary(nn.Module):
@@ -109,7 +109,10 @@ class Block(nn.Module):
         return x + (self.post2(m) if self.sandwich else m)
 
 
-class LoopedTransformer(nn.Module):
+class LoopedTransformer(LoopedMixin, nn.Module):
+    """The protocol's first implementation: ``readouts`` (every depth from one pass) and
+    ``positions`` come from ``LoopedMixin``; ``forward`` adds all-depth and gate outputs."""
+
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         assert cfg.vocab_size > 0, "set vocab_size (from the dataset) before building the model"
@@ -158,9 +161,6 @@ class LoopedTransformer(nn.Module):
     default_depth = None   # no loop count of its own: the sweeps' default depths apply
 
     # ---- the pieces, also used by the serving engine -------------------------------------------
-    def positions(self, T: int, device) -> torch.Tensor:
-        return torch.arange(T, device=device)
-
     def run_layers(self, layers, x, pos, caches=None, mask=None):
         for i, layer in enumerate(layers):
             x = layer(x, self.rotary, pos, None if caches is None else caches[i], mask)
@@ -197,21 +197,6 @@ class LoopedTransformer(nn.Module):
 
     def gate_logit(self, s):
         return self.gate(s).squeeze(-1)                                    # (B, T)
-
-    def readouts(self, idx: torch.Tensor, depths, attention_mask=None):
-        """(k, logits at depth k) for every k of ``depths`` in increasing order, from one pass of
-        max(depths) loops: the state after k loops is the depth-k model's, so each depth costs
-        one readout, not a forward of its own (the depth sweeps' one-pass evaluation).
-        ``attention_mask`` (B, T): 1 for real tokens, 0 for padding no token may read."""
-        want = set(depths)
-        pos = self.positions(idx.shape[1], idx.device)
-        mask = padding_mask(attention_mask, idx.shape[1], idx.device)
-        e = self.embed_prelude(idx, pos, None, mask)
-        s = self.initial_state(e, pos)
-        for k in range(1, max(want) + 1):
-            s = self.core_step(s, e, pos, None, mask)
-            if k in want:
-                yield k, self.readout(s, pos, None, mask)
 
     # ---- the full forward ------------------------------------------------------------------------
     def forward(self, idx: torch.Tensor, n_loops: int, all_depths: bool = False,
