@@ -19,6 +19,7 @@ from depthbench.config.model import (
     ouro_like_model,
     paper_1b_model,
     paper_200m_model,
+    shape_of,
     small_model,
     tiny_model,
 )
@@ -47,7 +48,7 @@ from depthbench.config.train import (
 __all__ = [
     "ConfigError", "read_config_file", "KV_POLICIES", "MODEL_PRESETS", "LoopShape", "ModelConfig",
     "copies_on_exit", "huginn_like_model", "kv_layout", "model_preset", "ouro_like_model",
-    "paper_1b_model", "paper_200m_model", "small_model", "tiny_model", "DEFAULT_SERVE_MODES",
+    "paper_1b_model", "paper_200m_model", "shape_of", "small_model", "tiny_model", "DEFAULT_SERVE_MODES",
     "EVAL_SPLITS", "SERVE_MODES", "EvalConfig", "ProbeConfig", "ReportConfig", "ServeConfig",
     "SimConfig", "depths_ok", "one_of", "DEVICES", "TRAIN_PRESETS", "TrainConfig", "TrainJob",
     "resolve_presets", "split_sets", "train_preset",

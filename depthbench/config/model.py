@@ -118,6 +118,11 @@ class ModelConfig(PlainConfig):
                          coda_params=self.n_coda * layer, head_params=d * self.vocab_size)
 
 
+def shape_of(cfg: ModelConfig | LoopShape) -> LoopShape:
+    """A model config's shape, or the shape given (what the cost models take)."""
+    return cfg.shape if isinstance(cfg, ModelConfig) else cfg
+
+
 ARCHS = ("looped", "ouro", "huginn")
 PORT_DEFAULTS = {"arch": "looped", "n_kv_heads": 0, "norm_eps": 1e-6, "rope_base": 10000.0,
                  "init_from": ""}

@@ -22,7 +22,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from depthbench.config import ServeConfig, kv_layout
+from depthbench.config import ServeConfig, kv_layout, shape_of
 from depthbench.flops import FlopModel
 from depthbench.serving.executor import STAGES, TurnClock
 from depthbench.serving.scheduler import POOLED, Request, Scheduler, cdb_sizes, knob_defaults
@@ -281,7 +281,7 @@ def compare_modes(engines, mcfg, requests: list[Request], cfg: ServeConfig,
     ``interleave``: side by side, see ``run_side_by_side``), with the bounds, speedups over
     ``static`` and whether the adaptive modes agree. ``mcfg``: a model config or any looped
     model's shape (``model.shape``)."""
-    shape = getattr(mcfg, "shape", mcfg)
+    shape = shape_of(mcfg)
     fm = FlopModel.of_shape(shape, seq_len_for_flops)
     fm_params = FlopModel.of_shape(shape, 0)   # parameters only, the paper's convention
     ran = run_side_by_side({m: (m, cfg, engines(m)) for m in cfg.modes}, requests, interleave)

@@ -256,6 +256,7 @@ class Engine(HostState):
         sig = {"state": s, "prev_state": s_prev}
         if crit.needs_gate:
             sig["gate"] = m.gate_logit(s)
+        if crit.kind == "qexit":   # the running product Ouro's exit distribution needs
             self.survive[it] = self.survive[it] * (1 - torch.sigmoid(sig["gate"].float()))
             sig["survive"] = self.survive[it]
         if crit.needs_logits:

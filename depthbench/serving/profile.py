@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from depthbench.config import LoopShape, ModelConfig, SimConfig, kv_layout, model_preset
+from depthbench.config import LoopShape, ModelConfig, SimConfig, kv_layout, model_preset, shape_of
 from depthbench.errors import UserError
 from depthbench.exits import parse_exit
 from depthbench.serving.executor import STAGES
@@ -135,13 +135,9 @@ def load_profile(name_or_path: str) -> Profile:
 
 
 # ---- the work of a launch ----------------------------------------------------------------------------
-def _shape(cfg: ModelConfig | LoopShape) -> LoopShape:
-    return cfg.shape if isinstance(cfg, ModelConfig) else cfg
-
-
 def stage_layers(cfg: ModelConfig | LoopShape, stage: str, max_depth: int) -> tuple[int, bool]:
     """(transformer layers a launch of ``stage`` runs, whether it reads out the head)."""
-    s = _shape(cfg)
+    s = shape_of(cfg)
     return {"prefill": (s.n_prelude + max_depth * s.n_core + s.n_coda, True),
             "start": (s.n_prelude, False), "core": (s.n_core, False),
             "finish": (s.n_coda, True)}[stage]
@@ -162,7 +158,7 @@ def stage_work(cfg: ModelConfig | LoopShape, stage: str, rows: int, tokens: int,
     the KV heads' width). ``read``: cached positions read per layer (default ``rows * L``, every
     row padded to the longest context); ``attention=False`` counts parameters only (the paper's
     convention)."""
-    s = _shape(cfg)
+    s = shape_of(cfg)
     read = rows * L if read is None else read
     if not attention:
         L = copies = read = 0
@@ -177,7 +173,7 @@ def stage_work(cfg: ModelConfig | LoopShape, stage: str, rows: int, tokens: int,
 
 def kv_bytes(cfg: ModelConfig | LoopShape, policy: str, max_depth: int, rows: int, max_len: int,
              bytes_per_value: int) -> int:
-    s = _shape(cfg)
+    s = shape_of(cfg)
     n_private, shared, _ = kv_layout(policy, max_depth)
     slots = s.n_prelude + s.n_core * (n_private + int(shared)) + s.n_coda
     return 2 * slots * rows * max_len * s.kv_width * bytes_per_value
