@@ -43,6 +43,7 @@ RESERVED_COLUMNS = frozenset("""
     steady_tokens_per_s steady_window_s time_core time_finish time_prefill time_start
     tokens_per_s ttft_p50_ms ttft_p90_ms ttft_p99_ms wall_s trace_mean
     achievable_bound achievable_fraction steady_achievable_bound steady_achievable_fraction
+    bound fraction ideal_s speedup_vs_static baseline
     bits_per_byte cloze_accuracy cloze_accuracy_mi cloze_items task acc acc_norm acc_mutual_info harness
     stage command started finished stage_s workers peak_rss_mb
 """.split())

@@ -200,15 +200,20 @@ def test_serve_bench_reports_every_mode():
     cfg = ServeConfig(width=4, requests=6, max_new_tokens=5, max_depth=4, exit="trace:2",
                       warmup_requests=1)
     res = serve_bench(model, random_workload(40, 6, 4, 5, 0), cfg, 10)
-    assert [r["mode"] for r in res["results"]] == ["static", "no_refill", "batch1", "cdb"]
+    # the modes, then full-depth serving at its best knobs (the baseline of every speedup)
+    assert [r["mode"] for r in res["results"]] == ["static", "no_refill", "batch1", "cdb",
+                                                   "full_depth"]
     assert res["adaptive_modes_agree"] is True
     for r in res["results"]:
         for k in ("tokens_per_s", "ttft_ms", "itl_ms", "mean_depth", "depth_histogram",
                   "core_launches", "rows_per_launch", "padding_waste", "ceiling", "speedup",
-                  "fraction_of_ceiling", "fraction_of_gain"):
+                  "fraction_of_ceiling", "fraction_of_gain", "fraction", "bound", "ideal_s"):
             assert k in r
         assert r["output_tokens"] == 30
-    assert res["results"][0]["speedup"] == 1.0 and res["results"][0]["mean_depth"] == 4
+        assert r["speedup"] == pytest.approx(r["bound"] * r["fraction"])
+    by = {r["mode"]: r for r in res["results"]}
+    assert by["static"]["speedup_vs_static"] == 1.0 and by["static"]["mean_depth"] == 4
+    assert by["full_depth"]["speedup"] == 1.0 and by["full_depth"]["baseline"] == res["baseline"]
 
 
 @pytest.mark.parametrize("spec", ["", "fixed", "fixed:0", "fixed:99", "latent:-1", "kl:x",
@@ -225,7 +230,7 @@ def test_serve_bench_cli(trained_run, tmp_path):
                                   str(tmp_path / "sb"), "--json"])
     assert r.exit_code == 0, r.output
     s = json.loads(r.stdout.strip().splitlines()[-1])
-    assert s["adaptive_modes_agree"] is True and len(s["results"]) == 4
+    assert s["adaptive_modes_agree"] is True and len(s["results"]) == 5   # and full_depth
     assert (tmp_path / "sb.json").is_file() and (tmp_path / "sb.csv").is_file()
     for args, needle in [(["--exit", "nope:1"], "not understood"),
                          (["--kv-policy", "paged"], "kv-policy"),

@@ -98,12 +98,17 @@ def _modes(given: dict, sets, modes) -> dict:
 def _show(res: dict) -> None:
     import pandas as pd
     df = pd.DataFrame(res["rows"])
-    cols = [c for c in ("exit", "mode", "tokens_per_s", "speedup", "ceiling", "paper_bound",
-                        "paper_fraction", "steady_fraction", "mean_depth", "rows_per_launch",
-                        "ttft_p50_ms", "itl_p50_ms", "exact_match") if c in df.columns]
+    cols = [c for c in ("exit", "mode", "tokens_per_s", "speedup", "bound", "fraction",
+                        "speedup_vs_static", "ceiling", "paper_bound", "mean_depth",
+                        "rows_per_launch", "ttft_p50_ms", "itl_p50_ms", "exact_match")
+            if c in df.columns]
     if "exit" in cols and df["exit"].nunique() == 1:
         cols.remove("exit")
     click.echo(df[cols].to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+    if "baseline" in df.columns:
+        click.echo("speedup: over full_depth, full-depth serving at its best knobs ("
+                   + ", ".join(sorted(set(df["baseline"].dropna()))) + "); fraction: of the ideal "
+                   "time of the mode's work (bound = speedup / fraction)")
 
 
 @click.command("serve-bench")

@@ -19,6 +19,7 @@ from depthbench.exits import parse_exit, replay_file
 from depthbench.model import LoopedTransformer
 from depthbench.rows import row_paths
 from depthbench.runtime import hold_freed_memory
+from depthbench.serving.bound import ProfileCosts, sweep
 from depthbench.serving.compare import (
     compare_modes,
     engine_rows,
@@ -29,7 +30,9 @@ from depthbench.serving.compare import (
     with_arrivals,
 )
 from depthbench.serving.engine import Engine
+from depthbench.serving.profile import fit_profile, machine
 from depthbench.serving.scheduler import Request
+from depthbench.serving.sim import SimEngine
 
 
 def dataset_workload(ds, n: int, max_new_tokens: int, seed: int) -> list[Request]:
@@ -112,14 +115,39 @@ def serve_bench(model: LoopedTransformer, requests: list[Request], cfg: ServeCon
         raise UserError(f"prompts plus --max-new-tokens need {max_len} positions, more than the "
                         f"model's max_seq_len={model.shape.max_seq_len}; lower --max-new-tokens")
 
-    def engines(mode):
-        return lambda clock=None: Engine(model, crit, cfg.kv_policy, engine_rows(mode, cfg),
-                                         max_len, clock=clock,
-                                         n_prompt_slots=prompt_slots(mode, cfg))
+    def engines(mode, c):   # launches recorded: the static reference levels the bound's costs
+        return lambda clock=None: Engine(model, crit, c.kv_policy, engine_rows(mode, c), max_len,
+                                         clock=clock, n_prompt_slots=prompt_slots(mode, c),
+                                         record=True)
 
     side = cfg.interleave and next(model.parameters()).device.type == "cpu"
     hold_freed_memory()   # a launch's cost must not depend on what was allocated before it
-    return compare_modes(engines, model.shape, requests, cfg, seq_len_for_flops, progress, side)
+    profile = machine_profile(model, requests, cfg, max_len, progress)
+    costs = ProfileCosts(model.shape, profile, cfg.max_depth,
+                         float(np.mean([len(q.prompt) for q in requests])))
+    full = parse_exit(f"fixed:{cfg.max_depth}", 1, cfg.max_depth)
+
+    def priced(mode, c):   # full-depth candidates, priced on the fitted profile
+        return lambda clock=None: SimEngine(model.shape, full, c.kv_policy, engine_rows(mode, c),
+                                            max_len, profile, clock=clock,
+                                            n_prompt_slots=prompt_slots(mode, c))
+
+    res = compare_modes(engines, model.shape, requests, cfg, seq_len_for_flops, costs, progress,
+                        side, priced, level=True)
+    res["profile"] = profile.to_toml()
+    return res
+
+
+def machine_profile(model, requests: list[Request], cfg: ServeConfig, max_len: int, log=None):
+    """This machine's launch costs for the bound: ``bound.sweep`` of full-depth serving on the
+    real engine, fitted (``profile.fit_profile``) whatever modes are compared."""
+    dev = next(model.parameters())
+    full = parse_exit(f"fixed:{cfg.max_depth}", 1, cfg.max_depth)
+    runs = sweep(lambda w: Engine(model, full, cfg.kv_policy, w, max_len, record=True),
+                 requests, cfg.width, cfg.pool, log)
+    prof, _ = fit_profile(model.shape, runs, cfg, dev.element_size(), dev.device.type,
+                          source=f"the width sweep of full-depth serving on {machine()}")
+    return prof
 
 
 # ---- the serve stage -------------------------------------------------------------------------------
@@ -172,8 +200,8 @@ def run_bench(cfg: ServeConfig, log=None) -> dict:
     res = serve_bench(model, requests, cfg, seq_len, progress=log and (lambda m: log(f"  {m} done")))
     rows = tag_rows(result_rows(res, source=source, **keys, exit=cfg.exit, kv_policy=cfg.kv_policy,
                                 width=cfg.width, lookahead=cfg.lookahead, rate=cfg.rate), cfg.tags)
-    summary = {"rows": rows, "results": res["results"],
-               "adaptive_modes_agree": res["adaptive_modes_agree"]}
+    summary = {"rows": rows, "results": res["results"], "baseline": res["baseline"],
+               "profile": res["profile"], "adaptive_modes_agree": res["adaptive_modes_agree"]}
     files = {}  # every output, written together
     if cfg.out:
         files = row_files(rows, cfg.out, "serve")

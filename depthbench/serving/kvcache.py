@@ -46,22 +46,24 @@ class SlotView:
         self.read_slots = read_slots
 
     def extend(self, k: torch.Tensor, v: torch.Tensor):
-        """k, v: (B, H, T, dh) for T new positions pos..pos+T-1 of each row."""
+        """k, v: (B, H, T, dh) for T new positions pos..pos+T-1 of each row. Writes and reads go
+        through one flat index over (slot, row, position) of the store (``KVStore.flat``): one
+        ``index_select`` per read instead of indexing three dimensions of a 5-D tensor."""
         st = self.store
-        T = k.shape[2]
+        B, H, T, dh = k.shape
         k, v = k.transpose(1, 2), v.transpose(1, 2)                       # (B, T, H, dh)
-        if T == 1:
-            st.k[self.slots, self.rows, self.pos] = k[:, 0]
-            st.v[self.slots, self.rows, self.pos] = v[:, 0]
-        else:  # prefill: every row writes positions 0..T-1
-            st.k[self.slots, self.rows, :T] = k
-            st.v[self.slots, self.rows, :T] = v
+        base = st.flat(self.slots, self.rows)                             # (B,)
+        at = (base + self.pos)[:, None] + st.positions[None, :T]          # (B, T)
+        st.kf.index_copy_(0, at.reshape(-1), k.reshape(B * T, H, dh))
+        st.vf.index_copy_(0, at.reshape(-1), v.reshape(B * T, H, dh))
         L = self.length
         if self.read_slots is None:
-            ks, vs = st.k[self.slots, self.rows, :L], st.v[self.slots, self.rows, :L]
+            idx = base[:, None] + st.positions[None, :L]
         else:
-            r, p = self.rows[:, None], st.positions[None, :L]
-            ks, vs = st.k[self.read_slots, r, p], st.v[self.read_slots, r, p]
+            idx = st.flat(self.read_slots, self.rows[:, None]) + st.positions[None, :L]
+        idx = idx.reshape(-1)
+        ks = st.kf.index_select(0, idx).view(B, L, H, dh)
+        vs = st.vf.index_select(0, idx).view(B, L, H, dh)
         return ks.transpose(1, 2), vs.transpose(1, 2)                     # (B, H, L, dh)
 
 
@@ -93,6 +95,8 @@ class KVStore:
                             "free; lower --width, --max-depth or the sequence length")
         self.k = torch.zeros(shape, device=device, dtype=dtype)
         self.v = torch.zeros(shape, device=device, dtype=dtype)
+        self.kf, self.vf = self.k.view(-1, H, dh), self.v.view(-1, H, dh)   # (slot, row, pos) flat
+        self.n_rows = n_rows
         self.depth = torch.full((n_rows, max_len), max_depth, device=device, dtype=torch.long)
         self.positions = torch.arange(max_len, device=device)
         self.max_len = max_len
@@ -101,6 +105,10 @@ class KVStore:
 
     def nbytes(self) -> int:
         return 2 * self.k.numel() * self.k.element_size()
+
+    def flat(self, slots: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+        """The flat index of position 0 of (slot, row) in ``kf``/``vf``."""
+        return (slots * self.n_rows + rows) * self.max_len
 
     # ---- slot numbering ---------------------------------------------------------------------------
     def prelude_slot(self, j: int) -> int:

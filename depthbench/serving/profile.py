@@ -281,22 +281,23 @@ def measure(model, cfg: SimConfig, modes=(), widths=()) -> dict[tuple[int, str],
 
 
 def fit_profile(mcfg: ModelConfig, runs, cfg: SimConfig, bytes_per_value: int,
-                device: str = "cpu") -> tuple[Profile, dict]:
+                device: str = "cpu", source: str = "") -> tuple[Profile, dict]:
     """A fitted profile from measured runs ``(result, records, stats)``: launch costs per stage,
-    then the scheduler's time between launches per core launch and per emitted token."""
+    then the scheduler's time between launches per core launch and per emitted token.
+    ``source``: what was measured (default: ``cfg``'s calibration)."""
     from scipy.optimize import nnls
     records = [r for _, recs, _ in runs for r in recs]
     fitted = fit_records(mcfg, records, cfg.max_depth, bytes_per_value)
     A = np.array([[st["core_launches"], res["output_tokens"]] for res, _, st in runs], dtype=float)
     y = np.array([res["wall_s"] - sum(r[-1] for r in recs) for res, recs, _ in runs])
     (iteration, token), _ = nnls(A, np.maximum(y, 0.0))
-    shape = ", ".join(f"{k}={v}" for k, v in mcfg.to_dict().items()
-                      if k in ("d_model", "n_heads", "n_prelude", "n_core", "n_coda", "vocab_size"))
-    widths = list(cfg.calibrate_widths)
+    if not source:
+        shape = ", ".join(f"{k}={v}" for k, v in mcfg.to_dict().items()
+                          if k in ("d_model", "n_heads", "n_prelude", "n_core", "n_coda", "vocab_size"))
+        source = (f"serve-sim --calibrate on {machine()}: {cfg.random} ({shape}), exit {cfg.exit}, "
+                  f"widths {list(cfg.calibrate_widths)}, {cfg.requests} requests")
     prof = Profile(name="calibrated", kind="fitted", bytes_per_value=bytes_per_value, paged=False,
                    overlap=False, device=device,
-                   source=f"serve-sim --calibrate on {machine()}: {cfg.random} ({shape}), "
-                          f"exit {cfg.exit}, widths {widths}, {cfg.requests} requests; fit R^2 "
-                          + ", ".join(f"{k} {v:.3f}" for k, v in fitted["r2"].items()),
+                   source=f"{source}; fit R^2 " + ", ".join(f"{k} {v:.3f}" for k, v in fitted["r2"].items()),
                    token=float(token), iteration=float(iteration), fit=fitted["fit"])
     return prof, {"r2": fitted["r2"], "launch_records": len(records)}

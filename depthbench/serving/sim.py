@@ -39,6 +39,7 @@ from pathlib import Path
 from depthbench.config import LoopShape, ModelConfig, SimConfig, copies_on_exit
 from depthbench.errors import UserError
 from depthbench.exits import ExitCriterion, parse_exit, replay_file
+from depthbench.serving.bound import ProfileCosts
 from depthbench.serving.executor import Clock, HostState
 from depthbench.serving.profile import (
     Profile,
@@ -147,13 +148,15 @@ def simulate(cfg: SimConfig, profile: Profile, mcfg: ModelConfig | None = None) 
     crit.check_covers([q.id for q in reqs])
     max_len = max(len(q.prompt) + q.max_new_tokens for q in reqs) + 1
 
-    def engines(mode):
-        return lambda clock=None: SimEngine(mcfg, crit, cfg.kv_policy, engine_rows(mode, cfg),
+    def engines(mode, c):
+        return lambda clock=None: SimEngine(mcfg, crit, c.kv_policy, engine_rows(mode, c),
                                             max_len, profile, clock=clock,
-                                            n_prompt_slots=prompt_slots(mode, cfg))
+                                            n_prompt_slots=prompt_slots(mode, c))
 
     sim = cfg.replace(warmup_requests=0)   # a virtual clock has nothing to warm up
-    return compare_modes(engines, mcfg, reqs, sim, cfg.prompt_len + (cfg.max_new_tokens or 32))
+    costs = ProfileCosts(mcfg, profile, cfg.max_depth, float(cfg.prompt_len))
+    return compare_modes(engines, mcfg, reqs, sim, cfg.prompt_len + (cfg.max_new_tokens or 32),
+                         costs)
 
 
 # ---- the serve-sim stage -------------------------------------------------------------------------
@@ -166,16 +169,17 @@ def sweep_png(points: list[dict], title: str) -> bytes:
     fig, ax = plt.subplots(figsize=(6, 4))
     pts = sorted(points, key=lambda r: r["mean_depth"])
     bound = {}
+    full_depth = ("static", "static_lockstep", "full_depth")
     for r in pts:
-        if r["mode"] != "static":
-            bound.setdefault(r["trace_mean"], (r["mean_depth"], r["paper_bound"]))
+        if r["mode"] not in full_depth:
+            bound.setdefault(r["trace_mean"], (r["mean_depth"], r["bound"]))
     xb, yb = zip(*sorted(bound.values())) if bound else ((), ())
-    ax.plot(xb, yb, "k--", label="bound (parameter FLOPs)")
-    for mode in dict.fromkeys(r["mode"] for r in pts if r["mode"] != "static"):
+    ax.plot(xb, yb, "k--", label="bound (the ideal time of the work)")
+    for mode in dict.fromkeys(r["mode"] for r in pts if r["mode"] not in full_depth):
         mine = [r for r in pts if r["mode"] == mode]
         ax.plot([r["mean_depth"] for r in mine], [r["speedup"] for r in mine], "o-", label=mode)
     ax.set_xlabel("mean exit depth (decoded tokens)")
-    ax.set_ylabel("throughput / static")
+    ax.set_ylabel("throughput / full-depth serving")
     ax.set_title(title, fontsize=9)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)

@@ -1,0 +1,170 @@
+"""The serving bound of a workload: the least time its work can take under a per-stage cost model
+that no batching mode's knobs influence.
+
+The work (``workload_work``): per stage, the rows a mode must run for the tokens it emitted and
+the cached positions those rows read. Each request's prompt is prefilled at full depth (its
+first token); every later token runs one start (prelude) row, one core row per loop of its
+exit depth, and one finish (coda and head) row, each reading the positions before it. Where
+chunked prefill is allowed (``prefill_chunk`` > 0) a prompt token may instead ride in those
+launches at full depth, and the cheaper route counts.
+
+The cost of a launch of ``n`` rows reading ``r`` cached positions (``Costs.seconds``) is the
+simulator's price of it on a profile (``ProfileCosts``): a hardware profile in ``serve-sim``,
+and for the real engine a profile fitted (per stage ``a + alpha FLOPs + beta bytes``, linear in
+rows and positions read, plus the scheduler's seconds per launch and per token) to the launch
+timers of a width sweep of full-depth serving (``sweep``), whatever modes are compared.
+
+The ideal time (``ideal_seconds``) packs each stage's rows into launches of ``n_max`` rows, the
+largest any mode may issue (core: ``width`` plus the prefill chunk; start, finish and prefill:
+the pool plus the chunk), T* = sum_s [ceil(N_s / n_max) launches priced at the stage's cost],
+which for linear costs is sum_s (a_s ceil(N_s / n_max) + b_s N_s + c_s R_s). A mode's
+``fraction`` is T* over its measured whole-run seconds, a property of the mode alone (adding or
+removing another mode changes nothing); a fraction above 1 says the cost model is wrong.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple, Protocol
+
+import numpy as np
+
+
+class Work(NamedTuple):
+    """One stage's share of a workload: rows (prefill: prompt tokens), the cached positions those
+    rows read (prefill: the sum of squared prompt lengths), and the fewest launches they fit."""
+    rows: float
+    read: float
+    launches: int
+
+
+class Costs(Protocol):
+    def seconds(self, stage: str, rows: float, read: float) -> float: ...
+
+
+class ProfileCosts:
+    """The simulator's price of a launch (``SimEngine._launch``) on ``profile``, for rows at
+    contexts averaging ``read / rows``; a prefill of ``rows`` prompt tokens, ``prompt_len``
+    each."""
+
+    def __init__(self, shape, profile, max_depth: int, prompt_len: float, scale=None):
+        self.shape, self.profile, self.max_depth = shape, profile, max_depth
+        self.prompt_len = max(1.0, prompt_len)
+        self.scale = scale or {}   # stage -> factor on the price (``leveled``)
+        self.source = f"profile {profile.name}"
+
+    def leveled(self, records) -> ProfileCosts:
+        """These costs with each stage's price scaled so that the launches ``records`` (stage,
+        rows, tokens, context, copies, seconds) were measured at cost what they cost: a fitted
+        profile's level set on a run measured beside the modes (the machine's speed drifts over
+        minutes), its shape (per launch against per row) kept from the width sweep."""
+        from depthbench.serving.profile import stage_work
+        p, scale = self.profile, {}
+        for stage in ("prefill", "start", "core", "finish"):
+            rec = [r for r in records if r[0] == stage]
+            a, alpha, beta = p.fit[stage]
+            pred = sum(a + alpha * f + beta * b for f, b in (
+                stage_work(self.shape, stage, n, t, L, self.max_depth, p.bytes_per_value, cp)
+                for _, n, t, L, cp, _ in rec))
+            scale[stage] = sum(r[-1] for r in rec) / pred if rec and pred > 0 else 1.0
+        out = ProfileCosts(self.shape, p, self.max_depth, self.prompt_len, scale)
+        out.source = (f"{self.source}, leveled on static's launches: "
+                      + ", ".join(f"{k} x{v:.3f}" for k, v in scale.items()))
+        return out
+
+    def seconds(self, stage: str, rows: float, read: float) -> float:
+        return self.scale.get(stage, 1.0) * self._seconds(stage, rows, read)
+
+    def _seconds(self, stage: str, rows: float, read: float) -> float:
+        from depthbench.serving.profile import stage_work
+        p = self.profile
+        if stage == "prefill":   # rows / T prompts of T tokens
+            T = self.prompt_len
+            n = rows / T
+            flops, nbytes = stage_work(self.shape, stage, n, rows, T, self.max_depth,
+                                       p.bytes_per_value, 0, p.attention)
+            return p.seconds(stage, flops, nbytes, 1, n)
+        L = read / rows   # the positions a row reads, on average
+        flops, nbytes = stage_work(self.shape, stage, rows, rows, L, self.max_depth,
+                                   p.bytes_per_value, 0, p.attention, read if p.paged else None)
+        return p.seconds(stage, flops, nbytes, int(stage == "finish"),
+                         rows if stage == "finish" else 0, p.iteration if stage == "core" else 0.0)
+
+
+def workload_work(done, max_depth: int, width: int, pool: int, chunk: int) -> list[dict]:
+    """The routes a workload's work may take, each {stage: Work}: prompts in prefill launches
+    (at most ``pool`` prompts each), and (``chunk`` > 0) prompt tokens riding at full depth in
+    the start, core and finish launches beside decode tokens (at most ``chunk`` of them per
+    launch). A core launch holds at most ``width`` decode tokens, a start or finish launch at most
+    ``pool`` rows. ``done``: the served requests (prompts, and per emitted token its depth; the
+    first came from the prompt)."""
+    dec = np.zeros(4)   # decoded tokens, their positions read, their loops, positions read by them
+    p_tok = p_sq = p_read = n_req = 0.0
+    for q in done:
+        if not q.depths:
+            continue
+        P = len(q.prompt)
+        n_req += 1
+        p_tok, p_sq, p_read = p_tok + P, p_sq + P * P, p_read + P * (P + 1) / 2
+        d = np.asarray(q.depths[1:], dtype=float)
+        ctx = P + 1 + np.arange(len(d), dtype=float)   # positions the i-th decoded token reads
+        dec += (len(d), ctx.sum(), d.sum(), (d * ctx).sum())
+    n_dec, r_dec, n_loop, r_loop = dec.tolist()
+
+    def fit(rows, per):
+        return math.ceil(rows / per - 1e-9) if rows else 0
+
+    shared = fit(n_dec, pool)
+    separate = {"prefill": Work(p_tok, p_sq, fit(n_req, pool)),
+                "start": Work(n_dec, r_dec, shared), "core": Work(n_loop, r_loop, fit(n_loop, width)),
+                "finish": Work(n_dec, r_dec, shared)}
+    if not chunk:
+        return [separate]
+    shared = max(shared, fit(p_tok, chunk))
+    core = max(fit(n_loop, width), fit(max_depth * p_tok, chunk))
+    chunked = {"prefill": Work(0.0, 0.0, 0),
+               "start": Work(n_dec + p_tok, r_dec + p_read, shared),
+               "core": Work(n_loop + max_depth * p_tok, r_loop + max_depth * p_read, core),
+               "finish": Work(n_dec + p_tok, r_dec + p_read, shared)}
+    return [separate, chunked]
+
+
+def stage_seconds(costs: Costs, stage: str, w: Work) -> float:
+    """The least seconds ``w`` takes: its fewest launches, each with an equal share of the rows
+    and of the positions read (for a cost convex in rows, such as the roofline's, equal
+    launches cost least)."""
+    if w.rows <= 0 or w.launches <= 0:
+        return 0.0
+    return w.launches * costs.seconds(stage, w.rows / w.launches, w.read / w.launches)
+
+
+def ideal_seconds(costs: Costs, routes: list[dict]) -> float:
+    """T*: the cheapest route's sum over stages of ``stage_seconds``."""
+    return min(sum(stage_seconds(costs, s, w) for s, w in r.items()) for r in routes)
+
+
+def sweep(make_engine, requests, width: int, pool: int, log=None) -> list[tuple]:
+    """A width sweep of full-depth serving: ``static_lockstep`` batches (every token at full
+    depth; batches of one width start and end together) at widths 1, width/4, the width and the
+    pool (at most the requests), on engines from ``make_engine(width)`` (``record=True``), after
+    one unrecorded warm-up batch. The width's batch serves its requests whole; the others at most
+    8 new tokens each, in three batches below the width (prefill launches enough to fit even for
+    a handful of requests). Per width (``serving.profile.fit_profile``'s runs): ({wall_s,
+    output_tokens}, launch records, engine stats)."""
+    from depthbench.serving.scheduler import Request, Scheduler
+    runs, n = [], len(requests)
+    widths = sorted({min(max(1, w), n) for w in (1, width // 4, width, pool)})
+    for i, w in enumerate([widths[0], *widths]):
+        cap, batches = (1 << 30, 1) if w == min(width, n) else (8, 3 if w < width else 1)
+        reqs = [Request(j, list(q.prompt), min(q.max_new_tokens, cap))
+                for j, q in enumerate(requests[k % n] for k in range(w * batches))]
+        eng = make_engine(w)
+        sched = Scheduler(eng, "static_lockstep", w)
+        t0 = eng.clock.now()
+        sched.run(reqs)
+        res = {"wall_s": eng.clock.now() - t0, "output_tokens": sum(len(q.output) for q in reqs)}
+        if i:
+            runs.append((res, eng.records, dict(eng.stats)))
+            if log:
+                log(f"cost sweep at width {w} ({len(eng.records)} launches)")
+    return runs
