@@ -39,11 +39,11 @@ RESERVED_COLUMNS = frozenset("""
     fraction_of_ceiling fraction_of_gain host_syncs itl_p50_ms itl_p90_ms itl_p99_ms kv_cache_mb
     launches_per_token_core launches_per_token_finish launches_per_token_prefill
     launches_per_token_start mean_depth output_tokens padding_waste paper_bound paper_fraction
-    prefill_s rows_per_launch speedup steady_bound steady_fraction steady_speedup
+    prefill_s rows_per_launch speedup
     steady_tokens_per_s steady_window_s time_core time_finish time_prefill time_start
     tokens_per_s ttft_p50_ms ttft_p90_ms ttft_p99_ms wall_s trace_mean
-    achievable_bound achievable_fraction steady_achievable_bound steady_achievable_fraction
-    bound fraction ideal_s speedup_vs_static baseline
+    bound fraction ideal_s speedup_vs_static baseline ideal_launches_per_token_prefill
+    ideal_launches_per_token_start ideal_launches_per_token_core ideal_launches_per_token_finish
     bits_per_byte cloze_accuracy cloze_accuracy_mi cloze_items task acc acc_norm acc_mutual_info harness
     stage command started finished stage_s workers peak_rss_mb
 """.split())

@@ -90,32 +90,30 @@ def test_budgets_every_panel_between_floor_and_ceiling():
         assert m.max() < g["ceiling_bits"].mean(), (b, s)
 
 
-def _fractions(obj):
-    if isinstance(obj, dict):
-        for k, v in obj.items():
-            if isinstance(v, (int, float)) and not isinstance(v, bool) and k.endswith("fraction"):
-                yield k, v
-            else:
-                yield from _fractions(v)
-    elif isinstance(obj, list):
-        for v in obj:
-            yield from _fractions(v)
+def _fractions(out: dict):
+    """Every mode's fraction of its bound in the kept serving run: the CPU grids, the simulated
+    grid (with and without chunked prefill) and the knob grid's largest per comparison."""
+    for key, grid in out.items():
+        if key.startswith("cpu_"):
+            yield from ((f"{key} {w} {m}", e[m]) for w, e in grid.items() if not w.startswith("_")
+                        for m in ("cdb", "no_refill", "static", "full_depth", "largest"))
+    for w, e in out["sim"]["grid"].items():
+        yield from ((f"sim {w} {k} {m}", x[m]) for k, x in e.items()
+                    for m in ("cdb", "no_refill", "static", "full_depth", "largest"))
+    yield from ((f"knobs {k}", v) for k, v in out["sim"]["knob_grid"].items())
 
 
 def test_no_serving_fraction_exceeds_its_bound():
-    """No committed serving measurement or simulation realizes more than 1.02 of its achievable
-    bound (a steady window's edges are not priced exactly; whole runs stay within 1). The FLOP
-    ceiling's and the paper's fractions are conventions, not bounds, and are not held to it."""
+    """No committed serving measurement or simulation realizes more than 1.02 of the ideal time of
+    its work (a fraction above 1 says the cost model is wrong; 2% is the measured cost model's
+    error), and every mode of every run is measured against it."""
     out = json.loads((ROOT / "docs" / "serving" / "bench_serve.json").read_text())
     rows = [json.loads(x) for x in (ROOT / "docs" / "serving" / "cpu_runs.jsonl").read_text()
             .splitlines() if x.strip()]
-    found = [(k, v) for k, v in list(_fractions(out)) + list(_fractions(rows))
-             if "achievable" in k or k == "largest_fraction"]
-    assert found
+    found = list(_fractions(out)) + [(f"cpu_runs {r['mode']}", r["fraction"]) for r in rows]
+    assert len(found) > 100 and any(k.startswith("cpu_1threads") for k, _ in found)
     for k, v in found:
-        assert v <= 1.02, (k, v)
-        if k == "achievable_fraction":
-            assert v <= 1.0 + 1e-9, (k, v)
+        assert 0 < v <= 1.02, (k, v)
 
 
 def test_the_budget_figure_reads_the_same_at_2_threads():

@@ -141,7 +141,7 @@ def serve_bench_cmd(sets, modes, config_file, as_json, **given):
         click.echo(f"wrote {res['csv']}, {res['jsonl']} and {res['record']}")
     if as_json:
         emit_json({"results": res["results"], "adaptive_modes_agree": res["adaptive_modes_agree"],
-                   "out": given.get("out")})
+                   "baseline": res["baseline"], "out": given.get("out")})
 
 
 @click.command("serve-sim")

@@ -284,10 +284,11 @@ def _serve_section(figs, sv: pd.DataFrame) -> tuple[str, pd.DataFrame]:
                             "ttft_p50_ms", "itl_p50_ms", "itl_p99_ms", "exact_match") if c in sv.columns]
         return ("Serving benchmark (no static baseline among the modes: tokens/s only)",
                 sv[cols].round(3))
+    bound = "bound" in sv.columns   # rows of this version (earlier ones: speedups over static)
     fig, ax = figs.new("Realized speedup vs its bound and the FLOP ceiling per batching mode",
-                       "batching mode", "speedup over full-depth serving")
+                       "batching mode", "speedup over " + ("full-depth serving" if bound
+                                                          else "static"))
     x = np.arange(len(sv))
-    bound = "bound" in sv.columns   # rows of this version (earlier ones have no workload bound)
     w = 0.27 if bound else 0.4
     ax.bar(x - w / 2 * (2 if bound else 1), sv["speedup"], w, label="realized", color="#1f77b4")
     if bound:
@@ -297,8 +298,9 @@ def _serve_section(figs, sv: pd.DataFrame) -> tuple[str, pd.DataFrame]:
     ax.set_xticks(x, sv["mode"])
     ax.axhline(1, color="k", lw=1)
     ax.legend(fontsize=8)
-    figs.save(fig, "serving_speedup.png", "Tokens/s over full-depth serving at its best knobs "
-              "for each batching mode, whole runs, next to "
+    base = "full-depth serving at its best knobs" if bound else "static"
+    figs.save(fig, "serving_speedup.png", f"Tokens/s over {base} for each batching mode, whole "
+              "runs, next to "
               + ("its bound (its tokens over the ideal time of its work under a per-stage cost "
                  "model fitted on this machine) and " if bound else "")
               + "the FLOP ceiling (F0 + K_max Fr) / (F0 + mean depth Fr).")

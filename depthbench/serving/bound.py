@@ -138,9 +138,16 @@ def stage_seconds(costs: Costs, stage: str, w: Work) -> float:
     return w.launches * costs.seconds(stage, w.rows / w.launches, w.read / w.launches)
 
 
+def ideal_route(costs: Costs, routes: list[dict]) -> tuple[float, dict]:
+    """(T*, the route that takes it): the cheapest route's sum over stages of
+    ``stage_seconds``."""
+    return min(((sum(stage_seconds(costs, s, w) for s, w in r.items()), r) for r in routes),
+               key=lambda x: x[0])
+
+
 def ideal_seconds(costs: Costs, routes: list[dict]) -> float:
     """T*: the cheapest route's sum over stages of ``stage_seconds``."""
-    return min(sum(stage_seconds(costs, s, w) for s, w in r.items()) for r in routes)
+    return ideal_route(costs, routes)[0]
 
 
 def sweep(make_engine, requests, width: int, pool: int, log=None) -> list[tuple]:

@@ -94,7 +94,7 @@ def _scheduler(eng, mode: str, cfg: ServeConfig) -> Scheduler:
 
 
 def run_side_by_side(entries: dict, requests: list[Request],
-                     interleave: bool = True) -> dict:
+                     interleave: bool = True, warm=None) -> dict:
     """Each entry ``key: (mode, cfg, make_engine)`` (an executor factory taking a clock or None: the
     real ``Engine`` or the simulator's) serves ``requests`` on a fresh engine, timed by the
     engine's clock: per key the mode's result and the requests served. With ``interleave`` the
@@ -102,7 +102,8 @@ def run_side_by_side(entries: dict, requests: list[Request],
     each step going to the entry with the fewest tokens emitted so far, each engine on a
     ``TurnClock`` that runs only during its own steps: the entries start and finish together, so
     a drift in the machine's speed over the run hits all of them alike. Otherwise (the
-    simulator; CUDA, where a launch outlives its step) one after another."""
+    simulator; CUDA, where a launch outlives its step) one after another. ``warm()`` runs once
+    the engines exist, before any timed step (``serving.bench.warm_memory``)."""
     def prepare(key):
         mode, cfg, make = entries[key]
         if cfg.warmup_requests:  # first-call allocations and kernel selection stay out of the timing
@@ -120,10 +121,14 @@ def run_side_by_side(entries: dict, requests: list[Request],
     if not interleave:   # one engine at a time: no more memory than the largest mode needs
         for key in entries:
             sched, cfg, reqs, steps = prepare(key)
+            if warm:
+                warm()
             deque(steps, maxlen=0)   # run every step
             out[key] = result(sched, cfg, reqs)
         return out
     live = {key: prepare(key) for key in entries}
+    if warm:
+        warm()
     while live:
         key = min(live, key=lambda k: live[k][0].emitted)
         sched, cfg, reqs, steps = live[key]
@@ -237,10 +242,13 @@ def add_bounds(r: dict, done: list[Request], base: dict, static: dict, fm: FlopM
     ``speedup`` over full-depth serving at its best knobs (``base``), ``bound`` = speedup /
     fraction (its speedup at T*), ``speedup_vs_static`` over ``static`` at the comparison's
     knobs, the FLOP ceiling and the paper's eq. 1 estimate on its own depths."""
-    from depthbench.serving.bound import ideal_seconds, workload_work
+    from depthbench.serving.bound import ideal_route, workload_work
     width, pool, chunk = n_max
-    ideal = ideal_seconds(costs, workload_work(done, k_max, width, pool, chunk))
+    ideal, route = ideal_route(costs, workload_work(done, k_max, width, pool, chunk))
     r["ideal_s"] = ideal
+    # where the time goes: the ideal's launches per emitted token by stage, beside the mode's own
+    r["ideal_launches_per_token"] = {s: w.launches / max(1, r["output_tokens"])
+                                     for s, w in route.items()}
     r["fraction"] = ideal / r["wall_s"]
     r["speedup"] = r["tokens_per_s"] / base["tokens_per_s"]
     r["bound"] = r["speedup"] / r["fraction"] if r["fraction"] else None
@@ -261,7 +269,8 @@ def result_rows(res: dict, **keys) -> list[dict]:
     for r in res["results"]:
         row = {**keys, **{k: v for k, v in r.items() if not isinstance(v, (dict, list))}}
         for name, fmt in (("ttft_ms", "ttft_{}_ms"), ("itl_ms", "itl_{}_ms"),
-                          ("time_split", "time_{}"), ("launches_per_token", "launches_per_token_{}")):
+                          ("time_split", "time_{}"), ("launches_per_token", "launches_per_token_{}"),
+                          ("ideal_launches_per_token", "ideal_launches_per_token_{}")):
             row.update({fmt.format(k): v for k, v in r[name].items()})
         rows.append(row)
     return rows
@@ -269,7 +278,7 @@ def result_rows(res: dict, **keys) -> list[dict]:
 
 def compare_modes(engines, mcfg, requests: list[Request], cfg: ServeConfig, seq_len_for_flops: int,
                   costs, progress=None, interleave: bool = False, priced=None,
-                  level: bool = False) -> dict:
+                  level: bool = False, warm=None) -> dict:
     """Every mode of ``cfg`` over the same requests (``engines(mode, cfg)`` makes a fresh
     engine; ``interleave``: side by side, see ``run_side_by_side``), beside ``static`` at the
     comparison's knobs and full-depth serving at its best knobs (``baseline_candidates``,
@@ -277,7 +286,7 @@ def compare_modes(engines, mcfg, requests: list[Request], cfg: ServeConfig, seq_
     are priced already), with each mode's bound under ``costs`` (``bound.Costs``) and whether
     the adaptive modes agree. ``mcfg``: a model config or any looped model's shape. ``level``:
     fitted ``costs`` are leveled (``ProfileCosts.leveled``) on ``static``'s launches, which
-    must then be recorded (``record=True``)."""
+    must then be recorded (``record=True``); ``warm``: see ``run_side_by_side``."""
     shape = shape_of(mcfg)
     fm = FlopModel.of_shape(shape, seq_len_for_flops)
     fm_params = FlopModel.of_shape(shape, 0)   # parameters only, the paper's convention
@@ -288,7 +297,7 @@ def compare_modes(engines, mcfg, requests: list[Request], cfg: ServeConfig, seq_
     if best != knob_label("static", cfg):
         keys["full_depth"] = cands[best]
     ran = run_side_by_side({k: (m, c, engines(m, c)) for k, (m, c) in keys.items()}, requests,
-                           interleave)
+                           interleave, warm)
     if progress:
         progress(", ".join(keys))
     results = {k: res for k, (res, _) in ran.items()}

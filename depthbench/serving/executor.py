@@ -9,7 +9,6 @@ priced engine (``serving.sim.SimEngine``) both implement ``Executor`` on top of 
 
 from __future__ import annotations
 
-import math
 import time
 from typing import Protocol
 
@@ -119,9 +118,6 @@ class HostState:
         # per stage, sums over launches of (1, tokens, seconds, tokens^2, tokens x seconds): the
         # least-squares seconds per extra token of a launch (``prompt_seconds``)
         self._fit = {s: np.zeros(5) for s in STAGES}
-        # per start and finish launch (the shared work every mode does per decoded token): (clock
-        # time at its end, stage, seconds, tokens, prompt tokens) (``nonlooped_per_token``)
-        self.shared_log: list[tuple[float, str, float, int, int]] = []
         self.record = record
         # (stage, rows, tokens, context length, KV entries copied on exit, seconds)
         self.records: list[tuple[str, int, int, int, int, float]] = []
@@ -134,8 +130,6 @@ class HostState:
         st[f"{stage}_tokens"] += tokens
         st[f"{stage}_prompt_tokens"] += prompt_tokens
         self._fit[stage] += (1.0, tokens, dt, tokens * tokens, tokens * dt)
-        if stage in ("start", "finish"):
-            self.shared_log.append((self.clock.now(), stage, dt, tokens, prompt_tokens))
         if self.record:
             self.records.append((stage, rows, tokens, L, copies, dt))
 
@@ -168,24 +162,6 @@ class HostState:
             n_p = st[f"{s}_prompt_tokens"]
             out[s] = n_p * self._prompt_price(s) if n_p else 0.0
         return out
-
-    def nonlooped_per_token(self, t_lo: float = -math.inf, t_hi: float = math.inf) -> float | None:
-        """Seconds per decoded token outside the loop, over the start (prelude) and finish (coda
-        and head) launches that ended in (t_lo, t_hi] on the clock: per stage, the launches'
-        seconds less the prompt tokens' share, over the decode tokens they held. None where
-        those launches held no decode token."""
-        total = 0.0
-        for stage in ("start", "finish"):
-            price = self._prompt_price(stage)
-            sec = rows = 0.0
-            for t, s, dt, tokens, prompt in self.shared_log:
-                if s == stage and t_lo < t <= t_hi:
-                    sec += dt - prompt * price
-                    rows += tokens - prompt
-            if not rows:
-                return None
-            total += max(sec, 0.0) / rows
-        return total
 
     def n_prompt(self, items) -> int:
         """How many of ``items`` are prompt tokens."""
