@@ -5,7 +5,6 @@ reproduces the timings it was fitted to."""
 
 import json
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
 import torch
@@ -313,3 +312,34 @@ def test_the_record_names_the_width_and_pool_that_ran_for_a_short_workload():
     drop = ("wall_s",)
     assert [{k: v for k, v in r.items() if k not in drop} for r in a["results"]] == \
         [{k: v for k, v in r.items() if k not in drop} for r in b["results"]]
+
+
+def test_the_width_sweep_recovers_a_known_cost_model():
+    """Oracle: a fitted profile with known per-stage costs prices a simulated engine; the width
+    sweep of full-depth serving on it, fitted as serve-bench fits the real engine's, gives back
+    those costs, and leveling the fit on launches that took twice their price doubles it."""
+    from depthbench.serving.bound import ProfileCosts, sweep
+    from depthbench.serving.profile import fit_profile
+    truth = {"prefill": [2e-3, 3e-11, 1e-10], "start": [1e-4, 2e-11, 2e-10],
+             "core": [2e-4, 1e-11, 3e-10], "finish": [3e-4, 4e-11, 1e-10]}
+    prof = Profile("known", kind="fitted", paged=False, overlap=False, device="cpu",
+                   bytes_per_value=4, fit=truth)
+    mcfg = ModelConfig(vocab_size=40, d_model=32, n_heads=4, max_seq_len=64, **SHAPE)
+    crit = parse_exit("fixed:4", 1, 4)
+    reqs = random_workload(40, 24, 5, 10, 0, spread=0.5)
+    runs = sweep(lambda w: SimEngine(mcfg, crit, "depth_indexed", w, 20, prof, record=True),
+                 reqs, 8, 24)
+    cfg = SimConfig(random="tiny", max_depth=4)
+    fitted, _ = fit_profile(mcfg, runs, cfg, 4, source="test")
+    costs, known = ProfileCosts(mcfg, fitted, 4, 5.0), ProfileCosts(mcfg, prof, 4, 5.0)
+    for stage in truth:   # (a prefill's FLOPs and bytes are collinear at one prompt length: its
+        for rows, read in ((1, 6), (8, 80), (24, 400)):   # prices are what must come back)
+            assert costs.seconds(stage, rows * (5 if stage == "prefill" else 1), read) == \
+                pytest.approx(known.seconds(stage, rows * (5 if stage == "prefill" else 1), read),
+                              rel=1e-6), (stage, rows)
+    # no host costs: a simulated launch's seconds are its device price; these took twice that
+    records = [r[:-1] + (2 * r[-1],) for _, recs, _ in runs for r in recs]
+    leveled = costs.leveled(records)
+    for stage in truth:
+        assert leveled.scale[stage] == pytest.approx(2.0, rel=1e-6)
+        assert leveled.seconds(stage, 8, 40) == pytest.approx(2 * costs.seconds(stage, 8, 40))

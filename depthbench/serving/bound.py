@@ -54,22 +54,22 @@ class ProfileCosts:
         self.source = f"profile {profile.name}"
 
     def leveled(self, records) -> ProfileCosts:
-        """These costs with each stage's price scaled so that the launches ``records`` (stage,
-        rows, tokens, context, copies, seconds) were measured at cost what they cost: a fitted
-        profile's level set on a run measured beside the modes (the machine's speed drifts over
-        minutes), its shape (per launch against per row) kept from the width sweep."""
+        """These costs scaled by one factor so that the launches ``records`` (stage, rows,
+        tokens, context, copies, seconds), measured beside the modes, cost in total what they
+        took: a fitted profile's level set on a run measured beside the modes (the machine's
+        speed drifts by 10% over minutes, every stage alike), its shape (per stage, per launch
+        against per row) kept from the width sweep. One factor, not one per stage: a stage of a
+        few launches (a prefill) would set its own level on noise."""
         from depthbench.serving.profile import stage_work
-        p, scale = self.profile, {}
-        for stage in ("prefill", "start", "core", "finish"):
-            rec = [r for r in records if r[0] == stage]
+        p, measured, predicted = self.profile, 0.0, 0.0
+        for stage, n, t, L, cp, dt in records:
             a, alpha, beta = p.fit[stage]
-            pred = sum(a + alpha * f + beta * b for f, b in (
-                stage_work(self.shape, stage, n, t, L, self.max_depth, p.bytes_per_value, cp)
-                for _, n, t, L, cp, _ in rec))
-            scale[stage] = sum(r[-1] for r in rec) / pred if rec and pred > 0 else 1.0
-        out = ProfileCosts(self.shape, p, self.max_depth, self.prompt_len, scale)
-        out.source = (f"{self.source}, leveled on static's launches: "
-                      + ", ".join(f"{k} x{v:.3f}" for k, v in scale.items()))
+            f, b = stage_work(self.shape, stage, n, t, L, self.max_depth, p.bytes_per_value, cp)
+            measured, predicted = measured + dt, predicted + a + alpha * f + beta * b
+        k = measured / predicted if predicted > 0 else 1.0
+        out = ProfileCosts(self.shape, p, self.max_depth, self.prompt_len,
+                           {s: k for s in ("prefill", "start", "core", "finish")})
+        out.source = f"{self.source}, leveled on static's launches measured beside the modes: x{k:.3f}"
         return out
 
     def seconds(self, stage: str, rows: float, read: float) -> float:
