@@ -173,12 +173,17 @@ def test_benchmark_scripts_refuse_bad_arguments_in_one_line(script, args):
 
 
 def test_the_report_takes_serve_rows_without_a_static_baseline(tmp_path):
-    """Rows depthbench itself wrote from one adaptive mode (no static, so no speedup column)
-    are tabled, not refused."""
+    """One adaptive mode asked for still runs beside full-depth serving (every speedup's
+    baseline); rows with no speedup column (one mode's rows alone) are tabled, not refused."""
+    import json
     r = CliRunner().invoke(main, ["serve-bench", "--random", "tiny", "--max-depth", "4",
                                   "--requests", "3", "--modes", "cdb", "--out", str(tmp_path / "s")])
     assert r.exit_code == 0, r.output
-    r = CliRunner().invoke(main, ["report", str(tmp_path / "s.jsonl"), "--out", str(tmp_path / "rep")])
+    rows = [json.loads(x) for x in (tmp_path / "s.jsonl").read_text().splitlines()]
+    assert [x["mode"] for x in rows] == ["cdb", "static", "full_depth"]
+    lone = {k: v for k, v in rows[0].items() if k not in ("speedup", "ceiling", "bound")}
+    (tmp_path / "cdb.jsonl").write_text(json.dumps(lone) + "\n")
+    r = CliRunner().invoke(main, ["report", str(tmp_path / "cdb.jsonl"), "--out", str(tmp_path / "rep")])
     assert r.exit_code == 0, r.output
     assert "no static baseline" in (tmp_path / "rep" / "README.md").read_text()
 

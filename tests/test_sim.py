@@ -318,8 +318,8 @@ def test_the_width_sweep_recovers_a_known_cost_model():
     """Oracle: a fitted profile with known per-stage costs prices a simulated engine; the width
     sweep of full-depth serving on it, fitted as serve-bench fits the real engine's, gives back
     those costs, and leveling the fit on launches that took twice their price doubles it."""
-    from depthbench.serving.bound import ProfileCosts, sweep
-    from depthbench.serving.profile import fit_profile
+    from depthbench.serving.bound import sweep
+    from depthbench.serving.profile import ProfileCosts, fit_profile
     truth = {"prefill": [2e-3, 3e-11, 1e-10], "start": [1e-4, 2e-11, 2e-10],
              "core": [2e-4, 1e-11, 3e-10], "finish": [3e-4, 4e-11, 1e-10]}
     prof = Profile("known", kind="fitted", paged=False, overlap=False, device="cpu",

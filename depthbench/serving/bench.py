@@ -19,7 +19,7 @@ from depthbench.exits import parse_exit, replay_file
 from depthbench.model import LoopedTransformer
 from depthbench.rows import row_paths
 from depthbench.runtime import hold_freed_memory
-from depthbench.serving.bound import ProfileCosts, sweep
+from depthbench.serving.bound import sweep
 from depthbench.serving.compare import (
     compare_modes,
     engine_rows,
@@ -30,7 +30,7 @@ from depthbench.serving.compare import (
     with_arrivals,
 )
 from depthbench.serving.engine import Engine
-from depthbench.serving.profile import fit_profile, machine
+from depthbench.serving.profile import ProfileCosts, fit_profile, machine
 from depthbench.serving.scheduler import Request
 from depthbench.serving.sim import SimEngine
 

@@ -9,7 +9,7 @@ chunked prefill is allowed (``prefill_chunk`` > 0) a prompt token may instead ri
 launches at full depth, and the cheaper route counts.
 
 The cost of a launch of ``n`` rows reading ``r`` cached positions (``Costs.seconds``) is the
-simulator's price of it on a profile (``ProfileCosts``): a hardware profile in ``serve-sim``,
+simulator's price of it on a profile (``serving.profile.ProfileCosts``): a hardware profile in ``serve-sim``,
 and for the real engine a profile fitted (per stage ``a + alpha FLOPs + beta bytes``, linear in
 rows and positions read, plus the scheduler's seconds per launch and per token) to the launch
 timers of a width sweep of full-depth serving (``sweep``), whatever modes are compared.
@@ -40,55 +40,6 @@ class Work(NamedTuple):
 
 class Costs(Protocol):
     def seconds(self, stage: str, rows: float, read: float) -> float: ...
-
-
-class ProfileCosts:
-    """The simulator's price of a launch (``SimEngine._launch``) on ``profile``, for rows at
-    contexts averaging ``read / rows``; a prefill of ``rows`` prompt tokens, ``prompt_len``
-    each."""
-
-    def __init__(self, shape, profile, max_depth: int, prompt_len: float, scale=None):
-        self.shape, self.profile, self.max_depth = shape, profile, max_depth
-        self.prompt_len = max(1.0, prompt_len)
-        self.scale = scale or {}   # stage -> factor on the price (``leveled``)
-        self.source = f"profile {profile.name}"
-
-    def leveled(self, records) -> ProfileCosts:
-        """These costs scaled by one factor so that the launches ``records`` (stage, rows,
-        tokens, context, copies, seconds), measured beside the modes, cost in total what they
-        took: a fitted profile's level set on a run measured beside the modes (the machine's
-        speed drifts by 10% over minutes, every stage alike), its shape (per stage, per launch
-        against per row) kept from the width sweep. One factor, not one per stage: a stage of a
-        few launches (a prefill) would set its own level on noise."""
-        from depthbench.serving.profile import stage_work
-        p, measured, predicted = self.profile, 0.0, 0.0
-        for stage, n, t, L, cp, dt in records:
-            a, alpha, beta = p.fit[stage]
-            f, b = stage_work(self.shape, stage, n, t, L, self.max_depth, p.bytes_per_value, cp)
-            measured, predicted = measured + dt, predicted + a + alpha * f + beta * b
-        k = measured / predicted if predicted > 0 else 1.0
-        out = ProfileCosts(self.shape, p, self.max_depth, self.prompt_len,
-                           {s: k for s in ("prefill", "start", "core", "finish")})
-        out.source = f"{self.source}, leveled on static's launches measured beside the modes: x{k:.3f}"
-        return out
-
-    def seconds(self, stage: str, rows: float, read: float) -> float:
-        return self.scale.get(stage, 1.0) * self._seconds(stage, rows, read)
-
-    def _seconds(self, stage: str, rows: float, read: float) -> float:
-        from depthbench.serving.profile import stage_work
-        p = self.profile
-        if stage == "prefill":   # rows / T prompts of T tokens
-            T = self.prompt_len
-            n = rows / T
-            flops, nbytes = stage_work(self.shape, stage, n, rows, T, self.max_depth,
-                                       p.bytes_per_value, 0, p.attention)
-            return p.seconds(stage, flops, nbytes, 1, n)
-        L = read / rows   # the positions a row reads, on average
-        flops, nbytes = stage_work(self.shape, stage, rows, rows, L, self.max_depth,
-                                   p.bytes_per_value, 0, p.attention, read if p.paged else None)
-        return p.seconds(stage, flops, nbytes, int(stage == "finish"),
-                         rows if stage == "finish" else 0, p.iteration if stage == "core" else 0.0)
 
 
 def workload_work(done, max_depth: int, width: int, pool: int, chunk: int) -> list[dict]:

@@ -39,10 +39,10 @@ from pathlib import Path
 from depthbench.config import LoopShape, ModelConfig, SimConfig, copies_on_exit
 from depthbench.errors import UserError
 from depthbench.exits import ExitCriterion, parse_exit, replay_file
-from depthbench.serving.bound import ProfileCosts
 from depthbench.serving.executor import Clock, HostState
 from depthbench.serving.profile import (
     Profile,
+    ProfileCosts,
     calibrate,
     kv_bytes,
     load_profile,
