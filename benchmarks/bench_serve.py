@@ -125,13 +125,11 @@ def sim_section(cpu_profile: str | None) -> dict:
 
 
 def _profile_from(text: str):
-    import tempfile
-    from pathlib import Path
+    """The fitted profile kept as TOML text in (cpu)'s rows."""
+    import tomllib
 
-    from depthbench.serving.profile import load_profile
-    with tempfile.TemporaryDirectory() as d:
-        (Path(d) / "cpu.toml").write_text(text)
-        return load_profile(str(Path(d) / "cpu.toml"))
+    from depthbench.serving.profile import Profile
+    return Profile(**tomllib.loads(text))
 
 
 # ---- (kv) -----------------------------------------------------------------------------------------

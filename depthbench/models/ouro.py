@@ -124,26 +124,28 @@ class OuroLM(LoopedMixin, nn.Module):
     def gate_logit(self, s):
         return self.model.early_exit_gate(s).squeeze(-1)
 
-    def _loops(self, idx, n_loops: int, attention_mask=None):
-        """(B, T, K) exit distribution and (B, T, K, V) logits of every loop, from one pass:
-        p_t = lambda_t prod_{s<t} (1 - lambda_s) for t < K, the rest at K."""
+    def _loops(self, idx, n_loops: int, attention_mask=None, logits_too: bool = True):
+        """(B, T, K) exit distribution and (B, T, K, V) logits of every loop (None without
+        ``logits_too``), from one pass: p_t = lambda_t prod_{s<t} (1 - lambda_s) for t < K, the
+        rest at K."""
         T = idx.shape[1]
         pos, mask = self.positions(T, idx.device), padding_mask(attention_mask, T, idx.device)
         s = self.embed_prelude(idx, pos)
         survive, pdf, logits = torch.ones(idx.shape, device=idx.device), [], []
         for k in range(1, n_loops + 1):
             s = self.core_step(s, s, pos, None, mask)
-            logits.append(self.readout(s, pos))
+            if logits_too:
+                logits.append(self.readout(s, pos))
             if k < n_loops:
                 lam = torch.sigmoid(self.gate_logit(s).float())
                 pdf.append(lam * survive)
                 survive = survive * (1 - lam)
         pdf.append(survive)
-        return torch.stack(pdf, -1), torch.stack(logits, -2)
+        return torch.stack(pdf, -1), torch.stack(logits, -2) if logits_too else None
 
     def exit_pdf(self, idx, n_loops: int, attention_mask=None) -> torch.Tensor:
         """(B, T, K) Ouro's exit distribution over loops 1..K from the gates."""
-        return self._loops(idx, n_loops, attention_mask)[0]
+        return self._loops(idx, n_loops, attention_mask, logits_too=False)[0]
 
     def exit_logits(self, idx, n_loops: int, attention_mask=None, threshold: float | None = None):
         """Ouro's exit read-outs over ``n_loops`` loops: with ``threshold`` q, each token's logits

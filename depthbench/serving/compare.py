@@ -155,11 +155,12 @@ def mode_result(mode: str, cfg: ServeConfig, done: list[Request], eng, wall: flo
     times = [t for q in done for t in q.token_times]
     recall = [q.output[: len(q.target)] == q.target for q in done if q.target]
     steady = steady_state(times)
+    prefill_s = eng.prompt_seconds()
     return {
         "mode": mode, "wall_s": wall, "output_tokens": n_tokens, "tokens_per_s": n_tokens / wall,
         # decode alone: the first token of each request comes from the (full-depth) prefill
-        "prefill_s": eng.prompt_seconds(),
-        "decode_tokens_per_s": len(decode_depths) / max(wall - eng.prompt_seconds(), 1e-9),
+        "prefill_s": prefill_s,
+        "decode_tokens_per_s": len(decode_depths) / max(wall - prefill_s, 1e-9),
         "ttft_ms": _percentiles([q.token_times[0] - q.arrival for q in done]),
         "itl_ms": _percentiles(itl),
         "mean_depth": float(np.mean(decode_depths)) if decode_depths else float("nan"),
@@ -224,15 +225,15 @@ def baseline_candidates(cfg) -> dict[str, tuple[str, object]]:
     return out
 
 
-def pick_baseline(candidates: dict, requests: list[Request], engines) -> tuple[str, dict]:
+def pick_baseline(candidates: dict, requests: list[Request], engines) -> tuple[str, dict, dict]:
     """The fastest candidate on ``engines(mode, cfg)`` (priced executors: the simulator, on a
-    given or fitted profile) over ``requests``, and every candidate's tokens/s."""
-    tps = {}
-    for label, (mode, cfg) in candidates.items():
-        res, _ = run_side_by_side({label: (mode, cfg.replace(warmup_requests=0),
-                                           engines(mode, cfg))}, requests, False)[label]
-        tps[label] = res["tokens_per_s"]
-    return max(tps, key=tps.get), tps
+    given or fitted profile) over ``requests``, every candidate's tokens/s, and every
+    candidate's run (``run_side_by_side``'s (result, requests served))."""
+    runs = {label: run_side_by_side({label: (mode, cfg.replace(warmup_requests=0),
+                                             engines(mode, cfg))}, requests, False)[label]
+            for label, (mode, cfg) in candidates.items()}
+    tps = {label: res["tokens_per_s"] for label, (res, _) in runs.items()}
+    return max(tps, key=tps.get), tps, runs
 
 
 def add_bounds(r: dict, done: list[Request], base: dict, static: dict, fm: FlopModel,
@@ -291,13 +292,18 @@ def compare_modes(engines, mcfg, requests: list[Request], cfg: ServeConfig, seq_
     fm = FlopModel.of_shape(shape, seq_len_for_flops)
     fm_params = FlopModel.of_shape(shape, 0)   # parameters only, the paper's convention
     cands = baseline_candidates(cfg)
-    best, tried = pick_baseline(cands, requests, priced or engines)
+    best, tried, runs = pick_baseline(cands, requests, priced or engines)
     keys = {m: (m, cfg) for m in cfg.modes}
     keys.setdefault("static", ("static", cfg))
     if best != knob_label("static", cfg):
         keys["full_depth"] = cands[best]
-    ran = run_side_by_side({k: (m, c, engines(m, c)) for k, (m, c) in keys.items()}, requests,
-                           interleave, warm)
+    # where the candidates ran on ``engines`` themselves (priced, so a rerun gives the same
+    # run), static and the baseline are taken from there instead of run again
+    kept = {} if priced else {"static": runs[knob_label("static", cfg)], "full_depth": runs[best]}
+    kept = {k: v for k, v in kept.items() if k in keys}
+    fresh = run_side_by_side({k: (m, c, engines(m, c)) for k, (m, c) in keys.items()
+                              if k not in kept}, requests, interleave, warm)
+    ran = {k: kept[k] if k in kept else fresh[k] for k in keys}
     if progress:
         progress(", ".join(keys))
     results = {k: res for k, (res, _) in ran.items()}

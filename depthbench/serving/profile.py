@@ -87,13 +87,17 @@ class Profile:
     def seconds(self, stage: str, flops: float, nbytes: float, syncs: int, tokens: int,
                 host_extra: float = 0.0) -> float:
         host = self.launch + self.token * tokens + host_extra
+        device = self.device_seconds(stage, flops, nbytes)
+        return (max(host, device) if self.overlap else host + device) + self.sync * syncs
+
+    def device_seconds(self, stage: str, flops: float, nbytes: float) -> float:
+        """The device's part of a launch: fitted ``a + alpha FLOPs + beta bytes``, or the
+        roofline's ``max(FLOPs / peak, bytes / bandwidth)`` at the stated efficiencies."""
         if self.kind == "fitted":
             a, alpha, beta = self.fit[stage]
-            device = a + alpha * flops + beta * nbytes
-        else:
-            device = max(flops / (self.peak_flops * self.flops_efficiency),
-                         nbytes / (self.mem_bw * self.bw_efficiency))
-        return (max(host, device) if self.overlap else host + device) + self.sync * syncs
+            return a + alpha * flops + beta * nbytes
+        return max(flops / (self.peak_flops * self.flops_efficiency),
+                   nbytes / (self.mem_bw * self.bw_efficiency))
 
     def to_toml(self) -> str:
         d = asdict(self)
@@ -191,9 +195,8 @@ class ProfileCosts:
         few launches (a prefill) would set its own level on noise."""
         p, measured, predicted = self.profile, 0.0, 0.0
         for stage, n, t, L, cp, dt in records:
-            a, alpha, beta = p.fit[stage]
-            f, b = stage_work(self.shape, stage, n, t, L, self.max_depth, p.bytes_per_value, cp)
-            measured, predicted = measured + dt, predicted + a + alpha * f + beta * b
+            work = stage_work(self.shape, stage, n, t, L, self.max_depth, p.bytes_per_value, cp)
+            measured, predicted = measured + dt, predicted + p.device_seconds(stage, *work)
         k = measured / predicted if predicted > 0 else 1.0
         out = ProfileCosts(self.shape, p, self.max_depth, self.prompt_len,
                            {s: k for s in ("prefill", "start", "core", "finish")})
