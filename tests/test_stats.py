@@ -110,3 +110,60 @@ def test_sign_flip_p_agrees_with_scipy_and_does_not_depend_on_order():
         d = rng.integers(-40, 41, size=8) / 1152   # exact-match differences of 1,152 questions
         ps = {sign_flip_p(rng.permutation(d)) for _ in range(6)}
         assert len(ps) == 1
+
+
+# ---- the paper's metric: mean serving NLL against its ±0.5% band -------------------------------
+
+def _nll_rows(ratios: dict[str, list[float]], ref_nll: list[float], depths=(1, 2, 3)):
+    """eval rows whose per-run mean NLL over depths is ref_nll[seed] x ratio (the reference's
+    ratio is 1), spread over depths so only the mean is fixed."""
+    import pandas as pd
+    rows = []
+    for s, rs in {"uniform:1-16": [1.0] * len(ref_nll), **ratios}.items():
+        for seed, (r, base) in enumerate(zip(rs, ref_nll)):
+            for j, d in enumerate(depths):
+                tilt = 0.1 * (j - (len(depths) - 1) / 2)     # averages to 0 over depths
+                rows.append({"schedule": s, "seed": seed, "depth": d, "nll": base * r + tilt})
+    return pd.DataFrame(rows)
+
+
+def test_nll_verdicts_follow_the_interval_against_the_band():
+    from depthbench.report.compare import NLL_BAND, _nll_verdict
+    assert NLL_BAND == 0.005
+    assert _nll_verdict(-0.004, 0.004, 8) == "within ±0.5%"
+    assert _nll_verdict(0.006, 0.02, 8) == "outside ±0.5% (higher NLL)"
+    assert _nll_verdict(-0.02, -0.0051, 8) == "outside ±0.5% (lower NLL)"
+    assert _nll_verdict(-0.004, 0.006, 8).startswith("not resolved at this precision (95% interval ±0.5%")
+    assert _nll_verdict(0.0, float("nan"), 1) == "not resolved (one seed)"
+
+
+def test_nll_comparison_against_a_by_hand_oracle():
+    from scipy import stats as st
+
+    from depthbench.report.compare import NLL_BAND, _nll_comparisons
+    rng = np.random.default_rng(0)
+    ref = list(1.5 + 0.2 * rng.random(8))
+    tight = list(1 + 0.001 * rng.standard_normal(8))           # inside the band
+    wide = list(1 + 0.03 * rng.standard_normal(8))             # straddles it
+    c = _nll_comparisons(_nll_rows({"a": tight, "b": wide}, ref), None).set_index("schedule")
+    for s, r in (("a", tight), ("b", wide)):
+        d = np.array(r) - 1                                      # per-seed relative difference
+        half = st.t.ppf(0.975, 7) * d.std(ddof=1) / np.sqrt(8)
+        assert c.loc[s, "diff"] == pytest.approx(d.mean(), abs=1e-12)
+        assert c.loc[s, "hi"] - c.loc[s, "lo"] == pytest.approx(2 * half, rel=1e-9)
+        tost = max(st.ttest_1samp(d, -NLL_BAND, alternative="greater").pvalue,
+                   st.ttest_1samp(d, NLL_BAND, alternative="less").pvalue)
+        assert c.loc[s, "tost_p"] == pytest.approx(tost, rel=1e-9)
+        loo = [np.delete(d, i).mean() for i in range(8)]
+        assert (c.loc[s, "loo_lo"], c.loc[s, "loo_hi"]) == pytest.approx((min(loo), max(loo)))
+    assert c.loc["a", "verdict"] == "within ±0.5%" and c.loc["a", "loo_holds"]
+    assert c.loc["b", "verdict"].startswith("not resolved at this precision")
+    assert c.loc["a", "reference_nll"] == pytest.approx(np.mean(ref))
+
+
+def test_nll_verdict_that_rests_on_one_seed_says_so():
+    from depthbench.report.compare import _nll_comparisons
+    ratios = [1.02, 1.021, 1.019, 1.02, 1.022, 1.018, 1.02, 0.90]   # outside the band but for seed 7
+    c = _nll_comparisons(_nll_rows({"x": ratios}, [1.6] * 8), None).iloc[0]
+    assert c["verdict"].startswith("not resolved")
+    assert not c["loo_holds"]                    # without seed 7: outside (higher NLL)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+from scipy import stats
 
 from depthbench.report.figures import _reference
 from depthbench.report.load import _spans
@@ -141,3 +142,96 @@ def _per_depth_words(re: pd.DataFrame, r) -> str:
     parts = ([f"above at {at(up)}"] if up else []) + ([f"below at {at(down)}"] if down else [])
     return ("Per depth, the paired interval on bits per person lies "
             + (" and ".join(parts) if parts else "across 0 at every depth") + ".")
+
+
+# The paper's own claim is on mean serving NLL: a schedule "within 0.5%" of uniform (its Table
+# 3). The band and the verdict words are fixed before any run.
+NLL_BAND = 0.005
+
+
+def _nll_verdict(lo: float, hi: float, n: int) -> str:
+    """The verdict on the relative difference's 95% interval [lo, hi] against ±NLL_BAND."""
+    band = f"±{100 * NLL_BAND:g}%"
+    if n < 2 or not np.isfinite(hi):
+        return "not resolved (one seed)"
+    if -NLL_BAND < lo and hi < NLL_BAND:
+        return f"within {band}"
+    if lo > NLL_BAND or hi < -NLL_BAND:
+        return f"outside {band} ({'higher' if lo > 0 else 'lower'} NLL)"
+    return f"not resolved at this precision (95% interval ±{100 * (hi - lo) / 2:.1f}%)"
+
+
+def _tost_p(d: np.ndarray) -> float:
+    """Two one-sided t-tests of ``|mean(d)| < NLL_BAND``: the larger of the two p-values (small
+    when the difference is shown to lie inside the band)."""
+    if len(d) < 2 or d.std(ddof=1) == 0:
+        return float("nan")
+    se = d.std(ddof=1) / np.sqrt(len(d))
+    lower = stats.t.sf((d.mean() + NLL_BAND) / se, len(d) - 1)    # H0: mean <= -band
+    upper = stats.t.cdf((d.mean() - NLL_BAND) / se, len(d) - 1)   # H0: mean >= +band
+    return float(max(lower, upper))
+
+
+def _nll_comparisons(re: pd.DataFrame, reference: str | None) -> pd.DataFrame:
+    """The paper's metric: each schedule against the reference (within each budget) on mean
+    serving NLL, each run's NLL averaged over every serving depth, as a paired relative
+    difference per seed (NLL / the reference's NLL on that seed - 1): mean, 95% t-interval, TOST
+    p against ±NLL_BAND, the verdict, and its robustness to one seed (the range of the mean and
+    every verdict with each seed left out in turn)."""
+    rows = []
+    budgets = sorted(re["budget"].dropna().unique()) if "budget" in re.columns else []
+    for b, g in [(b, re[re["budget"] == b]) for b in budgets] or [(None, re)]:
+        ref = _reference(g["schedule"], reference)
+        if ref is None:
+            continue
+        per = g.groupby(["schedule", "seed"])["nll"].mean()
+        for s in sorted(set(g["schedule"]) - {ref}):
+            both = per[s].index.intersection(per[ref].index)
+            if len(both) == 0:
+                continue
+            d = (per[s].loc[both] / per[ref].loc[both] - 1).to_numpy()
+            m, h, n = t_interval(d)
+            verdict = _nll_verdict(m - h, m + h, n)
+            loo = [t_interval(np.delete(d, i)) for i in range(n)] if n > 2 else []
+            loo_verdicts = {_nll_verdict(mm - hh, mm + hh, nn).split(" (")[0] for mm, hh, nn in loo}
+            rows.append({"budget": b, "schedule": s, "reference": ref, "seeds": n,
+                         "reference_nll": per[ref].loc[both].mean(), "diff": m, "lo": m - h,
+                         "hi": m + h, "tost_p": _tost_p(d), "verdict": verdict,
+                         "loo_lo": min((x[0] for x in loo), default=np.nan),
+                         "loo_hi": max((x[0] for x in loo), default=np.nan),
+                         "loo_holds": loo_verdicts <= {verdict.split(" (")[0]} if loo else None})
+    return pd.DataFrame(rows)
+
+
+def _nll_table(c: pd.DataFrame) -> pd.DataFrame:
+    def pct(x):
+        return f"{100 * x:+.2f}%"
+    t = pd.DataFrame({
+        "comparison": [f"{s} - {r}" for s, r in zip(c["schedule"], c["reference"])],
+        "seeds": c["seeds"], "reference NLL": c["reference_nll"].round(4),
+        "difference [95% CI]": [f"{pct(m)} [{pct(lo)}, {pct(hi)}]" if np.isfinite(hi) else pct(m)
+                                for m, lo, hi in zip(c["diff"], c["lo"], c["hi"])],
+        f"TOST p (±{100 * NLL_BAND:g}%)": c["tost_p"].round(4),
+        "leave-one-seed-out mean": [f"{pct(lo)} to {pct(hi)}" if np.isfinite(hi) else "-"
+                                    for lo, hi in zip(c["loo_lo"], c["loo_hi"])],
+        "verdict": c["verdict"],
+        "verdict without any one seed": ["-" if h is None else "holds" if h else "changes"
+                                         for h in c["loo_holds"]]})
+    if c["budget"].notna().any():
+        t.insert(0, "budget", [f"{100 * b:.0f}%" for b in c["budget"]])
+    return t
+
+
+def _nll_words(c: pd.DataFrame) -> list[str]:
+    out = []
+    for _, r in c.iterrows():
+        at = f"At {100 * r['budget']:.0f}% of the budget, " if pd.notna(r["budget"]) else ""
+        ci = (f", 95% CI [{100 * r['lo']:+.2f}%, {100 * r['hi']:+.2f}%]" if np.isfinite(r["hi"])
+              else "")
+        robust = ("" if r["loo_holds"] is None else "; the verdict holds without any one seed"
+                  if r["loo_holds"] else "; the verdict changes when one seed is left out")
+        what = (f"`{r['schedule']}` against `{r['reference']}` on mean serving NLL (the "
+                f"paper's metric): {100 * r['diff']:+.2f}%{ci}, {r['seeds']} seeds: "
+                f"{r['verdict']}{robust}.")
+        out.append(at + what if at else what[0].upper() + what[1:])
+    return out

@@ -11,9 +11,13 @@ import pandas as pd
 from depthbench.errors import UserError
 from depthbench.report.compare import (
     EQUIVALENCE_MARGIN,
+    NLL_BAND,
     _comparison_table,
     _comparison_words,
     _comparisons,
+    _nll_comparisons,
+    _nll_table,
+    _nll_words,
     _paired_mean_em,
     _paired_table,
     _per_depth_words,
@@ -63,6 +67,16 @@ def _eval_sections(figs, ev: pd.DataFrame, color: dict, reference: str | None,
                        "Holm-corrected across this report's claims; equivalent where the "
                        f"interval lies within ±{EQUIVALENCE_MARGIN:g}",
                        _comparison_table(comparisons)))
+    nll = _nll_comparisons(re, reference)
+    if not nll.empty:
+        notes += _nll_words(nll)
+        tables.append(("The paper's metric: each schedule against the reference on mean serving "
+                       "NLL (each run's NLL averaged over every serving depth), as a paired "
+                       "relative difference per seed; 95% t-interval, two one-sided tests (TOST) "
+                       f"against the paper's ±{100 * NLL_BAND:g}%, the verdict (within the band "
+                       "only where the 95% interval lies inside it, outside only where it "
+                       "excludes it, else not resolved, with the precision reached) and whether "
+                       "it holds with each seed left out in turn", _nll_table(nll)))
     if "budget" in re.columns and re["budget"].notna().any():
         re = re[re["budget"] == re["budget"].max()]  # the other figures: the full budget
     ctrl_all = fin[fin["split"] == "eval_unseen_people"]
@@ -319,6 +333,7 @@ def summarize(rows: dict[str, pd.DataFrame], reference: str | None = None) -> di
     rows = labelled(rows)
     ev = rows.get("eval")
     out = {"kind": "none", "reading": "-", "arms": [], "seeds": 0, "comparisons": [], "sentences": [],
+           "nll": [], "nll_sentences": [],
            "best_share": {}, "findings": "", "wall_s": None}
     st = rows.get("stage")
     if st is not None and not st.empty:
@@ -346,6 +361,11 @@ def summarize(rows: dict[str, pd.DataFrame], reference: str | None = None) -> di
                               for _, r in prim.iterrows()]
         out["sentences"] = [f"{w} {_per_depth_words(re, r)}" for w, (_, r) in
                             zip(_comparison_words(c), prim.iterrows())]
+    nll = _nll_comparisons(re, reference)
+    if not nll.empty:
+        out["nll"] = [{"schedule": r["schedule"], "budget": None if pd.isna(r["budget"])
+                       else r["budget"], "verdict": r["verdict"]} for _, r in nll.iterrows()]
+        out["nll_sentences"] = _nll_words(nll)
     for split, g in fin.groupby("split"):
         if split == "eval_unseen_people":
             continue
