@@ -240,6 +240,17 @@ def mfu_section(rt, preset: str, vocab: int, seq: int, Ks: list[int], steps: int
     return rows
 
 
+def _dataset(text: str) -> Path:
+    """An argparse type: a dataset directory that ``depthbench generate`` wrote."""
+    from depthbench.data.synthetic import Dataset
+    from depthbench.errors import UserError
+    try:
+        Dataset(text, verify=False)
+    except UserError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return Path(text)
+
+
 def _shape(data: Path | None, preset: str) -> tuple[int, int]:
     """(vocab size, training sequence length) of the dataset, or of the data preset's config."""
     if data is not None:
@@ -250,11 +261,17 @@ def _shape(data: Path | None, preset: str) -> tuple[int, int]:
     return 2048, resolve_config(preset).seq_len - 1
 
 
+def _counts(text: str) -> list[int]:
+    """An argparse type: comma-separated counts of at least 1."""
+    return [count()(part) for part in text.split(",")]
+
+
 def main(argv=None):
     ap = Parser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--data", type=Path, default=None, help="a generated dataset (its shape)")
+    ap.add_argument("--data", type=_dataset, default=None, help="a generated dataset (its shape)")
     ap.add_argument("--quick", action="store_true", help="CPU check: tiny sizes, few steps")
-    ap.add_argument("--members", default="1,8,32,128,512")
+    ap.add_argument("--members", type=_counts, default="1,8,32,128,512",
+                    help="stack sizes, e.g. 1,8,32")
     ap.add_argument("--steps", type=count(), default=20)
     ap.add_argument("--budget-s", type=count(), default=300)
     ap.add_argument("--json-out", type=json_out, default=None)
@@ -268,7 +285,7 @@ def main(argv=None):
         if a.json_out:
             Path(a.json_out).write_text(json.dumps({"meta": meta, "rows": rows}, indent=1) + "\n")
 
-    members = [int(m) for m in a.members.split(",")]
+    members = a.members
     if a.quick:
         members, a.steps = [1, 4], 2
     rows += stack_section(rt, members, 4, a.steps, vocab, seq, start + 0.4 * a.budget_s)
