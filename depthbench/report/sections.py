@@ -325,6 +325,15 @@ def _serve_section(figs, sv: pd.DataFrame) -> tuple[str, pd.DataFrame]:
     return ("Serving benchmark", sv[cols].round(3))
 
 
+def _nll_summary(out: dict, re: pd.DataFrame, reference: str | None) -> None:
+    """The verdicts on mean serving NLL (the paper's metric) into a report's summary."""
+    nll = _nll_comparisons(re, reference)
+    if not nll.empty:
+        out["nll"] = [{"schedule": r["schedule"], "budget": None if pd.isna(r["budget"])
+                       else r["budget"], "verdict": r["verdict"]} for _, r in nll.iterrows()]
+        out["nll_sentences"] = _nll_words(nll)
+
+
 def summarize(rows: dict[str, pd.DataFrame], reference: str | None = None) -> dict:
     """What the results pages say of one report, computed from its rows by the same functions
     that draw the report (``depthbench.docs``): its arms and seeds, the comparisons decided in
@@ -345,6 +354,7 @@ def summarize(rows: dict[str, pd.DataFrame], reference: str | None = None) -> di
     out["seeds"] = int(fin.groupby("schedule")["seed"].nunique().max())
     if "bits_per_byte" in fin.columns and fin["bits_per_byte"].notna().any():
         out["kind"] = "text"
+        _nll_summary(out, fin[fin["split"] == "validation"], reference)
         return out
     out["kind"] = "synthetic"
     # rows from before dataset format 4 scored every fact of a row, teacher-forced after the
@@ -361,11 +371,7 @@ def summarize(rows: dict[str, pd.DataFrame], reference: str | None = None) -> di
                               for _, r in prim.iterrows()]
         out["sentences"] = [f"{w} {_per_depth_words(re, r)}" for w, (_, r) in
                             zip(_comparison_words(c), prim.iterrows())]
-    nll = _nll_comparisons(re, reference)
-    if not nll.empty:
-        out["nll"] = [{"schedule": r["schedule"], "budget": None if pd.isna(r["budget"])
-                       else r["budget"], "verdict": r["verdict"]} for _, r in nll.iterrows()]
-        out["nll_sentences"] = _nll_words(nll)
+    _nll_summary(out, re, reference)
     for split, g in fin.groupby("split"):
         if split == "eval_unseen_people":
             continue

@@ -9,17 +9,22 @@ import pandas as pd
 from depthbench.errors import UserError
 from depthbench.report.compare import (
     EQUIVALENCE_MARGIN,
+    NLL_BAND,
     _comparison_table,
     _comparison_words,
     _comparisons,
+    _nll_comparisons,
+    _nll_table,
+    _nll_words,
 )
 from depthbench.report.figures import (
     _ci_lines,
+    _fig_nll_flops,
     _reference,
 )
 from depthbench.report.load import TERMINAL_SHARE, _final, _fmt
 from depthbench.report.sections import Sections, _terminal_nll, _with_train_time
-from depthbench.stats import mean_ci, t_interval
+from depthbench.stats import mean_ci, paired_differences, t_interval
 
 
 def _text_sections(figs, ev: pd.DataFrame, color: dict, reference: str | None,
@@ -67,6 +72,18 @@ def _text_sections(figs, ev: pd.DataFrame, color: dict, reference: str | None,
                        "1-3 (described); paired 95% t-interval and exact sign-flip p over seeds, "
                        f"Holm-corrected; equivalent within ±{EQUIVALENCE_MARGIN:g} nats",
                        _comparison_table(comparisons)))
+    nll = _nll_comparisons(re, reference)
+    if not nll.empty:
+        notes += _nll_words(nll)
+        tables.append(("The paper's metric (its Table 3): each schedule against the reference on "
+                       "mean serving NLL as a paired relative difference per seed; 95% "
+                       f"t-interval, TOST against ±{100 * NLL_BAND:g}%, the verdict (within "
+                       "only where the interval lies inside the band, outside only where it "
+                       "excludes it, else not resolved, with the precision reached) and whether "
+                       "it holds with each seed left out", _nll_table(nll)))
+    if ref is not None and re["schedule"].nunique() > 1:
+        _fig_nll_minus_ref(figs, paired_differences(re, "nll", ref), ref, color)
+        _fig_nll_flops(figs, re, color)
     if cloze:
         notes += _cloze_floor_words(va, per)
     files["findings.md"] = _text_findings(re, per, deepest, mi)
@@ -105,6 +122,23 @@ def _text_figures(figs, va: pd.DataFrame, color: dict, cloze: bool, mi: bool) ->
         ax.legend(fontsize=8)
         figs.save(fig, name, f"{label} on the validation split at every serving depth, final "
                   "checkpoints; lines: mean over seeds, bands: 95% t-interval over seeds.")
+
+
+def _fig_nll_minus_ref(figs, d: pd.DataFrame, ref: str, color: dict) -> None:
+    """The paper's Figure 2 (right): each schedule's validation NLL minus the reference's at
+    every serving depth, paired per seed, with its 95% interval."""
+    if d.empty:
+        return
+    fig, ax = figs.new(f"Validation NLL minus {ref} by serving depth", "serving depth K",
+                       "NLL - reference [nats/token]")
+    for sch, g in d.groupby("schedule"):
+        ax.plot(g["depth"], g["diff"], "-o", ms=3, color=color[sch], label=sch)
+        ax.fill_between(g["depth"], g["lo"], g["hi"], color=color[sch], alpha=0.18, lw=0)
+    ax.axhline(0, color="k", lw=1)
+    ax.legend(fontsize=8)
+    figs.save(fig, "nll_minus_reference.png", f"Per-seed validation NLL of each schedule minus "
+              f"{ref}'s (same seed: same initialization and data order), mean and 95% "
+              "t-interval over seeds at every serving depth.")
 
 
 def _text_summary(per: pd.DataFrame, ref, ref_flops: float, deepest: int, clock: str,
