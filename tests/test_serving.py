@@ -347,6 +347,26 @@ def test_the_scheduler_takes_its_defaults_from_the_executors_device_kind():
     assert Scheduler(eng, "batch1", 64).admit_min == 1
 
 
+def test_prefill_chunk_auto_is_the_devices_default_and_a_given_chunk_is_kept():
+    from depthbench.serving.compare import resolve_knobs
+    auto = ServeConfig(width=64, requests=1000)
+    assert auto.prefill_chunk == -1
+    assert resolve_knobs(auto, "cuda").prefill_chunk == 128       # 2 width on a GPU
+    assert resolve_knobs(auto, "cpu").prefill_chunk == 0          # off on a CPU
+    assert resolve_knobs(auto.replace(requests=16), "cuda").prefill_chunk == 32   # capped width
+    # a KV layout that cannot split a prompt across launches keeps prefill launches
+    assert resolve_knobs(auto.replace(kv_policy="single"), "cuda").prefill_chunk == 0
+    for given in (0, 16):
+        for dev in ("cuda", "cpu"):
+            assert resolve_knobs(auto.replace(prefill_chunk=given), dev).prefill_chunk == given
+
+
+@pytest.mark.parametrize("value", ["x", "-2", "65537", "1.5"])
+def test_a_bad_prefill_chunk_exits_2_with_one_line(value):
+    r = CliRunner().invoke(main, ["serve-sim", "--random", "tiny", "--prefill-chunk", value])
+    assert r.exit_code == 2 and "--prefill-chunk" in r.output and "Traceback" not in r.output
+
+
 def test_a_turn_clock_runs_only_during_turns_and_skips_idle_time():
     import time
 

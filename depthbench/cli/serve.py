@@ -63,11 +63,10 @@ def _workload(cls) -> list:
         click.option("--coda-wait", type=click.IntRange(0, 1 << 16), show_default=_d("coda_wait"),
                      help="cdb: core launches an exited token waits for the coda at most "
                           "(0: 4 on a GPU, 16 on a CPU)."),
-        click.option("--prefill-chunk", type=click.IntRange(0, 1 << 16),
-                     show_default=_d("prefill_chunk"),
+        click.option("--prefill-chunk", type=cs.AutoInt(0, 1 << 16), show_default="auto",
                      help="cdb, static: chunked prefill, prompt tokens riding in core launches "
                           "beside decode tokens, at most this many at once (0: a prefill launch "
-                          "per admission)."),
+                          "per admission; auto: 2 width on a GPU, off on a CPU)."),
         click.option("--seed", type=cs.SEED, show_default=_d("seed")),
         click.option("--interleave/--one-at-a-time", default=None,
                      help="Measure the modes side by side, one core launch of each in turn, so a "

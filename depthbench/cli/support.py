@@ -39,6 +39,30 @@ class FiniteFloat(click.ParamType):
         return v
 
 
+class AutoInt(click.ParamType):
+    """An integer in [lo, hi], or ``auto`` (read as -1: the device's default)."""
+    name = "integer|auto"
+
+    def __init__(self, lo: int, hi: int):
+        self.lo, self.hi = lo, hi
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, int):
+            v = value
+        elif str(value).strip().lower() == "auto":
+            return -1
+        else:
+            try:
+                v = int(str(value))
+            except ValueError:
+                self.fail(f"{value!r} is neither auto nor an integer", param, ctx)
+        if v == -1:
+            return v
+        if not self.lo <= v <= self.hi:
+            self.fail(f"{v} is not auto nor in {self.lo}..{self.hi}", param, ctx)
+        return v
+
+
 # every numeric option is bounded where it is parsed; the limits are far beyond real use
 SEED = click.IntRange(0, 2**32 - 1)
 STEPS = click.IntRange(1, 10**9)

@@ -128,8 +128,9 @@ class ServeConfig(PlainConfig):
                                    # CPU 3w/2)
     coda_wait: int = 0             # cdb: core launches the oldest exited token waits at most (0:
                                    # GPU 4, CPU 16)
-    prefill_chunk: int = 0         # cdb, static: prompt tokens in core launches at once (chunked
-                                   # prefill); 0: each admission's prompts in a prefill launch
+    prefill_chunk: int = -1        # cdb, static: prompt tokens in core launches at once (chunked
+                                   # prefill); 0: each admission's prompts in a prefill launch;
+                                   # -1 (auto): GPU 2 width, CPU 0
     seed: int = 0
     warmup_requests: int = 4
     interleave: bool = True        # CPU: the modes measured side by side, a step of each in turn
@@ -155,9 +156,11 @@ class ServeConfig(PlainConfig):
             require(1 <= getattr(self, f) <= hi, f, f"must be in 1..{hi} (got {getattr(self, f)})")
         for f, hi in (("max_new_tokens", 1 << 16), ("admit_min", 1 << 16), ("pool", 1 << 16),
                       ("min_coda_batch", 1 << 16), ("coda_wait", 1 << 16),
-                      ("prefill_chunk", 1 << 16),
                       ("warmup_requests", 1 << 16), ("seed", 2**32 - 1)):
             require(0 <= getattr(self, f) <= hi, f, f"must be in 0..{hi} (got {getattr(self, f)})")
+        require(-1 <= self.prefill_chunk <= 1 << 16, "prefill_chunk",
+                f"must be -1 (auto: the device's default) or in 0..{1 << 16} "
+                f"(got {self.prefill_chunk})")
         require(self.max_new_tokens != 1, "max_new_tokens",
                "must be 0 (the dataset's sequence) or at least 2: the first token comes from the "
                "prompt's forward, so 1 leaves no decode step to batch or exit early")

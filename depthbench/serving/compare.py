@@ -23,7 +23,14 @@ import numpy as np
 from depthbench.config import ServeConfig, kv_layout, shape_of
 from depthbench.flops import FlopModel
 from depthbench.serving.executor import STAGES, TurnClock
-from depthbench.serving.scheduler import POOLED, Request, Scheduler, cdb_sizes, knob_defaults
+from depthbench.serving.scheduler import (
+    POOLED,
+    Request,
+    Scheduler,
+    cdb_sizes,
+    chunk_default,
+    knob_defaults,
+)
 
 ADAPTIVE = ("cdb", "no_refill", "batch1")   # the modes whose tokens exit at their own depth
 
@@ -61,7 +68,11 @@ def resolve_knobs(cfg, device_type: str):
     cfg = cfg.replace(**{k: getattr(cfg, k) or v for k, v in d.items()})
     # no engine holds more rows than there are requests (engine_rows), nor takes more into a
     # launch: the record names the width and pool that ran
-    return cfg.replace(width=min(cfg.width, cfg.requests), pool=min(cfg.pool, cfg.requests))
+    cfg = cfg.replace(width=min(cfg.width, cfg.requests), pool=min(cfg.pool, cfg.requests))
+    if cfg.prefill_chunk < 0:   # auto; a KV layout that cannot split a prompt keeps launches
+        cfg = cfg.replace(prefill_chunk=chunk_default(cfg.width, device_type)
+                          if splits_prompts(cfg) else 0)
+    return cfg
 
 
 def engine_rows(mode: str, cfg: ServeConfig) -> int:
@@ -77,7 +88,7 @@ def engine_rows(mode: str, cfg: ServeConfig) -> int:
 def prompt_slots(mode: str, cfg: ServeConfig) -> int:
     """Prompt-token work items an engine needs for ``mode``: the prefill chunk in the pooled
     modes (chunked prefill), else none."""
-    return cfg.prefill_chunk if mode in POOLED else 0
+    return max(0, cfg.prefill_chunk) if mode in POOLED else 0   # auto unresolved: off
 
 
 def splits_prompts(cfg: ServeConfig) -> bool:

@@ -58,6 +58,14 @@ def knob_defaults(width: int, device_type: str = "cuda", min_coda_batch: int = 0
     return {"admit_min": max(1, w // 8), "min_coda_batch": mcb, "coda_wait": 4, "pool": w + mcb}
 
 
+def chunk_default(width: int, device_type: str = "cuda") -> int:
+    """Chunked prefill's default (``prefill_chunk`` -1, auto): on a GPU prompt tokens ride in
+    core launches, at most 2 width at once (the simulated H100 grid, ``benchmarks/bench_serve.py
+    --sim``: ahead of prefill launches at 7 of 8 workloads); on a CPU, a prefill launch per
+    admission (not measured ahead there)."""
+    return 0 if device_type == "cpu" else 2 * max(1, width)
+
+
 def cdb_sizes(width: int, min_coda_batch: int = 0, pool: int = 0,
               device_type: str = "cuda") -> tuple[int, int]:
     """cdb's coda batch and pool (0: ``knob_defaults``); the pool never holds fewer rows than a
@@ -125,7 +133,8 @@ class Scheduler:
         # tokens, at most ``prefill_chunk`` of them in flight at once, a prompt split across
         # launches where ``split_prompts`` (KV layouts that keep every loop's keys, where a
         # later chunk reads an earlier one exactly as a whole-prompt prefill would)
-        self.chunk = prefill_chunk if cdb else 0
+        # a chunk left at auto (-1) is resolved by ``compare.resolve_knobs``; unresolved it is off
+        self.chunk = max(0, prefill_chunk) if cdb else 0
         assert not self.chunk or self.chunk <= engine.n_prompt_slots, \
             "the executor has too few prompt slots"
         self.split_prompts = split_prompts
