@@ -38,8 +38,8 @@ EXPERIMENTS = (
                "depthbench run matched"),
     Experiment("budgets", "the paper's Figure 1: three schedules at three matched FLOP budgets",
                "depthbench run budgets"),
-    Experiment("budgets-2threads", "Figure 1's grid at 2 CPU threads per run (arithmetic "
-               "check)", "depthbench run docs/threads/budgets-2threads.toml"),
+    Experiment("budgets-2threads", "Figure 1's 15% budget at 2 CPU threads per run "
+               "(arithmetic check)", "depthbench run docs/threads/budgets-2threads.toml"),
     Experiment("fixed-depths", "the paper's Figure 5: fixed-depth models across serving depths",
                "depthbench run fixed-depths"),
     Experiment("text-quickstart", "natural text: NLL and bits per byte per serving depth, a "

@@ -6,6 +6,7 @@ prose says. The pages' numbers themselves are generated (tests/test_docs.py)."""
 import json
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -35,11 +36,16 @@ def test_the_lower_oracles_read_about_nothing(name):
 
 @pytest.mark.parametrize("name", SYNTHETIC)
 def test_unseen_people_are_not_recalled(name):
-    """The control: every model reads about nothing of people it never trained on."""
+    """The control: every model reads about nothing of people it never trained on: exact match
+    at most 0.03, or within 4 binomial standard errors of the floor's (the value frequencies'
+    guess) where that is higher (64 values an attribute: chance 0.016), bits about 0."""
     ev = final_eval(name)
     ctrl = ev[ev["split"] == "eval_unseen_people"]
     assert not ctrl.empty, f"reports/{name} has no unseen-people rows"
-    assert ctrl["exact_match"].max() <= 0.03, name
+    p = max(ctrl["floor_exact_match"].max(), 1e-3)
+    se = np.sqrt(p * (1 - p) / ctrl["facts"].min())
+    bound = max(0.03, p + 4 * se)
+    assert ctrl["exact_match"].max() <= bound, (name, ctrl["exact_match"].max(), bound)
     assert ctrl["bits_per_person"].max() <= 0.05 * ctrl["ceiling_bits"].max() + 0.5, name
     if "unfloored_bits_per_person" in ctrl.columns:
         assert ctrl["unfloored_bits_per_person"].mean() <= 0.5, name
