@@ -246,9 +246,8 @@ def run_cmd(spec, out, plan, rerun, executor, as_json):
 
     SPEC is a TOML file or the name of a packaged experiment (quickstart, table3, budgets,
     fixed-depths, matched, text-quickstart, text-table3, smoke, paper-200m, paper-1b,
-    paper-1b-text); without SPEC, the quickstart. Finished stages are skipped on a rerun; an
-    interrupted one continues; a finished one whose settings changed is reported and rerun only
-    with --rerun.
+    paper-1b-text); without SPEC, the quickstart. Finished stages are skipped on a rerun, an
+    interrupted one continues, a changed one is rerun only with --rerun.
 
     \b
     Examples:

@@ -67,16 +67,7 @@ def _eval_sections(figs, ev: pd.DataFrame, color: dict, reference: str | None,
                        "Holm-corrected across this report's claims; equivalent where the "
                        f"interval lies within ±{EQUIVALENCE_MARGIN:g}",
                        _comparison_table(comparisons)))
-    nll = _nll_comparisons(re, reference)
-    if not nll.empty:
-        notes += _nll_words(nll)
-        tables.append(("The paper's metric: each schedule against the reference on mean serving "
-                       "NLL (each run's NLL averaged over every serving depth), as a paired "
-                       "relative difference per seed; 95% t-interval, two one-sided tests (TOST) "
-                       f"against the paper's ±{100 * NLL_BAND:g}%, the verdict (within the band "
-                       "only where the 95% interval lies inside it, outside only where it "
-                       "excludes it, else not resolved, with the precision reached) and whether "
-                       "it holds with each seed left out in turn", _nll_table(nll)))
+    _nll_section(re, reference, tables, notes)
     if "budget" in re.columns and re["budget"].notna().any():
         re = re[re["budget"] == re["budget"].max()]  # the other figures: the full budget
     ctrl_all = fin[fin["split"] == "eval_unseen_people"]
@@ -112,6 +103,20 @@ def _eval_sections(figs, ev: pd.DataFrame, color: dict, reference: str | None,
     if control is not None:
         tables.append(control)
     return Sections(tables, notes, files)
+
+
+def _nll_section(re: pd.DataFrame, reference: str | None, tables: list, notes: list) -> None:
+    """The paper's metric: the verdicts on mean serving NLL, a table and a sentence each."""
+    nll = _nll_comparisons(re, reference)
+    if not nll.empty:
+        notes += _nll_words(nll)
+        tables.append(("The paper's metric: each schedule against the reference on mean serving "
+                       "NLL (each run's NLL averaged over every serving depth), as a paired "
+                       "relative difference per seed; 95% t-interval, two one-sided tests (TOST) "
+                       f"against the paper's ±{100 * NLL_BAND:g}%, the verdict (within the band "
+                       "only where the 95% interval lies inside it, outside only where it "
+                       "excludes it, else not resolved, with the precision reached) and whether "
+                       "it holds with each seed left out in turn", _nll_table(nll)))
 
 
 def _control_table(fin: pd.DataFrame):
