@@ -16,6 +16,12 @@ from depthbench.stats import holm, paired_differences, sign_flip_p, t_interval
 EQUIVALENCE_MARGIN = 0.05
 
 
+def _by_budget(re: pd.DataFrame) -> list[tuple[float | None, pd.DataFrame]]:
+    """The rows of each budget (a budgets grid), or all of them under None."""
+    budgets = sorted(re["budget"].dropna().unique()) if "budget" in re.columns else []
+    return [(b, re[re["budget"] == b]) for b in budgets] or [(None, re)]
+
+
 def _comparisons(re: pd.DataFrame, reference: str | None,
                  value: str = "exact_match") -> pd.DataFrame:
     """The comparisons a report states, decided in advance: every schedule against the
@@ -24,9 +30,7 @@ def _comparisons(re: pd.DataFrame, reference: str | None,
     its paired t-interval and exact sign-flip p over seeds; the primary p-values are
     Holm-corrected across the report's comparisons."""
     rows = []
-    budgets = sorted(re["budget"].dropna().unique()) if "budget" in re.columns else []
-    groups = [(b, re[re["budget"] == b]) for b in budgets] or [(None, re)]
-    for b, g in groups:
+    for b, g in _by_budget(re):
         ref = _reference(g["schedule"], reference)
         if ref is None:
             continue
@@ -179,8 +183,7 @@ def _nll_comparisons(re: pd.DataFrame, reference: str | None) -> pd.DataFrame:
     p against ±NLL_BAND, the verdict, and its robustness to one seed (the range of the mean and
     every verdict with each seed left out in turn)."""
     rows = []
-    budgets = sorted(re["budget"].dropna().unique()) if "budget" in re.columns else []
-    for b, g in [(b, re[re["budget"] == b]) for b in budgets] or [(None, re)]:
+    for b, g in _by_budget(re):
         ref = _reference(g["schedule"], reference)
         if ref is None:
             continue
