@@ -140,8 +140,8 @@ class LoopedTransformer(LoopedMixin, nn.Module):
     def _init_weights(self):
         std = self.cfg.init_std
         # residual output projections are scaled down by the number of residual additions on
-        # the deepest path a token takes at a typical depth (GPT-2 style)
-        n_res = 2 * (self.cfg.n_prelude + 4 * self.cfg.n_core + self.cfg.n_coda)
+        # a token's path with the core counted init_loops times (GPT-2 style)
+        n_res = 2 * (self.cfg.n_prelude + self.cfg.init_loops * self.cfg.n_core + self.cfg.n_coda)
         for name, p in self.named_parameters():
             if p.dim() < 2:
                 continue

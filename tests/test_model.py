@@ -162,3 +162,32 @@ def test_flops_of_a_training_step_with_the_exit_gate(K):
             gates, target)
         loss.backward()
     assert _counted(step) == pytest.approx(fm.train_step(K) * B * T, rel=0.02)
+
+
+@pytest.mark.parametrize("loops", [1, 4, 16])
+def test_init_scales_residual_projections_by_the_loops_it_counts(loops):
+    """init_loops counts the core's residual additions: the out- and down-projections' std is
+    init_std / sqrt(2 (n_prelude + init_loops n_core + n_coda)), every other matrix init_std;
+    the default (4) leaves the config's dict, so older records keep their keys."""
+    cfg = ModelConfig(vocab_size=64, d_model=128, n_heads=4, n_prelude=1, n_core=2, n_coda=1,
+                      init_loops=loops)
+    torch.manual_seed(0)
+    m = LoopedTransformer(cfg)
+    want = cfg.init_std / (2 * (1 + loops * 2 + 1)) ** 0.5
+    seen = 0
+    for name, p in m.named_parameters():
+        if p.dim() < 2:
+            continue
+        expect = want if name.endswith(("proj.weight", "down.weight")) else cfg.init_std
+        assert abs(p.std().item() / expect - 1) < 0.05, (name, p.std().item(), expect)
+        seen += name.endswith(("proj.weight", "down.weight"))
+    assert seen >= 2 * 4
+    assert ("init_loops" in cfg.to_dict()) == (loops != 4)
+    assert ModelConfig.from_dict(cfg.to_dict()) == cfg
+
+
+@pytest.mark.parametrize("bad", [0, -1, 5000, 2.5, "4"])
+def test_init_loops_refuses_what_counts_no_loop(bad):
+    from depthbench.config import ConfigError
+    with pytest.raises(ConfigError, match="init_loops"):
+        ModelConfig(init_loops=bad)

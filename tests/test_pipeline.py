@@ -116,6 +116,26 @@ def test_plan_prints_commands_without_running(tmp_path):
     assert not (tmp_path / "exp" / "runs").exists()
 
 
+def test_lr_sweep_and_arm_set_reach_each_run(tmp_path):
+    """A sweep trains every arm and seed at each LR (named and tagged by it; the matched arm
+    matched to the same LR's run); arm_set gives one arm its own keys over train.set."""
+    text = SMALL.replace('matched_uniform = ', 'lrs = [0.001, 0.004]\narm_set = '
+                         '{ "uniform:1-4~fixed-first:0.5:2:1-4" = { warmup_steps = 3 }, '
+                         '"fixed:02" = { decay_frac = 0.5 } }\nmatched_uniform = ')
+    r = run_spec(tmp_path, text, "--plan")
+    assert r.exit_code == 0, r.output
+    plan = {p.stem: json.loads(p.read_text()) for p in (tmp_path / "exp" / "plan").glob("train-*.json")}
+    assert len(plan) == 2 * 4
+    for name, job in plan.items():
+        lr = 0.001 if name.startswith("train-lr0.001-") else 0.004
+        assert name.startswith(("train-lr0.001-", "train-lr0.004-"))
+        assert job["train"]["lr"] == lr and job["tags"]["lr_sweep"] == lr
+        assert job["train"]["warmup_steps"] == (3 if "matched" in name else 2)
+        assert job["train"]["decay_frac"] == (0.5 if "fixed_2" in name else 0.2)
+        if "matched" in name:
+            assert job["match_flops"].endswith(name.split("-")[1] + "-fixed-first_0p5_2_1-4-s0")
+
+
 def _rows_without_clocks(exp: Path) -> dict:
     clock = ("wall_clock", "cpu_clock", "wall_clock_s", "cpu_s", "train_cpu_s", "checkpoint")
     out = {}
@@ -182,6 +202,16 @@ BAD = [
     ("[serve]\nschedule = 'fixed:9'\n", "serve.schedule"),
     ("[train]\nmatched_uniform = 'fixed:3'\n", "matched_uniform"),
     ("[probe]\nbatches = 1\n", "probe"),
+    ("[train]\nlrs = [0.003, 0.003]\n", "train.lrs"),
+    ("[train]\nlrs = [-1.0]\n", "train.lrs"),
+    ("[train]\nlrs = [0.003, 0.0030000001]\n", "train.lrs"),
+    ("[train]\nlrs = [0.003]\nbudgets = [0.5, 1.0]\n", "train.lrs"),
+    ("[train]\narm_set = { 'fixed:9' = { lr = 0.001 } }\n", "train.arm_set"),
+    ("[train]\narm_set = { 'uniform:1-16' = { lr = -1.0 } }\n", "train.arm_set.uniform:1-16"),
+    ("[train]\narm_set = { 'uniform:1-16' = { d_model = 32 } }\n", "model key"),
+    ("[train]\narm_set = { 'uniform:1-16' = { steps = 5 } }\n", "arm_set.uniform:1-16.steps"),
+    ("[train]\narm_set = { 'uniform:1-16' = 0.001 }\n", "train.arm_set"),
+    ("[train]\nlrs = [0.001]\narm_set = { 'uniform:1-16' = { lr = 0.001 } }\n", "lrs"),
     ("name = 'a b'\n", "name"),
     ("this is not toml", "not valid TOML"),
 ]

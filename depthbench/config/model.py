@@ -28,6 +28,10 @@ class ModelConfig(PlainConfig):
     exit_gate: bool = False        # a learned per-loop halting probability
     n_grad_loops: int = 0          # truncated backprop: gradients through the last n loops (0 = all)
     init_std: float = 0.02
+    # the residual output projections' init is divided by sqrt(2 (n_prelude + init_loops n_core +
+    # n_coda)): 4 counts the core as run 4 times (GPT-2 style at a typical depth); 1 counts each
+    # unique layer once, assuming no loop count (Table 3's recipe, so no arm starts tuned to K=4)
+    init_loops: int = 4
     # another architecture's modules under depthbench's schedules (``train --model-from``); these
     # keys leave the config's dict (and so every record and stage key) where they are unset
     arch: str = "looped"           # looped | ouro | huginn (depthbench.models' ports)
@@ -38,7 +42,7 @@ class ModelConfig(PlainConfig):
 
     def to_dict(self) -> dict:
         d = super().to_dict()
-        for k, v in PORT_DEFAULTS.items():
+        for k, v in {**PORT_DEFAULTS, **QUIET_DEFAULTS}.items():
             if d[k] == v:
                 del d[k]
         return d
@@ -46,7 +50,7 @@ class ModelConfig(PlainConfig):
     def __post_init__(self):
         self._check_types()
         self._check_port()
-        for f in ("d_model", "n_heads", "n_core", "max_seq_len"):
+        for f in ("d_model", "n_heads", "n_core", "max_seq_len", "init_loops"):
             require(isinstance(getattr(self, f), int) and getattr(self, f) >= 1, f,
                    f"must be a positive integer (got {getattr(self, f)!r})")
         for f in ("vocab_size", "d_ff", "n_prelude", "n_coda", "n_grad_loops"):
@@ -64,6 +68,7 @@ class ModelConfig(PlainConfig):
                "'none' needs init_state='prelude', or the loop never sees the input")
         require(self.norm in ("pre", "sandwich"), "norm", f"must be pre or sandwich (got {self.norm!r})")
         require(0 < self.init_std <= 1, "init_std", "must be in (0, 1]")
+        require(self.init_loops <= 4096, "init_loops", "must be between 1 and 4096")
         bounded(self, {"d_model": 1 << 16, "n_heads": 1024, "d_ff": 1 << 20, "n_prelude": 1024,
                         "n_core": 1024, "n_coda": 1024, "max_seq_len": 1 << 20,
                         "vocab_size": 1 << 24, "n_grad_loops": MAX_DEPTH})
@@ -124,6 +129,9 @@ def shape_of(cfg: ModelConfig | LoopShape) -> LoopShape:
 
 
 ARCHS = ("looped", "ouro", "huginn")
+# keys that leave the config's dict at their default, so records and stage keys written before
+# the key existed stay valid
+QUIET_DEFAULTS = {"init_loops": 4}
 PORT_DEFAULTS = {"arch": "looped", "n_kv_heads": 0, "norm_eps": 1e-6, "rope_base": 10000.0,
                  "init_from": ""}
 

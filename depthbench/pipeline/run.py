@@ -35,7 +35,7 @@ from depthbench.config import (
 )
 from depthbench.errors import UserError
 from depthbench.fsio import DirLock, atomic_write_text
-from depthbench.pipeline.spec import ExperimentSpec, budget_tag, load_spec  # noqa: F401  (load_spec re-exported)
+from depthbench.pipeline.spec import ExperimentSpec, budget_tag, load_spec, lr_tag  # noqa: F401  (load_spec re-exported)
 from depthbench.pipeline.stages import (
     Stage,
     _hash,
@@ -113,30 +113,36 @@ class Pipeline:
         gpus = 1 if base.device == "cuda" else 0
         keep = tuple(self.spec.eval.switch_checkpoints)
 
-        def stage(schedule, seed, steps, tag="", match="", tags=None, after=()):
+        def stage(schedule, seed, steps, tag="", match="", tags=None, after=(), arm="", lr=None):
             name = tag + slug(schedule, seed)
-            job = TrainJob(data=str(self.data), out=str(self.out / "runs" / name), model=mcfg,
-                           train=base.replace(steps=steps, seed=seed), schedule=schedule,
-                           resume=True, match_flops=match, keep_after_switch=keep,
-                           results=str(self.results), tags=tags or {})
+            m, tr = resolve_presets(t.preset, t.arm_overrides(arm or schedule))
+            tr = tr.replace(steps=steps, seed=seed, **({} if lr is None else {"lr": lr}))
+            job = TrainJob(data=str(self.data), out=str(self.out / "runs" / name), model=m,
+                           train=tr, schedule=schedule, resume=True, match_flops=match,
+                           keep_after_switch=keep, results=str(self.results), tags=tags or {})
             return Stage(f"train-{name}", "train", job.to_dict(),
                          [Path(job.out) / "checkpoints" / "latest"], ["generate", *after], gpus)
 
         # the most expensive runs (deepest mean depth) first, so the pool finishes together
         by_cost = sorted(t.schedules, key=lambda s: -parse_schedule(s).depths(base.steps, 0).mean())
+        sweep = [(lr_tag(lr), {"lr_sweep": lr}, lr) for lr in t.lrs] or [("", {}, None)]
         if t.budgets:
             steps_of = budget_steps(gen_cfg, mcfg, base, t.budget_schedule)
             trains = [stage(s, seed, steps_of(s, b, seed), budget_tag(b), tags={"budget": b})
                       for b in sorted(t.budgets, reverse=True) for s in by_cost for seed in t.seeds]
         else:
-            trains = [stage(s, seed, base.steps) for s in by_cost for seed in t.seeds]
+            trains = [stage(s, seed, base.steps, tag, tags=dict(tags), lr=lr)
+                      for tag, tags, lr in sweep for s in by_cost for seed in t.seeds]
         matched = []
         if t.matched_uniform:
-            for seed in t.seeds:
-                ref = next(st for st in trains if st.id == f"train-{slug(t.matched_uniform, seed)}")
-                matched.append(stage(t.matched_schedule, seed, base.steps, "matched-",
-                                     match=ref.config["out"], after=[ref.id],
-                                     tags={"matched_to": t.matched_uniform}))
+            arm = t.arms[-1]
+            for tag, tags, lr in sweep:
+                for seed in t.seeds:
+                    ref = next(st for st in trains
+                               if st.id == f"train-{tag}{slug(t.matched_uniform, seed)}")
+                    matched.append(stage(t.matched_schedule, seed, base.steps, tag + "matched-",
+                                         match=ref.config["out"], after=[ref.id], arm=arm, lr=lr,
+                                         tags={"matched_to": t.matched_uniform, **tags}))
         if self.spec.run.share_prefixes:
             trains = _share_prefixes(trains, matched, matched_steps_of(gen_cfg, mcfg, trains))
         return trains, matched

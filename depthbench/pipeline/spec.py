@@ -65,6 +65,10 @@ class TrainSpec(PlainConfig):
     matched_schedule: str = "uniform:1-16"
     budgets: tuple[float, ...] = ()  # fractions of the full FLOP budget (budget_schedule's)
     budget_schedule: str = "uniform:1-16"
+    # each arm's own train.set keys over the spec's (its peak LR from a sweep): keyed by schedule,
+    # or by the matched arm's label (matched_schedule~matched_uniform)
+    arm_set: dict[str, dict] = field(default_factory=dict)
+    lrs: tuple[float, ...] = ()    # a learning-rate sweep: every arm and seed at each peak LR
 
     def __post_init__(self):
         self._check_types()
@@ -97,6 +101,50 @@ class TrainSpec(PlainConfig):
                "budgets and matched_uniform do not combine; use one of them")
         require(not self.matched_uniform or self.matched_uniform in self.schedules,
                "matched_uniform", f"{self.matched_uniform!r} is not one of train.schedules")
+        self._check_arms()
+
+    @property
+    def arms(self) -> tuple[str, ...]:
+        """The arms' names: each schedule, and the matched arm as the report labels it."""
+        matched = (f"{self.matched_schedule}~{self.matched_uniform}",) if self.matched_uniform else ()
+        return self.schedules + matched
+
+    def _check_arms(self) -> None:
+        require(all(0 < lr <= 1 for lr in self.lrs) and len(set(self.lrs)) == len(self.lrs), "lrs",
+               "must be distinct peak learning rates in (0, 1], e.g. [1.5e-3, 3e-3, 6e-3]")
+        require(len({lr_tag(lr) for lr in self.lrs}) == len(self.lrs), "lrs",
+               "must differ in their first 6 significant digits (runs are named by them)")
+        require(not (self.lrs and self.budgets), "lrs", "a learning-rate sweep and budgets do not "
+               "combine; sweep at the full budget")
+        arms = {_arm_key(k): v for k, v in self.arm_set.items()}
+        unknown = sorted(set(arms) - set(self.arms))
+        require(not unknown, "arm_set", f"names no arm of this grid ({', '.join(unknown)}); its "
+               f"arms: {', '.join(self.arms)}")
+        for arm, over in arms.items():
+            require(isinstance(over, dict) and all(not isinstance(v, (dict, list)) for v in over.values()),
+                   f"arm_set.{arm}", "must be a table of plain train.set values, e.g. { lr = 2e-3 }")
+            for key in ("seed", "steps") + (("lr",) if self.lrs else ()):
+                require(key not in over, f"arm_set.{arm}.{key}",
+                       "is set per run by the grid (seeds, steps, lrs); give it there")
+            from depthbench.config.train import split_sets
+            model_keys = sorted(split_sets(over)[0])
+            require(not model_keys, f"arm_set.{arm}", f"takes training keys only (got model key(s) "
+                   f"{', '.join(model_keys)}); every arm trains the same model: put them in train.set")
+        object.__setattr__(self, "arm_set", arms)
+
+    def arm_overrides(self, arm: str) -> dict:
+        """train.set for ``arm``: the spec's keys, then the arm's own."""
+        return {**self.set, **self.arm_set.get(arm, {})}
+
+
+def lr_tag(lr: float) -> str:
+    """The run-name prefix of a learning-rate sweep's runs (lr0.003- for 3e-3)."""
+    return f"lr{lr:.6g}-"
+
+
+def _arm_key(arm: str) -> str:
+    """An arm's name with each schedule in it spelled canonically."""
+    return "~".join(_canonical(part, "arm_set") for part in str(arm).split("~"))
 
 
 def _canonical(schedule: str, name: str) -> str:
@@ -312,9 +360,10 @@ def _cross_check(s: ExperimentSpec, path: Path) -> None:
     for k, v in {**s.data.set, **s.train.set}.items():
         if isinstance(v, dict):
             raise SpecError(f"{path}: set.{k} must be a plain value (got {v!r})")
-    try:
-        resolve_presets(s.train.preset, s.train.set)
-    except UserError as e:
-        raise SpecError(f"{path}: train: {e}") from None
+    for arm in ("", *s.train.arm_set):
+        try:
+            resolve_presets(s.train.preset, s.train.arm_overrides(arm) if arm else s.train.set)
+        except UserError as e:
+            raise SpecError(f"{path}: train{f'.arm_set.{arm}' if arm else ''}: {e}") from None
     if s.serve.enabled and s.serve.schedule not in s.train.schedules:
         raise SpecError(f"{path}: serve.schedule: {s.serve.schedule!r} is not one of train.schedules")
