@@ -87,9 +87,10 @@ def _verdicts(s: dict, key: str = "comparisons") -> str:
         return "described (no comparison decided in advance)"
     if not s[key]:
         return "described"
+    from depthbench.report.load import group_short
     out = []
     for c in s[key]:
-        at = f" at {100 * c['budget']:.0f}%" if c.get("budget") is not None else ""
+        at = f" at {group_short(c['axis'], c['group'])}" if c.get("group") is not None else ""
         short = _short_nll(c["verdict"]) if key == "nll" else c["verdict"].split(" (")[0]
         out.append(f"`{c['schedule']}`{at}: {short}")
     return "; ".join(out)

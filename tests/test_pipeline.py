@@ -136,6 +136,24 @@ def test_lr_sweep_and_arm_set_reach_each_run(tmp_path):
             assert job["match_flops"].endswith(name.split("-")[1] + "-fixed-first_0p5_2_1-4-s0")
 
 
+def test_length_axis_trains_every_arm_at_each_multiple_of_the_steps(tmp_path):
+    """lengths: each arm and seed at each multiple of train.steps, named x2-..., tagged
+    length = 2; the matched arm matched to the same length's run."""
+    text = SMALL.replace('matched_uniform = ', 'lengths = [1, 2.5]\nmatched_uniform = ')
+    r = run_spec(tmp_path, text.replace("[probe]\n", "[probe]\nlr = 0.002\n"), "--plan")
+    assert r.exit_code == 0, r.output
+    probes = [json.loads(p.read_text()) for p in (tmp_path / "exp" / "plan").glob("probe-*.json")]
+    assert len(probes) == 2 * 2 and all(p["lr"] == 0.002 for p in probes)   # a constant probe LR
+    plan = {p.stem: json.loads(p.read_text()) for p in (tmp_path / "exp" / "plan").glob("train-*.json")}
+    assert len(plan) == 2 * 4
+    for name, job in plan.items():
+        x = 1 if name.startswith("train-x1-") else 2.5
+        assert name.startswith(("train-x1-", "train-x2.5-")) and job["tags"]["length"] == x
+        assert job["train"]["steps"] == round(16 * x)
+        if "matched" in name:
+            assert job["match_flops"].endswith(f"x{x:g}-fixed-first_0p5_2_1-4-s0")
+
+
 def _rows_without_clocks(exp: Path) -> dict:
     clock = ("wall_clock", "cpu_clock", "wall_clock_s", "cpu_s", "train_cpu_s", "checkpoint")
     out = {}
@@ -203,6 +221,11 @@ BAD = [
     ("[train]\nmatched_uniform = 'fixed:3'\n", "matched_uniform"),
     ("[probe]\nbatches = 1\n", "probe"),
     ("[train]\nlrs = [0.003, 0.003]\n", "train.lrs"),
+    ("[train]\nlengths = [1, 1.0]\n", "train.lengths"),
+    ("[probe]\nlr = -0.001\n", "probe.lr"),
+    ("[train]\nlengths = [0, 2]\n", "train.lengths"),
+    ("[train]\nlengths = [1, 2]\nlrs = [0.001]\n", "train.lengths"),
+    ("[train]\nlengths = [1, 2]\nbudgets = [0.5, 1.0]\n", "train.lengths"),
     ("[train]\nlrs = [-1.0]\n", "train.lrs"),
     ("[train]\nlrs = [0.003, 0.0030000001]\n", "train.lrs"),
     ("[train]\nlrs = [0.003]\nbudgets = [0.5, 1.0]\n", "train.lrs"),
@@ -571,3 +594,71 @@ def test_schedules_that_share_no_seed_are_not_compared(tmp_path):
     text = (tmp_path / "rep" / "README.md").read_text()
     assert "share no seed" in text
     assert not [ln for ln in text.splitlines() if "share no seed" in ln and "nan" in ln]
+
+
+def test_lr_sweep_report_chooses_each_arm_by_mean_serving_nll(tmp_path):
+    """A sweep's report: each arm's chosen LR is the naive argmin of its seeds' mean serving NLL
+    (final checkpoints only, an earlier checkpoint ignored), written to lr_sweep.json and drawn;
+    the curves name each run's arm at its LR."""
+    rng = np.random.default_rng(1)
+    ev, curves, naive = [], [], {}
+    for arm, matched in (("uniform:1-16", None), ("fixed-first:0.67:4:1-16", None),
+                         ("uniform:1-16", "fixed-first:0.67:4:1-16")):
+        label = f"{arm}~{matched}" if matched else arm
+        means = {}
+        for lr in (0.0015, 0.003, 0.006):
+            per_seed = []
+            for seed in (100, 101):
+                run = f"lr{lr:g}-{'matched-' if matched else ''}{arm}-{seed}"
+                nll = rng.uniform(1, 3, size=4)
+                per_seed.append(nll.mean())
+                for step, flip in ((50, True), (100, False)):   # step 50: not final, reversed
+                    for depth, x in enumerate(nll, 1):
+                        ev.append({"run": run, "schedule": arm, "seed": seed, "step": step,
+                                   "depth": depth, "split": "eval_reordered", "nll": 4.5 - x if flip else x,
+                                   "value_nll": 3.0, "exact_match": rng.random(),
+                                   "bits_per_person": 1.0, "ceiling_bits": 70.0,
+                                   "modeled_train_flops": 1e12, "lr_sweep": lr,
+                                   "matched_to": matched})
+                curves.append({"run": run, "schedule": arm, "seed": seed, "step": 10, "K": 4,
+                               "loss": 3.0, "switch_step": None, "lr_sweep": lr,
+                               "matched_to": matched})
+            means[lr] = np.mean(per_seed)
+        naive[label] = min(means, key=means.get)
+    d = tmp_path / "rows"
+    d.mkdir()
+    for name, rows in (("eval", ev), ("curves", curves)):
+        (d / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    files = {f.name for f in build_report([d], tmp_path / "rep", title="sweep")}
+    assert {"lr_sweep.png", "lr_sweep.json", "training_loss.png"} <= files
+    chosen = json.loads((tmp_path / "rep" / "lr_sweep.json").read_text())["chosen_lr"]
+    assert chosen == naive
+    md = (tmp_path / "rep" / "README.md").read_text()
+    assert "Learning-rate sweep" in md and md.count("| yes ") == 3
+    # rebuilt from the report's own rows: the same choice
+    build_report([tmp_path / "rep" / "rows"], tmp_path / "rep2", title="sweep")
+    assert json.loads((tmp_path / "rep2" / "lr_sweep.json").read_text())["chosen_lr"] == naive
+
+
+def test_length_report_compares_within_each_length_and_draws_them(tmp_path):
+    """Rows of a lengths grid: each comparison is made within one length (pairing runs of the
+    same length only: the naive per-length difference), tabled and drawn against length."""
+    d = _hand_made_rows(tmp_path)
+    ev = [json.loads(x) for x in (d / "eval.jsonl").read_text().splitlines()]
+    rows = []
+    for x, shift in ((1, 0.0), (2, 0.3)):
+        for r in ev:
+            bump = shift if r["schedule"] == "fixed:4" else 0.0
+            rows.append({**r, "run": f"x{x}-{r['run']}", "length": x,
+                         "exact_match": min(1.0, r["exact_match"] + bump)})
+    (d / "eval.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    files = {f.name for f in build_report([d], tmp_path / "rep", title="lengths")}
+    assert "comparisons_by_length.png" in files
+    md = (tmp_path / "rep" / "README.md").read_text()
+    df = pd.DataFrame(rows)
+    re = df[df["split"] == "eval_reordered"]
+    for x in (1, 2):
+        per = re[re["length"] == x].groupby(["schedule", "seed"])["exact_match"].mean()
+        naive = (per["fixed:4"] - per["uniform:1-16"]).mean()
+        assert f"At {x}x the spec's steps, `fixed:4`" in md
+        assert f"differs by {naive:+.3f}" in md

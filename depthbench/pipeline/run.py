@@ -35,7 +35,7 @@ from depthbench.config import (
 )
 from depthbench.errors import UserError
 from depthbench.fsio import DirLock, atomic_write_text
-from depthbench.pipeline.spec import ExperimentSpec, budget_tag, load_spec, lr_tag  # noqa: F401  (load_spec re-exported)
+from depthbench.pipeline.spec import ExperimentSpec, budget_tag, length_tag, load_spec, lr_tag  # noqa: F401  (load_spec re-exported)
 from depthbench.pipeline.stages import (
     Stage,
     _hash,
@@ -125,22 +125,25 @@ class Pipeline:
 
         # the most expensive runs (deepest mean depth) first, so the pool finishes together
         by_cost = sorted(t.schedules, key=lambda s: -parse_schedule(s).depths(base.steps, 0).mean())
-        sweep = [(lr_tag(lr), {"lr_sweep": lr}, lr) for lr in t.lrs] or [("", {}, None)]
+        # the grid's axis: (run-name prefix, row tags, peak LR, steps) of each of its values
+        sweep = ([(lr_tag(lr), {"lr_sweep": lr}, lr, base.steps) for lr in t.lrs]
+                 or [(length_tag(x), {"length": x}, None, max(1, round(x * base.steps)))
+                     for x in t.lengths] or [("", {}, None, base.steps)])
         if t.budgets:
             steps_of = budget_steps(gen_cfg, mcfg, base, t.budget_schedule)
             trains = [stage(s, seed, steps_of(s, b, seed), budget_tag(b), tags={"budget": b})
                       for b in sorted(t.budgets, reverse=True) for s in by_cost for seed in t.seeds]
         else:
-            trains = [stage(s, seed, base.steps, tag, tags=dict(tags), lr=lr)
-                      for tag, tags, lr in sweep for s in by_cost for seed in t.seeds]
+            trains = [stage(s, seed, steps, tag, tags=dict(tags), lr=lr)
+                      for tag, tags, lr, steps in sweep for s in by_cost for seed in t.seeds]
         matched = []
         if t.matched_uniform:
             arm = t.arms[-1]
-            for tag, tags, lr in sweep:
+            for tag, tags, lr, steps in sweep:
                 for seed in t.seeds:
                     ref = next(st for st in trains
                                if st.id == f"train-{tag}{slug(t.matched_uniform, seed)}")
-                    matched.append(stage(t.matched_schedule, seed, base.steps, tag + "matched-",
+                    matched.append(stage(t.matched_schedule, seed, steps, tag + "matched-",
                                          match=ref.config["out"], after=[ref.id], arm=arm, lr=lr,
                                          tags={"matched_to": t.matched_uniform, **tags}))
         if self.spec.run.share_prefixes:
@@ -196,7 +199,7 @@ class Pipeline:
             cfg = ProbeConfig(run=train.config["out"], checkpoint=step, depth_a=p.depth_a,
                               depth_b=p.depth_b, depths=self.spec.eval.depths, batches=p.batches,
                               max_people=p.max_people, out=str(base), device=self._device(),
-                              tags=train.config["tags"])
+                              tags=train.config["tags"], lr=p.lr or None)
             out.append(Stage(f"probe-{name}-{step}", "probe-update", cfg.to_dict(),
                              [base.with_name(base.name + ".jsonl")], [train.id]))
         return out

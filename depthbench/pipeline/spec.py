@@ -69,6 +69,8 @@ class TrainSpec(PlainConfig):
     # or by the matched arm's label (matched_schedule~matched_uniform)
     arm_set: dict[str, dict] = field(default_factory=dict)
     lrs: tuple[float, ...] = ()    # a learning-rate sweep: every arm and seed at each peak LR
+    lengths: tuple[float, ...] = ()  # a training-length axis: every arm and seed at each multiple
+                                     # of steps (the FLOP ratios between arms stay as they are)
 
     def __post_init__(self):
         self._check_types()
@@ -116,6 +118,12 @@ class TrainSpec(PlainConfig):
                "must differ in their first 6 significant digits (runs are named by them)")
         require(not (self.lrs and self.budgets), "lrs", "a learning-rate sweep and budgets do not "
                "combine; sweep at the full budget")
+        require(all(0 < x <= 1000 for x in self.lengths) and len(self.lengths) == len(set(self.lengths)),
+               "lengths", "must be distinct multiples of train.steps in (0, 1000], e.g. [1, 2, 4]")
+        require(len({length_tag(x) for x in self.lengths}) == len(self.lengths), "lengths",
+               "must differ in their first 4 significant digits (runs are named by them)")
+        require(not (self.lengths and (self.budgets or self.lrs)), "lengths",
+               "a training-length axis does not combine with budgets or lrs; give one axis per grid")
         arms = {_arm_key(k): v for k, v in self.arm_set.items()}
         unknown = sorted(set(arms) - set(self.arms))
         require(not unknown, "arm_set", f"names no arm of this grid ({', '.join(unknown)}); its "
@@ -135,6 +143,11 @@ class TrainSpec(PlainConfig):
     def arm_overrides(self, arm: str) -> dict:
         """train.set for ``arm``: the spec's keys, then the arm's own."""
         return {**self.set, **self.arm_set.get(arm, {})}
+
+
+def length_tag(x: float) -> str:
+    """The run-name prefix of a training-length axis' runs (x2- for twice the steps)."""
+    return f"x{x:.4g}-"
 
 
 def lr_tag(lr: float) -> str:
@@ -191,9 +204,11 @@ class ProbeSpec(PlainConfig):
     depth_b: int = 16
     batches: int = 8
     max_people: int = 256
+    lr: float = 0.0    # 0: each checkpoint's own next LR; else every probe update at this LR
 
     def __post_init__(self):
         self._check_types()
+        require(0 <= self.lr <= 1, "lr", "must be in [0, 1] (0: the run's own LR at the checkpoint)")
         for f in ("depth_a", "depth_b"):
             require(1 <= getattr(self, f) <= MAX_DEPTH, f, f"must be between 1 and {MAX_DEPTH}")
         require(2 <= self.batches <= 1 << 16, "batches", "must be between 2 and 65536")
@@ -353,7 +368,8 @@ def _cross_check(s: ExperimentSpec, path: Path) -> None:
                         "synthetic run's tasks are its eval splits")
     if s.data.text:   # what reads people and attributes does not apply to a corpus
         for what, on in (("probe.enabled", s.probe.enabled), ("serve.enabled", s.serve.enabled),
-                         ("train.budgets", bool(s.train.budgets))):
+                         ("train.budgets", bool(s.train.budgets)),
+                         ("train.lengths", bool(s.train.lengths))):
             if on:
                 raise SpecError(f"{path}: {what}: not available for a text corpus "
                                 "(data.corpus); turn it off")

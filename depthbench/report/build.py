@@ -20,6 +20,7 @@ from depthbench.fsio import atomic_write_text, check_replaceable, replaced_dir
 from depthbench.report.figures import _colors, _fig_curves, _fig_probe, _Figures
 from depthbench.report.load import _row_files, labelled, load_rows
 from depthbench.report.sections import _eval_sections, _serve_section, _stage_table, _task_section
+from depthbench.report.sweep import is_sweep, sweep_section
 from depthbench.report.text import _text_sections
 
 
@@ -53,7 +54,10 @@ def _build(rows: dict, out: Path, title: str, reference: str | None, paths) -> l
     tables: list[tuple[str, pd.DataFrame]] = []
     notes: list[str] = []
     files: dict[str, str] = dict(committed)  # extra text files: name -> content
-    if rows.get("eval") is not None:
+    if is_sweep(rows.get("eval")):
+        tables, notes, files = sweep_section(figs, rows["eval"], color)
+        files = {**committed, **files}
+    elif rows.get("eval") is not None:
         text = "bits_per_byte" in rows["eval"].columns
         part = (_text_sections if text else _eval_sections)(figs, rows["eval"], color, reference,
                                                              rows.get("curve"))

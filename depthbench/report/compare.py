@@ -8,7 +8,7 @@ import pandas as pd
 from scipy import stats
 
 from depthbench.report.figures import _reference
-from depthbench.report.load import _spans
+from depthbench.report.load import _spans, group_col, group_short, group_words
 from depthbench.stats import holm, paired_differences, sign_flip_p, t_interval
 
 # Where a comparison's 95% interval lies inside +-this on depth-averaged exact match, the two
@@ -16,10 +16,24 @@ from depthbench.stats import holm, paired_differences, sign_flip_p, t_interval
 EQUIVALENCE_MARGIN = 0.05
 
 
-def _by_budget(re: pd.DataFrame) -> list[tuple[float | None, pd.DataFrame]]:
-    """The rows of each budget (a budgets grid), or all of them under None."""
-    budgets = sorted(re["budget"].dropna().unique()) if "budget" in re.columns else []
-    return [(b, re[re["budget"] == b]) for b in budgets] or [(None, re)]
+def _by_group(re: pd.DataFrame) -> list[tuple[str | None, float | None, pd.DataFrame]]:
+    """The rows of each value of the grid's axis (a budget, a training length) with the axis'
+    name, or all of them under (None, None)."""
+    axis = group_col(re)
+    values = sorted(re[axis].dropna().unique()) if axis else []
+    return [(axis, v, re[re[axis] == v]) for v in values] or [(None, None, re)]
+
+
+def _insert_group(t: pd.DataFrame, c: pd.DataFrame) -> pd.DataFrame:
+    """The comparison table ``t`` with the axis value of each row ``c`` first, where it has one."""
+    if c["group"].notna().any():
+        t.insert(0, c["axis"].iloc[0], [group_short(a, v) for a, v in zip(c["axis"], c["group"])])
+    return t
+
+
+def _at(r) -> str:
+    """"At 15% of the budget, " for a comparison row of a grid with an axis, else ""."""
+    return f"At {group_words(r['axis'], r['group'])}, " if pd.notna(r["group"]) else ""
 
 
 def _comparisons(re: pd.DataFrame, reference: str | None,
@@ -30,7 +44,7 @@ def _comparisons(re: pd.DataFrame, reference: str | None,
     its paired t-interval and exact sign-flip p over seeds; the primary p-values are
     Holm-corrected across the report's comparisons."""
     rows = []
-    for b, g in _by_budget(re):
+    for axis, b, g in _by_group(re):
         ref = _reference(g["schedule"], reference)
         if ref is None:
             continue
@@ -43,7 +57,8 @@ def _comparisons(re: pd.DataFrame, reference: str | None,
                 both = per[s].index.intersection(per[ref].index)
                 d = (per[s].loc[both] - per[ref].loc[both]).to_numpy()
                 m, h, n = t_interval(d)
-                rows.append({"budget": b, "schedule": s, "reference": ref, "summary": part,
+                rows.append({"axis": axis, "group": b, "schedule": s, "reference": ref,
+                             "summary": part,
                              "depths": f"{lo}-{hi}", "seeds": n, "diff": m, "lo": m - h,
                              "hi": m + h, "p": sign_flip_p(d), "higher": int((d > 0).sum())})
     out = pd.DataFrame(rows)
@@ -85,9 +100,7 @@ def _comparison_table(c: pd.DataFrame) -> pd.DataFrame:
     if none.any():
         t = t.astype({k: object for k in ("difference [95% CI]", "sign-flip p", "Holm p")})
         t.loc[none, ["difference [95% CI]", "sign-flip p", "Holm p"]] = "-"
-    if c["budget"].notna().any():
-        t.insert(0, "budget", [f"{100 * b:.0f}%" for b in c["budget"]])
-    return t
+    return _insert_group(t, c)
 
 
 def _comparison_words(c: pd.DataFrame, value: str = "exact match",
@@ -95,7 +108,7 @@ def _comparison_words(c: pd.DataFrame, value: str = "exact match",
     """One sentence per primary comparison."""
     out = []
     for _, r in c[c["summary"] == "primary"].iterrows():
-        at = f"At {100 * r['budget']:.0f}% of the budget, " if pd.notna(r["budget"]) else ""
+        at = _at(r)
         v = _verdict(r)
         what = (f"`{r['schedule']}` {more[0] if v == 'higher' else more[1]} than "
                 f"`{r['reference']}`" if v in ("higher", "lower") else
@@ -134,7 +147,7 @@ def _paired_table(d: pd.DataFrame) -> pd.DataFrame:
 def _per_depth_words(re: pd.DataFrame, r) -> str:
     """Where the per-depth paired interval on bits per person excludes 0 for one comparison
     (description beside its verdict, not a second test)."""
-    g = re[re["budget"] == r["budget"]] if pd.notna(r["budget"]) else re
+    g = re[re[r["axis"]] == r["group"]] if pd.notna(r["group"]) else re
     d = paired_differences(g[g["schedule"].isin([r["schedule"], r["reference"]])],
                            "bits_per_person", r["reference"])
     if d.empty:
@@ -183,7 +196,7 @@ def _nll_comparisons(re: pd.DataFrame, reference: str | None) -> pd.DataFrame:
     p against ±NLL_BAND, the verdict, and its robustness to one seed (the range of the mean and
     every verdict with each seed left out in turn)."""
     rows = []
-    for b, g in _by_budget(re):
+    for axis, b, g in _by_group(re):
         ref = _reference(g["schedule"], reference)
         if ref is None:
             continue
@@ -197,7 +210,7 @@ def _nll_comparisons(re: pd.DataFrame, reference: str | None) -> pd.DataFrame:
             verdict = _nll_verdict(m - h, m + h, n)
             loo = [t_interval(np.delete(d, i)) for i in range(n)] if n > 2 else []
             loo_verdicts = {_nll_verdict(mm - hh, mm + hh, nn).split(" (")[0] for mm, hh, nn in loo}
-            rows.append({"budget": b, "schedule": s, "reference": ref, "seeds": n,
+            rows.append({"axis": axis, "group": b, "schedule": s, "reference": ref, "seeds": n,
                          "reference_nll": per[ref].loc[both].mean(), "diff": m, "lo": m - h,
                          "hi": m + h, "tost_p": _tost_p(d), "verdict": verdict,
                          "loo_lo": min((x[0] for x in loo), default=np.nan),
@@ -220,15 +233,13 @@ def _nll_table(c: pd.DataFrame) -> pd.DataFrame:
         "verdict": c["verdict"],
         "verdict without any one seed": ["-" if h is None else "holds" if h else "changes"
                                          for h in c["loo_holds"]]})
-    if c["budget"].notna().any():
-        t.insert(0, "budget", [f"{100 * b:.0f}%" for b in c["budget"]])
-    return t
+    return _insert_group(t, c)
 
 
 def _nll_words(c: pd.DataFrame) -> list[str]:
     out = []
     for _, r in c.iterrows():
-        at = f"At {100 * r['budget']:.0f}% of the budget, " if pd.notna(r["budget"]) else ""
+        at = _at(r)
         ci = (f", 95% CI [{100 * r['lo']:+.2f}%, {100 * r['hi']:+.2f}%]" if np.isfinite(r["hi"])
               else "")
         robust = ("" if r["loo_holds"] is None else "; the verdict holds without any one seed"

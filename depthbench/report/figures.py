@@ -8,6 +8,7 @@ from pathlib import Path
 import pandas as pd
 
 from depthbench.errors import UserError
+from depthbench.report.load import group_col
 from depthbench.stats import mean_ci
 
 PALETTE = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2",
@@ -194,28 +195,36 @@ def _fig_nll_flops(figs, re: pd.DataFrame, color: dict) -> None:
     FLOPs. One small marker per run and a large one per arm (mean over seeds, SD bars);
     fixed-first arms are circles, filled for the shortest fixed phase in the report and open
     for longer ones (the paper's 67% filled, 80% open); every other arm is a square."""
-    runs = re.groupby(["run", "schedule"]).agg(
+    axis = group_col(re)   # a lengths grid: one mean per arm and length, joined by a line
+    runs = re.groupby(["run", "schedule"] + ([axis] if axis else [])).agg(
         nll=("nll", "mean"), flops=("modeled_train_flops", "first")).reset_index()
     fracs = {s: _fixed_fraction(s) for s in runs["schedule"].unique()}
     shortest = min((f for f in fracs.values() if f is not None), default=None)
     fig, ax = figs.new("Mean serving NLL vs modeled training FLOPs",
                        "modeled training FLOPs", "mean NLL over serving depths")
-    for s, g in runs.groupby("schedule"):
+    for s, arm in runs.groupby("schedule"):
         f = fracs[s]
         marker = "s" if f is None else "o"
         face = "none" if f is not None and f != shortest else color[s]
-        ax.scatter(g["flops"], g["nll"], s=10, marker=marker, facecolors=face,
+        ax.scatter(arm["flops"], arm["nll"], s=10, marker=marker, facecolors=face,
                    edgecolors=color[s], alpha=0.45, lw=0.8)
-        ax.errorbar(g["flops"].mean(), g["nll"].mean(), xerr=g["flops"].std(ddof=1) if len(g) > 1 else None,
-                    yerr=g["nll"].std(ddof=1) if len(g) > 1 else None, fmt=marker, ms=9,
-                    mfc=face, mec=color[s], ecolor=color[s], mew=1.6, capsize=3,
-                    label=f"{s} (n={g['run'].nunique()})")
+        parts = list(arm.groupby(axis)) if axis else [(None, arm)]
+        for i, (_, g) in enumerate(parts):
+            ax.errorbar(g["flops"].mean(), g["nll"].mean(),
+                        xerr=g["flops"].std(ddof=1) if len(g) > 1 else None,
+                        yerr=g["nll"].std(ddof=1) if len(g) > 1 else None, fmt=marker, ms=9,
+                        mfc=face, mec=color[s], ecolor=color[s], mew=1.6, capsize=3,
+                        label=f"{s} (n={g['run'].nunique()})" if i == 0 else None)
+        if len(parts) > 1:
+            means = sorted((g["flops"].mean(), g["nll"].mean()) for _, g in parts)
+            ax.plot(*zip(*means), color=color[s], lw=1)
     ax.set_xscale("log")
     ax.legend(fontsize=8)
     figs.save(fig, "nll_vs_flops.png", "The paper's Figure 2: mean NLL over all serving depths "
               "against modeled training FLOPs; small markers are runs, large ones the mean over "
-              "seeds with SD bars. Circles are fixed-first arms (filled: the shortest fixed phase "
-              "in this report; open: longer ones), squares every other arm.")
+              "seeds with SD bars (one per training length, joined by a line, in a lengths grid). "
+              "Circles are fixed-first arms (filled: the shortest fixed phase in this report; "
+              "open: longer ones), squares every other arm.")
 
 
 def _fig_fixed(figs, re: pd.DataFrame, color: dict) -> None:
@@ -291,3 +300,36 @@ def _fig_probe(figs, pr: pd.DataFrame) -> None:
               f"{b} update lowered the NLL more). Left: per serving depth at the first two probe "
               "points; right: averaged over serving depths at every probe point. Mean and 95% "
               "CI over seeds.")
+
+
+def _fig_by_group(figs, em: pd.DataFrame, nll: pd.DataFrame, color: dict, band: float) -> None:
+    """Each comparison against the grid's axis (the paper's Figure 2 left, as differences): the
+    primary exact-match difference and the mean-serving-NLL relative difference to the
+    reference at each budget or training length, with paired 95% intervals."""
+    if em.empty or "group" not in em.columns or em["group"].isna().all():
+        return
+    axis = em["axis"].iloc[0]
+    em = em[em["summary"] == "primary"]
+    fig, axes = figs.plt.subplots(1, 2, figsize=(10.5, 4.0), dpi=110, squeeze=False)
+    panels = ((em, 1.0, "exact match difference (mean over depths)", None),
+              (nll, 100.0, "mean serving NLL difference (%)", 100 * band))
+    for ax, (c, scale, ylabel, pct) in zip(axes[0], panels):
+        for s, g in c.groupby("schedule") if not c.empty else ():
+            g = g.sort_values("group")
+            x = g["group"] * (100 if axis == "budget" else 1)
+            lo, hi = (g["diff"] - g["lo"]) * scale, (g["hi"] - g["diff"]) * scale
+            ax.errorbar(x, g["diff"] * scale, yerr=[lo.fillna(0), hi.fillna(0)], marker="o",
+                        capsize=3, color=color.get(s, "k"), label=f"{s} - {g['reference'].iloc[0]}")
+        ax.axhline(0, color="k", lw=0.8)
+        if pct:
+            ax.axhspan(-pct, pct, color="0.85", zorder=0, label=f"±{pct:g}% (the paper's band)")
+        if axis == "length":
+            ax.set_xscale("log", base=2)
+        ax.set_xlabel("% of the FLOP budget" if axis == "budget" else "training length (x the spec's steps)")
+        ax.set_ylabel(ylabel)
+        ax.grid(alpha=0.3)
+    axes[0][1].legend(fontsize=7)
+    figs.save(fig, f"comparisons_by_{axis}.png", "Each arm minus the reference at every "
+              f"{'budget' if axis == 'budget' else 'training length'}: left, exact match averaged "
+              "over serving depths; right, mean serving NLL as a relative difference (the paper's "
+              f"metric; shaded: its ±{100 * band:g}% band). Paired 95% t-intervals over seeds.")

@@ -258,6 +258,25 @@ def _check_schedules(col: pd.Series, kind: str, path: Path) -> None:
                             "regenerate it with depthbench") from None
 
 
+# a grid's axes whose arms are compared within each value: matched FLOP budgets (fractions of
+# the full budget) and training lengths (multiples of the spec's steps)
+GROUPS = ("budget", "length")
+
+
+def group_col(df: pd.DataFrame) -> str | None:
+    """The grid axis the rows hold (a budgets or a lengths grid), or None."""
+    return next((c for c in GROUPS if c in df.columns and df[c].notna().any()), None)
+
+
+def group_short(axis: str, v: float) -> str:
+    """A value of the axis as a table cell: 15% of the budget, 2x the steps."""
+    return f"{100 * v:.0f}%" if axis == "budget" else f"{v:g}x"
+
+
+def group_words(axis: str, v: float) -> str:
+    return f"{100 * v:.0f}% of the budget" if axis == "budget" else f"{v:g}x the spec's steps"
+
+
 def _final(ev: pd.DataFrame) -> pd.DataFrame:
     """Rows of each run's final (latest) checkpoint."""
     last = ev.groupby("run")["step"].transform("max")
@@ -313,6 +332,9 @@ def labelled(rows: dict[str, pd.DataFrame]) -> dict[str, pd.DataFrame]:
         if "matched_to" in df.columns and "schedule" in df.columns:
             df = df.assign(schedule=[arm_label(s, m) for s, m in
                                      zip(df["schedule"], df["matched_to"])])
+        if "lr_sweep" in df.columns and "schedule" in df.columns:   # a sweep: arm @ lr=...
+            df = df.assign(schedule=[f"{s} @ lr={lr:g}" if pd.notna(lr) else s
+                                     for s, lr in zip(df["schedule"], df["lr_sweep"])])
         out[kind] = df
     return out
 

@@ -28,6 +28,7 @@ from depthbench.report.figures import (
     _ci_lines,
     _fig_bits,
     _fig_budgets,
+    _fig_by_group,
     _fig_exact,
     _fig_fixed,
     _fig_nll_flops,
@@ -35,7 +36,7 @@ from depthbench.report.figures import (
     _floor,
     _reference,
 )
-from depthbench.report.load import TERMINAL_SHARE, _final, _fmt, grid_clock, labelled
+from depthbench.report.load import TERMINAL_SHARE, _final, _fmt, grid_clock, group_col, labelled
 from depthbench.stats import mean_ci, paired_differences, t_interval
 
 
@@ -68,8 +69,10 @@ def _eval_sections(figs, ev: pd.DataFrame, color: dict, reference: str | None,
                        f"interval lies within ±{EQUIVALENCE_MARGIN:g}",
                        _comparison_table(comparisons)))
     _nll_section(re, reference, tables, notes)
-    if "budget" in re.columns and re["budget"].notna().any():
-        re = re[re["budget"] == re["budget"].max()]  # the other figures: the full budget
+    _fig_by_group(figs, comparisons, _nll_comparisons(re, reference), color, NLL_BAND)
+    axis, by_length = group_col(re), re
+    if axis:   # the other figures: the full budget, the longest training
+        re = re[re[axis] == re[axis].max()]
     ctrl_all = fin[fin["split"] == "eval_unseen_people"]
     _fig_bits(figs, re, color, ctrl_all)
     _fig_exact(figs, re, color, ctrl_all)
@@ -84,7 +87,7 @@ def _eval_sections(figs, ev: pd.DataFrame, color: dict, reference: str | None,
             tables.append((f"Paired difference to {ref}: exact match averaged over serving depths "
                            "(per seed, then mean and 95% CI over seeds)", _paired_mean_em(re, ref)))
     _fig_fixed(figs, re, color)
-    _fig_nll_flops(figs, re, color)
+    _fig_nll_flops(figs, by_length if axis == "length" else re, color)
     tables[:0] = _summary_tables(re, ref, curves)
     brackets = _brackets(fin)
     if brackets is not None:
@@ -334,8 +337,9 @@ def _nll_summary(out: dict, re: pd.DataFrame, reference: str | None) -> None:
     """The verdicts on mean serving NLL (the paper's metric) into a report's summary."""
     nll = _nll_comparisons(re, reference)
     if not nll.empty:
-        out["nll"] = [{"schedule": r["schedule"], "budget": None if pd.isna(r["budget"])
-                       else r["budget"], "verdict": r["verdict"]} for _, r in nll.iterrows()]
+        out["nll"] = [{"schedule": r["schedule"], "axis": r["axis"],
+                       "group": None if pd.isna(r["group"]) else r["group"],
+                       "verdict": r["verdict"]} for _, r in nll.iterrows()]
         out["nll_sentences"] = _nll_words(nll)
 
 
@@ -380,11 +384,10 @@ def summarize(rows: dict[str, pd.DataFrame], reference: str | None = None) -> di
     for split, g in fin.groupby("split"):
         if split == "eval_unseen_people":
             continue
-        keys = ["schedule", "depth"] + (["budget"] if "budget" in g.columns and
-                                        g["budget"].notna().any() else [])
+        keys = ["schedule", "depth"] + ([group_col(g)] if group_col(g) else [])
         best = g.groupby(keys)["bits_per_person"].mean().max()   # a seed mean of one arm
         out["best_share"][split] = float(best / g["ceiling_bits"].mean())
-    full = re[re["budget"] == re["budget"].max()] if "budget" in re.columns and \
-        re["budget"].notna().any() else re
+    axis = group_col(re)
+    full = re[re[axis] == re[axis].max()] if axis else re
     out["findings"] = _findings(full, _reference(full["schedule"], reference))
     return out

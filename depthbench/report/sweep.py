@@ -1,0 +1,99 @@
+"""A learning-rate sweep's report (``train.lrs``): each arm's mean serving NLL at each peak LR on
+its seeds, the LR it is run at (the lowest mean serving NLL: the paper's metric), a figure of
+NLL against LR, and ``lr_sweep.json`` with each arm's chosen LR, which the spec that uses it
+names in ``train.arm_set``."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+
+from depthbench.report.load import _final, _fmt
+
+SWEEP_SPLITS = ("eval_reordered", "validation")  # the split a sweep reads: person task, text
+
+
+def is_sweep(ev: pd.DataFrame | None) -> bool:
+    return ev is not None and "lr_sweep" in ev.columns and ev["lr_sweep"].notna().any()
+
+
+def sweep_runs(ev: pd.DataFrame) -> pd.DataFrame:
+    """One row per run of a sweep: its arm (``schedule`` without the LR), LR, seed, mean serving
+    NLL (its NLL averaged over every serving depth, final checkpoint) and, on the person task,
+    exact match averaged over depths. ``ev`` holds raw or labelled rows."""
+    fin = _final(ev[ev["lr_sweep"].notna()])
+    split = next((s for s in SWEEP_SPLITS if (fin["split"] == s).any()), None)
+    if split is None:
+        return pd.DataFrame(columns=["arm", "lr", "seed", "nll", "exact_match"])
+    fin = fin[fin["split"] == split]
+    aggs = {"schedule": ("schedule", "first"), "lr": ("lr_sweep", "first"),
+            "seed": ("seed", "first"), "nll": ("nll", "mean"), "depths": ("depth", "nunique")}
+    if "exact_match" in fin.columns:
+        aggs["exact_match"] = ("exact_match", "mean")
+    per = fin.groupby("run").agg(**aggs).reset_index()
+    if "exact_match" not in per.columns:
+        per["exact_match"] = np.nan
+    per["arm"] = [str(s).split(" @ ")[0] for s in per["schedule"]]
+    return per[["arm", "lr", "seed", "nll", "exact_match", "depths"]]
+
+
+def best_lrs(ev: pd.DataFrame) -> dict[str, float]:
+    """Each arm's LR with the lowest mean serving NLL, mean over its seeds (seeds every LR of the
+    arm has, so the LRs are compared on the same seeds)."""
+    per = sweep_runs(ev)
+    out = {}
+    for arm, g in per.groupby("arm"):
+        seeds = set.intersection(*(set(x["seed"]) for _, x in g.groupby("lr")))
+        m = g[g["seed"].isin(seeds)].groupby("lr")["nll"].mean()
+        if len(m):
+            out[arm] = float(m.idxmin())
+    return out
+
+
+def sweep_section(figs, ev: pd.DataFrame, color: dict):
+    """The sweep's table, sentences, figure and ``lr_sweep.json``."""
+    from depthbench.report.sections import Sections
+    per = sweep_runs(ev)
+    best = best_lrs(ev)
+    g = per.groupby(["arm", "lr"]).agg(seeds=("seed", "nunique"), nll=("nll", "mean"),
+                                       nll_sd=("nll", "std"), em=("exact_match", "mean"),
+                                       em_sd=("exact_match", "std")).reset_index()
+    table = pd.DataFrame({
+        "arm": g["arm"], "peak LR": [f"{x:g}" for x in g["lr"]], "seeds": g["seeds"],
+        "mean serving NLL (mean ± SD over seeds)": [_fmt(m, s, 4) for m, s in zip(g["nll"], g["nll_sd"])],
+        "exact match, mean over depths": [_fmt(m, s) for m, s in zip(g["em"], g["em_sd"])],
+        "chosen": ["yes" if best.get(a) == lr else "" for a, lr in zip(g["arm"], g["lr"])]})
+    if g["em"].isna().all():
+        table = table.drop(columns=["exact match, mean over depths"])
+    notes = []
+    for arm, lr in best.items():
+        a = g[g["arm"] == arm].sort_values("nll")
+        rest = "; ".join(f"{r.nll:.4f} at {r.lr:g}" for r in a.iloc[1:].itertuples())
+        notes.append(f"Learning-rate sweep: `{arm}` has its lowest mean serving NLL at peak LR "
+                     f"{lr:g} ({a['nll'].iloc[0]:.4f}, mean of {int(a['seeds'].iloc[0])} "
+                     f"held-out seeds; {rest or 'no other LR'}).")
+    _fig_sweep(figs, g, color, best)
+    title = ("Learning-rate sweep: each arm's mean serving NLL (NLL averaged over every serving "
+             "depth, final checkpoints) at each peak LR, on seeds the reported grid does not "
+             "use; the chosen LR is the lowest mean serving NLL (the paper's metric)")
+    return Sections([(title, table)], notes,
+                    {"lr_sweep.json": json.dumps({"chosen_lr": best}, indent=2, sort_keys=True) + "\n"})
+
+
+def _fig_sweep(figs, g: pd.DataFrame, color: dict, best: dict) -> None:
+    fig, ax = figs.new("Learning-rate sweep", "peak learning rate", "mean serving NLL (nats)")
+    palette = list(dict.fromkeys(color.values())) or ["k"]
+    for i, (arm, a) in enumerate(g.groupby("arm")):
+        a = a.sort_values("lr")
+        c = palette[i % len(palette)]
+        ax.errorbar(a["lr"], a["nll"], yerr=a["nll_sd"].fillna(0), color=c, marker="o", lw=1,
+                    capsize=3, label=arm)
+        if arm in best:
+            ax.plot([best[arm]], [a.loc[a["lr"] == best[arm], "nll"].iloc[0]], marker="*",
+                    color=c, ms=14, ls="none")
+    ax.set_xscale("log", base=2)
+    ax.legend(fontsize=8)
+    figs.save(fig, "lr_sweep.png", "Mean serving NLL against peak learning rate per arm (mean "
+              "and SD over the sweep's seeds); a star marks each arm's chosen LR.")
