@@ -34,6 +34,8 @@ EXPERIMENTS = (
                "(the paper's Figure 4), the serving benchmark", "depthbench run"),
     Experiment("table3", "the paper's Table 3: uniform, fixed-first at two fixed phases, "
                "uniform matched to the shorter one's FLOPs", "depthbench run table3"),
+    Experiment("table3-lr", "Table 3's learning-rate sweep: each arm at three peak LRs on held-out "
+               "seeds; table3 runs each arm at its lowest mean serving NLL", "depthbench run table3-lr"),
     Experiment("matched", "a reading that can fail: uniform at fixed-first's FLOPs",
                "depthbench run matched"),
     Experiment("budgets", "the paper's Figure 1: three schedules at three matched FLOP budgets",
@@ -85,6 +87,8 @@ def _verdicts(s: dict, key: str = "comparisons") -> str:
         return "described (the text half's verdicts are on NLL)"
     if s["kind"] == "text" and not s[key]:
         return "described (no comparison decided in advance)"
+    if s["kind"] == "sweep":
+        return "chooses each arm's LR (no comparison)"
     if not s[key]:
         return "described"
     from depthbench.report.load import group_short

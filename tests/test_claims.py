@@ -11,12 +11,14 @@ import pandas as pd
 import pytest
 
 from depthbench.report import labelled, load_rows
-from depthbench.report.load import _final
+from depthbench.report.load import _final, group_col
 
 ROOT = Path(__file__).resolve().parents[1]
 REPORTS = sorted(p.name for p in (ROOT / "reports").iterdir() if (p / "rows").is_dir())
-SYNTHETIC = [n for n in REPORTS if "bits_per_person" in
-             pd.read_csv(ROOT / "reports" / n / "rows" / "eval.csv", nrows=1).columns]
+COLUMNS = {n: set(pd.read_csv(ROOT / "reports" / n / "rows" / "eval.csv", nrows=1).columns)
+           for n in REPORTS}
+SWEEPS = [n for n in REPORTS if "lr_sweep" in COLUMNS[n]]   # tuning rows: no claim of their own
+SYNTHETIC = [n for n in REPORTS if "bits_per_person" in COLUMNS[n] and n not in SWEEPS]
 UNIFORM, MATCHED = "uniform:1-16", "uniform:1-16~fixed-first:0.67:4:1-16"
 
 
@@ -57,8 +59,7 @@ def test_every_arm_reads_between_the_floor_and_the_ceiling(name):
     the ceiling) and below the ceiling: the task is sized for the comparisons it exists for."""
     ev = final_eval(name)
     re = ev[ev["split"] == "eval_reordered"]
-    keys = ["schedule"] + (["budget"] if "budget" in re.columns and re["budget"].notna().any()
-                           else [])
+    keys = ["schedule"] + ([group_col(re)] if group_col(re) else [])
     for key, g in re.groupby(keys):
         best = g.groupby("depth")["bits_per_person"].mean().max()
         ceiling, floor = g["ceiling_bits"].mean(), g["floor_bits_per_person"].max()
@@ -71,10 +72,34 @@ def test_uniform_at_fewer_flops_knows_less_on_every_seed(name):
     uniform on every seed (exact match averaged over serving depths)."""
     re = final_eval(name)
     re = re[re["split"] == "eval_reordered"]
-    per = re.groupby(["schedule", "seed"])["exact_match"].mean()
-    seeds = per[UNIFORM].index.intersection(per[MATCHED].index)
-    assert len(seeds) >= 4
-    assert (per[MATCHED].loc[seeds] < per[UNIFORM].loc[seeds]).all()
+    axis = group_col(re)
+    for _, g in re.groupby(axis) if axis else [(None, re)]:   # within each training length
+        per = g.groupby(["schedule", "seed"])["exact_match"].mean()
+        seeds = per[UNIFORM].index.intersection(per[MATCHED].index)
+        assert len(seeds) >= 4
+        assert (per[MATCHED].loc[seeds] < per[UNIFORM].loc[seeds]).all()
+
+
+@pytest.mark.parametrize("name", SWEEPS)
+def test_each_spec_runs_its_arms_at_the_lr_its_sweep_chose(name):
+    """A sweep's chosen LR per arm (lowest mean serving NLL on its held-out seeds, recomputed
+    here by hand from the committed rows) is the LR each spec that names the sweep gives the
+    arm in train.arm_set; the sweep's seeds are not the reported grid's."""
+    import tomllib
+    ev = final_eval(name)
+    ev = ev[ev["split"] == "eval_reordered"]
+    runs = ev.groupby("run").agg(arm=("schedule", "first"), lr=("lr_sweep", "first"),
+                                 seed=("seed", "first"), nll=("nll", "mean"))
+    runs["arm"] = runs["arm"].str.split(" @ ").str[0]
+    chosen = {a: g.groupby("lr")["nll"].mean().idxmin() for a, g in runs.groupby("arm")}
+    assert json.loads((ROOT / "reports" / name / "lr_sweep.json").read_text())["chosen_lr"] == chosen
+    users = [p for p in (ROOT / "depthbench" / "experiments").glob("*.toml")
+             if f"{name}.toml" in p.read_text() or f"run {name}" in p.read_text()]
+    assert users, f"no packaged spec takes its LRs from {name}"
+    for p in users:
+        train = tomllib.loads(p.read_text())["train"]
+        assert {a: v["lr"] for a, v in train["arm_set"].items()} == chosen, p.name
+        assert not set(train["seeds"]) & set(runs["seed"]), p.name
 
 
 def test_fixed_depth_models_peak_at_their_training_depth_on_every_seed():

@@ -348,6 +348,7 @@ def summarize(rows: dict[str, pd.DataFrame], reference: str | None = None) -> di
     that draw the report (``depthbench.docs``): its arms and seeds, the comparisons decided in
     advance with their verdicts, the best seed-mean reading as a share of the ceiling per split,
     the findings table and the grid's wall clock."""
+    from depthbench.report.sweep import best_lrs, is_sweep, sweep_runs
     rows = labelled(rows)
     ev = rows.get("eval")
     out = {"kind": "none", "reading": "-", "arms": [], "seeds": 0, "comparisons": [], "sentences": [],
@@ -361,6 +362,13 @@ def summarize(rows: dict[str, pd.DataFrame], reference: str | None = None) -> di
     fin = _final(ev)
     out["arms"] = sorted(map(str, fin["schedule"].unique()))
     out["seeds"] = int(fin.groupby("schedule")["seed"].nunique().max())
+    if is_sweep(ev):   # tuning rows: the LR each arm is run at, no comparison
+        per = sweep_runs(ev).groupby(["arm", "lr"])["nll"].mean()
+        out.update(kind="sweep", reading="learning-rate sweep", sentences=[
+            f"`{arm}` is run at peak LR {lr:g}: mean serving NLL {per[arm][lr]:.4f} (at the other "
+            "LRs " + ", ".join(f"{v:.4f} at {x:g}" for x, v in per[arm].items() if x != lr) + ")."
+            for arm, lr in best_lrs(ev).items()])
+        return out
     if "bits_per_byte" in fin.columns and fin["bits_per_byte"].notna().any():
         out["kind"] = "text"
         _nll_summary(out, fin[fin["split"] == "validation"], reference)
