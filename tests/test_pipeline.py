@@ -477,7 +477,8 @@ def test_run_help_names_every_packaged_experiment():
     from depthbench.pipeline.spec import EXPERIMENTS
     r = CliRunner().invoke(main, ["run", "--help"])
     assert r.exit_code == 0
-    text = " ".join(r.output.split())
+    import re
+    text = " ".join(re.sub(r"-\n\s+", "-", r.output).split())   # a name wrapped at its hyphen
     listed = text[text.index("packaged experiment ("):text.index("); without SPEC")]
     names = sorted(p.stem for p in EXPERIMENTS.glob("*.toml"))
     assert sorted(n.strip() for n in listed.split("(", 1)[1].split(",")) == names

@@ -78,8 +78,10 @@ def sweep_section(figs, ev: pd.DataFrame, color: dict):
     title = ("Learning-rate sweep: each arm's mean serving NLL (NLL averaged over every serving "
              "depth, final checkpoints) at each peak LR, on seeds the reported grid does not "
              "use; the chosen LR is the lowest mean serving NLL (the paper's metric)")
+    findings = f"{title}.\n\n{table.to_markdown(index=False)}\n"
     return Sections([(title, table)], notes,
-                    {"lr_sweep.json": json.dumps({"chosen_lr": best}, indent=2, sort_keys=True) + "\n"})
+                    {"lr_sweep.json": json.dumps({"chosen_lr": best}, indent=2, sort_keys=True) + "\n",
+                     "findings.md": findings})
 
 
 def _fig_sweep(figs, g: pd.DataFrame, color: dict, best: dict) -> None:
