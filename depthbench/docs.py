@@ -34,7 +34,7 @@ EXPERIMENTS = (
                "(the paper's Figure 4), the serving benchmark", "depthbench run"),
     Experiment("table3", "the paper's Table 3: uniform, fixed-first at two fixed phases, "
                "uniform matched to the shorter one's FLOPs", "depthbench run table3"),
-    Experiment("table3-lr", "Table 3's learning-rate sweep: each arm at three peak LRs on held-out "
+    Experiment("table3-lr", "Table 3's learning-rate sweep: each arm at several peak LRs on held-out "
                "seeds; table3 runs each arm at its lowest mean serving NLL", "depthbench run table3-lr"),
     Experiment("matched", "a reading that can fail: uniform at fixed-first's FLOPs",
                "depthbench run matched"),

@@ -53,8 +53,8 @@ def best_lrs(ev: pd.DataFrame) -> dict[str, float]:
 
 
 def sweep_section(figs, ev: pd.DataFrame, color: dict):
-    """The sweep's table, sentences, figure and ``lr_sweep.json``."""
-    from depthbench.report.sections import Sections
+    """The sweep's (tables, sentences, files): its table, figure, ``lr_sweep.json`` and
+    ``findings.md``."""
     per = sweep_runs(ev)
     best = best_lrs(ev)
     g = per.groupby(["arm", "lr"]).agg(seeds=("seed", "nunique"), nll=("nll", "mean"),
@@ -79,9 +79,9 @@ def sweep_section(figs, ev: pd.DataFrame, color: dict):
              "depth, final checkpoints) at each peak LR, on seeds the reported grid does not "
              "use; the chosen LR is the lowest mean serving NLL (the paper's metric)")
     findings = f"{title}.\n\n{table.to_markdown(index=False)}\n"
-    return Sections([(title, table)], notes,
-                    {"lr_sweep.json": json.dumps({"chosen_lr": best}, indent=2, sort_keys=True) + "\n",
-                     "findings.md": findings})
+    files = {"lr_sweep.json": json.dumps({"chosen_lr": best}, indent=2, sort_keys=True) + "\n",
+             "findings.md": findings}
+    return [(title, table)], notes, files
 
 
 def _fig_sweep(figs, g: pd.DataFrame, color: dict, best: dict) -> None:
