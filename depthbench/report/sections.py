@@ -68,8 +68,8 @@ def _eval_sections(figs, ev: pd.DataFrame, color: dict, reference: str | None,
                        "Holm-corrected across this report's claims; equivalent where the "
                        f"interval lies within ±{EQUIVALENCE_MARGIN:g}",
                        _comparison_table(comparisons)))
-    _nll_section(re, reference, tables, notes)
-    _fig_by_group(figs, comparisons, _nll_comparisons(re, reference), color, NLL_BAND)
+    nll = _nll_section(re, reference, tables, notes)
+    _fig_by_group(figs, comparisons, nll, color, NLL_BAND)
     axis, by_length = group_col(re), re
     if axis:   # the other figures: the full budget, the longest training
         re = re[re[axis] == re[axis].max()]
@@ -108,8 +108,10 @@ def _eval_sections(figs, ev: pd.DataFrame, color: dict, reference: str | None,
     return Sections(tables, notes, files)
 
 
-def _nll_section(re: pd.DataFrame, reference: str | None, tables: list, notes: list) -> None:
-    """The paper's metric: the verdicts on mean serving NLL, a table and a sentence each."""
+def _nll_section(re: pd.DataFrame, reference: str | None, tables: list,
+                 notes: list) -> pd.DataFrame:
+    """The paper's metric: the verdicts on mean serving NLL, a table and a sentence each;
+    returns the comparisons."""
     nll = _nll_comparisons(re, reference)
     if not nll.empty:
         notes += _nll_words(nll)
@@ -120,6 +122,7 @@ def _nll_section(re: pd.DataFrame, reference: str | None, tables: list, notes: l
                        "only where the 95% interval lies inside it, outside only where it "
                        "excludes it, else not resolved, with the precision reached) and whether "
                        "it holds with each seed left out in turn", _nll_table(nll)))
+    return nll
 
 
 def _control_table(fin: pd.DataFrame):
@@ -348,7 +351,7 @@ def summarize(rows: dict[str, pd.DataFrame], reference: str | None = None) -> di
     that draw the report (``depthbench.docs``): its arms and seeds, the comparisons decided in
     advance with their verdicts, the best seed-mean reading as a share of the ceiling per split,
     the findings table and the grid's wall clock."""
-    from depthbench.report.sweep import best_lrs, is_sweep, sweep_runs
+    from depthbench.report.sweep import is_sweep, sweep_notes
     rows = labelled(rows)
     ev = rows.get("eval")
     out = {"kind": "none", "reading": "-", "arms": [], "seeds": 0, "comparisons": [], "sentences": [],
@@ -363,11 +366,7 @@ def summarize(rows: dict[str, pd.DataFrame], reference: str | None = None) -> di
     out["arms"] = sorted(map(str, fin["schedule"].unique()))
     out["seeds"] = int(fin.groupby("schedule")["seed"].nunique().max())
     if is_sweep(ev):   # tuning rows: the LR each arm is run at, no comparison
-        per = sweep_runs(ev).groupby(["arm", "lr"])["nll"].mean()
-        out.update(kind="sweep", reading="learning-rate sweep", sentences=[
-            f"`{arm}` is run at peak LR {lr:g}: mean serving NLL {per[arm][lr]:.4f} (at the other "
-            "LRs " + ", ".join(f"{v:.4f} at {x:g}" for x, v in per[arm].items() if x != lr) + ")."
-            for arm, lr in best_lrs(ev).items()])
+        out.update(kind="sweep", reading="learning-rate sweep", sentences=sweep_notes(ev))
         return out
     if "bits_per_byte" in fin.columns and fin["bits_per_byte"].notna().any():
         out["kind"] = "text"

@@ -52,14 +52,31 @@ def best_lrs(ev: pd.DataFrame) -> dict[str, float]:
     return out
 
 
+def _arm_lr_means(ev: pd.DataFrame) -> pd.DataFrame:
+    """Per arm and LR: seeds, mean serving NLL and exact match (mean and SD over seeds)."""
+    return sweep_runs(ev).groupby(["arm", "lr"]).agg(
+        seeds=("seed", "nunique"), nll=("nll", "mean"), nll_sd=("nll", "std"),
+        em=("exact_match", "mean"), em_sd=("exact_match", "std")).reset_index()
+
+
+def sweep_notes(ev: pd.DataFrame) -> list[str]:
+    """One sentence per arm: its chosen LR and the NLL at the others (report and results page)."""
+    g = _arm_lr_means(ev)
+    notes = []
+    for arm, lr in best_lrs(ev).items():
+        a = g[g["arm"] == arm].sort_values("nll")
+        rest = "; ".join(f"{r.nll:.4f} at {r.lr:g}" for r in a.iloc[1:].itertuples())
+        notes.append(f"Learning-rate sweep: `{arm}` has its lowest mean serving NLL at peak LR "
+                     f"{lr:g} ({a['nll'].iloc[0]:.4f}, mean of {int(a['seeds'].iloc[0])} "
+                     f"held-out seeds; {rest or 'no other LR'}).")
+    return notes
+
+
 def sweep_section(figs, ev: pd.DataFrame, color: dict):
     """The sweep's (tables, sentences, files): its table, figure, ``lr_sweep.json`` and
     ``findings.md``."""
-    per = sweep_runs(ev)
     best = best_lrs(ev)
-    g = per.groupby(["arm", "lr"]).agg(seeds=("seed", "nunique"), nll=("nll", "mean"),
-                                       nll_sd=("nll", "std"), em=("exact_match", "mean"),
-                                       em_sd=("exact_match", "std")).reset_index()
+    g = _arm_lr_means(ev)
     table = pd.DataFrame({
         "arm": g["arm"], "peak LR": [f"{x:g}" for x in g["lr"]], "seeds": g["seeds"],
         "mean serving NLL (mean ± SD over seeds)": [_fmt(m, s, 4) for m, s in zip(g["nll"], g["nll_sd"])],
@@ -67,13 +84,6 @@ def sweep_section(figs, ev: pd.DataFrame, color: dict):
         "chosen": ["yes" if best.get(a) == lr else "" for a, lr in zip(g["arm"], g["lr"])]})
     if g["em"].isna().all():
         table = table.drop(columns=["exact match, mean over depths"])
-    notes = []
-    for arm, lr in best.items():
-        a = g[g["arm"] == arm].sort_values("nll")
-        rest = "; ".join(f"{r.nll:.4f} at {r.lr:g}" for r in a.iloc[1:].itertuples())
-        notes.append(f"Learning-rate sweep: `{arm}` has its lowest mean serving NLL at peak LR "
-                     f"{lr:g} ({a['nll'].iloc[0]:.4f}, mean of {int(a['seeds'].iloc[0])} "
-                     f"held-out seeds; {rest or 'no other LR'}).")
     _fig_sweep(figs, g, color, best)
     title = ("Learning-rate sweep: each arm's mean serving NLL (NLL averaged over every serving "
              "depth, final checkpoints) at each peak LR, on seeds the reported grid does not "
@@ -81,7 +91,7 @@ def sweep_section(figs, ev: pd.DataFrame, color: dict):
     findings = f"{title}.\n\n{table.to_markdown(index=False)}\n"
     files = {"lr_sweep.json": json.dumps({"chosen_lr": best}, indent=2, sort_keys=True) + "\n",
              "findings.md": findings}
-    return [(title, table)], notes, files
+    return [(title, table)], sweep_notes(ev), files
 
 
 def _fig_sweep(figs, g: pd.DataFrame, color: dict, best: dict) -> None:
