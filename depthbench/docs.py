@@ -42,6 +42,8 @@ EXPERIMENTS = (
                "depthbench run budgets"),
     Experiment("budgets-2threads", "Figure 1's 15% budget at 2 CPU threads per run "
                "(arithmetic check)", "depthbench run docs/threads/budgets-2threads.toml"),
+    Experiment("table3-2threads", "Table 3's seed 0 at 2 CPU threads per run (arithmetic check)",
+               "depthbench run docs/threads/table3-2threads.toml"),
     Experiment("fixed-depths", "the paper's Figure 5: fixed-depth models across serving depths",
                "depthbench run fixed-depths"),
     Experiment("text-quickstart", "natural text: NLL and bits per byte per serving depth, a "
