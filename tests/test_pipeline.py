@@ -512,6 +512,9 @@ def _set_first(**kw):
     ("probe.jsonl", _set_first(depth_a=2.5), "whole number"),
     ("curves.jsonl", _set_first(loss=-1.0), "loss"),
     ("probe.jsonl", _set_first(ci95=-0.1), "ci95"),
+    ("eval.jsonl", lambda rows: [{**r, "seed": -1} for r in rows], "seed"),
+    ("eval.jsonl", lambda rows: [{**r, "wall_clock_s": -5.0} for r in rows], "wall_clock_s"),
+    ("runs.jsonl", lambda rows: [{**r, "params": 0} for r in rows], "params"),
     # a seed read at half the depths of the others
     ("eval.jsonl", lambda rows: [r for r in rows if not (r["run"] == "fixed:4-1" and r["depth"] > 4)],
      "same depths"),

@@ -183,6 +183,11 @@ RANGES = {
     "stage": {"stage_s": (0, None), "started": (0, None), "finished": (0, None),
               "workers": (1, None), "peak_rss_mb": (0, None)},
 }
+# columns any kind of row may carry, checked wherever they appear: counts, clocks and sizes
+# cannot be negative, and a model has at least one parameter
+COMMON_RANGES = {"seed": (0, None), "wall_clock_s": (0, None), "train_cpu_s": (0, None),
+                 "params": (1, None), "people_trained": (0, None), "n_grad_loops": (0, None),
+                 "tokens_per_s": (0, None), "elapsed_s": (0, None)}
 
 
 # columns that count something (a depth, a step, people): whole numbers wherever they appear
@@ -206,7 +211,7 @@ def _check_ranges(df: pd.DataFrame, kind: str, path: Path) -> None:
     def refuse(what: str):
         raise UserError(f"result file {path}: {what}, which no {kind} row can hold; "
                         "regenerate it with depthbench")
-    for c, (lo, hi) in RANGES.get(kind, {}).items():
+    for c, (lo, hi) in {**COMMON_RANGES, **RANGES.get(kind, {})}.items():
         if c not in df.columns:
             continue
         col = df[c]   # a bool among numbers leaves the column of object dtype
