@@ -666,3 +666,36 @@ def test_length_report_compares_within_each_length_and_draws_them(tmp_path):
         naive = (per["fixed:4"] - per["uniform:1-16"]).mean()
         assert f"At {x}x the spec's steps, `fixed:4`" in md
         assert f"differs by {naive:+.3f}" in md
+
+
+def test_plateaus_read_the_change_in_mean_serving_nll_between_lengths(tmp_path):
+    """Between consecutive lengths each schedule's paired relative change of mean serving NLL
+    gets its verdict from the 95% interval against ±1%: a schedule whose NLL falls 10% at 2x is
+    still improving, one whose NLL moves 0.2% is on a plateau, one that moves ±5% by seed is not
+    resolved; the change equals the naive per-seed ratio."""
+    from depthbench.report.compare import _plateaus
+    d = _hand_made_rows(tmp_path)
+    ev = [json.loads(x) for x in (d / "eval.jsonl").read_text().splitlines()]
+    factor = {"fixed:4": lambda seed: 0.9, "uniform:1-16": lambda seed: 1.002,
+              "fixed-first:0.8:4:1-16": lambda seed: 1.05 if seed == 0 else 0.95}
+    rows = []
+    for x in (1, 2):
+        for r in ev:
+            f = factor[r["schedule"]](r["seed"]) if x == 2 else 1.0
+            rows.append({**r, "run": f"x{x}-{r['run']}", "length": x, "nll": r["nll"] * f})
+    (d / "eval.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    df = pd.DataFrame(rows)
+    re = df[df["split"] == "eval_reordered"]
+    p = _plateaus(re).set_index("schedule")
+    per = re.groupby(["schedule", "length", "seed"])["nll"].mean()
+    for s in factor:
+        naive = np.mean([per[s, 2, seed] / per[s, 1, seed] - 1 for seed in (0, 1)])
+        assert p.loc[s, "diff"] == pytest.approx(naive)
+    assert p.loc["fixed:4", "verdict"] == "still improving"
+    assert p.loc["uniform:1-16", "verdict"].startswith("on a plateau")
+    assert p.loc["fixed-first:0.8:4:1-16", "verdict"].startswith("not resolved at this precision")
+    build_report([d], tmp_path / "rep", title="lengths")
+    md = (tmp_path / "rep" / "README.md").read_text()
+    assert "Plateaus" in md and "`fixed:4` from 1x the spec's steps to 2x" in md
+    # rows of one length: no plateau table
+    assert _plateaus(re[re["length"] == 1]).empty

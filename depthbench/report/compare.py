@@ -249,3 +249,70 @@ def _nll_words(c: pd.DataFrame) -> list[str]:
                 f"{r['verdict']}{robust}.")
         out.append(at + what if at else what[0].upper() + what[1:])
     return out
+
+
+# A schedule is on a plateau between two training lengths where the paired 95% interval of
+# its relative change in mean serving NLL lies inside ±this (fixed before the 2x and 4x runs).
+PLATEAU_BAND = 0.01
+
+
+def _plateau_verdict(lo: float, hi: float, n: int) -> str:
+    band = f"±{100 * PLATEAU_BAND:g}%"
+    if n < 2 or not np.isfinite(hi):
+        return "not resolved (one seed)"
+    if -PLATEAU_BAND < lo and hi < PLATEAU_BAND:
+        return f"on a plateau (the change lies within {band})"
+    if hi < -PLATEAU_BAND:
+        return "still improving"
+    if lo > PLATEAU_BAND:
+        return "worse with more training"
+    return f"not resolved at this precision (95% interval ±{100 * (hi - lo) / 2:.1f}%)"
+
+
+def _plateaus(re: pd.DataFrame) -> pd.DataFrame:
+    """Figure 2 left's curve read per schedule: between each pair of consecutive training
+    lengths, the paired relative change of each seed's mean serving NLL (NLL at the longer
+    length / NLL at the shorter - 1), its 95% t-interval and the plateau verdict. Empty unless
+    the rows hold the training-length axis at two lengths or more."""
+    if group_col(re) != "length":
+        return pd.DataFrame()
+    per = re.groupby(["schedule", "length", "seed"])["nll"].mean()
+    lengths = sorted(re["length"].dropna().unique())
+    rows = []
+    for s in sorted(re["schedule"].unique()):
+        for a, b in zip(lengths, lengths[1:]):
+            if (s, a) not in per.index or (s, b) not in per.index:
+                continue
+            x, y = per.loc[(s, a)], per.loc[(s, b)]
+            both = x.index.intersection(y.index)
+            if len(both) == 0:
+                continue
+            d = (y.loc[both] / x.loc[both] - 1).to_numpy()
+            m, h, n = t_interval(d)
+            rows.append({"schedule": s, "from": a, "to": b, "seeds": n,
+                         "nll_from": x.loc[both].mean(), "nll_to": y.loc[both].mean(),
+                         "diff": m, "lo": m - h, "hi": m + h,
+                         "verdict": _plateau_verdict(m - h, m + h, n)})
+    return pd.DataFrame(rows)
+
+
+def _plateau_table(p: pd.DataFrame) -> pd.DataFrame:
+    def pct(x):
+        return f"{100 * x:+.2f}%"
+    return pd.DataFrame({
+        "schedule": p["schedule"],
+        "lengths": [f"{group_short('length', a)} to {group_short('length', b)}"
+                    for a, b in zip(p["from"], p["to"])],
+        "seeds": p["seeds"], "mean serving NLL": [f"{a:.4f} to {b:.4f}"
+                                                  for a, b in zip(p["nll_from"], p["nll_to"])],
+        "change [95% CI]": [f"{pct(m)} [{pct(lo)}, {pct(hi)}]" if np.isfinite(hi) else pct(m)
+                            for m, lo, hi in zip(p["diff"], p["lo"], p["hi"])],
+        "verdict": p["verdict"]})
+
+
+def _plateau_words(p: pd.DataFrame) -> list[str]:
+    return [f"`{r['schedule']}` from {group_words('length', r['from'])} to "
+            f"{group_short('length', r['to'])}: mean serving NLL {r['nll_from']:.3f} to "
+            f"{r['nll_to']:.3f}, {100 * r['diff']:+.2f}%"
+            + (f" [{100 * r['lo']:+.2f}%, {100 * r['hi']:+.2f}%]" if np.isfinite(r["hi"]) else "")
+            + f", {r['seeds']} seeds: {r['verdict']}." for _, r in p.iterrows()]

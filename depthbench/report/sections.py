@@ -12,6 +12,7 @@ from depthbench.errors import UserError
 from depthbench.report.compare import (
     EQUIVALENCE_MARGIN,
     NLL_BAND,
+    PLATEAU_BAND,
     _comparison_table,
     _comparison_words,
     _comparisons,
@@ -21,6 +22,9 @@ from depthbench.report.compare import (
     _paired_mean_em,
     _paired_table,
     _per_depth_words,
+    _plateau_table,
+    _plateau_words,
+    _plateaus,
     _verdict,
 )
 from depthbench.report.figures import (
@@ -122,6 +126,14 @@ def _nll_section(re: pd.DataFrame, reference: str | None, tables: list,
                        "only where the 95% interval lies inside it, outside only where it "
                        "excludes it, else not resolved, with the precision reached) and whether "
                        "it holds with each seed left out in turn", _nll_table(nll)))
+    plateau = _plateaus(re)
+    if not plateau.empty:
+        notes += _plateau_words(plateau)
+        tables.append(("Plateaus (Figure 2 left's curve per schedule): between consecutive "
+                       "training lengths, the paired relative change of each seed's mean serving "
+                       "NLL with its 95% t-interval; on a plateau only where the interval lies "
+                       f"within ±{100 * PLATEAU_BAND:g}%, still improving only where it lies below "
+                       "it", _plateau_table(plateau)))
     return nll
 
 
@@ -343,7 +355,7 @@ def _nll_summary(out: dict, re: pd.DataFrame, reference: str | None) -> None:
         out["nll"] = [{"schedule": r["schedule"], "axis": r["axis"],
                        "group": None if pd.isna(r["group"]) else r["group"],
                        "verdict": r["verdict"]} for _, r in nll.iterrows()]
-        out["nll_sentences"] = _nll_words(nll)
+        out["nll_sentences"] = _nll_words(nll) + _plateau_words(_plateaus(re))
 
 
 def summarize(rows: dict[str, pd.DataFrame], reference: str | None = None) -> dict:
