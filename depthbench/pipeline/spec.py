@@ -128,6 +128,8 @@ class TrainSpec(PlainConfig):
         unknown = sorted(set(arms) - set(self.arms))
         require(not unknown, "arm_set", f"names no arm of this grid ({', '.join(unknown)}); its "
                f"arms: {', '.join(self.arms)}")
+        require(not (self.lrs and "lr" in self.set), "set.lr",
+               "is given by train.lrs, once per run; give one of them")
         for arm, over in arms.items():
             require(isinstance(over, dict) and all(not isinstance(v, (dict, list)) for v in over.values()),
                    f"arm_set.{arm}", "must be a table of plain train.set values, e.g. { lr = 2e-3 }")
@@ -348,6 +350,10 @@ def load_spec(spec: str | Path | None) -> ExperimentSpec:
     if isinstance(raw.get("data"), dict) and "corpus" in raw["data"] and not raw["data"]["corpus"]:
         raise SpecError(f"{path}: data.corpus is empty; name the corpus files or directories "
                         "(or python-docs), or leave corpus out for the generated dataset")
+    for axis in ("budgets", "lrs", "lengths"):   # an empty axis would read as no axis at all
+        if isinstance(raw.get("train"), dict) and raw["train"].get(axis, None) == []:
+            raise SpecError(f"{path}: train.{axis} is empty; give its values, or leave it out "
+                            "for a grid without that axis")
     parts = {sec: _section(cls, sec, raw.get(sec, {}), path) for sec, cls in SECTIONS.items()}
     s = ExperimentSpec(name=name, **parts)
     _cross_check(s, path)
