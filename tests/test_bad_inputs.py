@@ -491,7 +491,9 @@ def render_doc() -> str:
         "schedules sharing no seed are not compared; lm-eval's --output_path over the inputs and",
         "a task of the other dataset kind refused; an eval stage's key covers its task files; a",
         "serving mode named twice refused; --readme and --json-out checked before a benchmark",
-        "runs.",
+        "runs. Then: an empty `train.lrs`, `lengths` or `budgets` (it read as no axis) and",
+        "`train.set.lr` beside `train.lrs` refused; report rows with a negative seed, wall clock or",
+        "CPU time, or a model of no parameters, refused in every kind of row.",
     ]
     return "\n".join(lines) + "\n"
 
