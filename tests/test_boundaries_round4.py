@@ -111,7 +111,11 @@ def test_lm_eval_inputs_are_checked_before_it_runs(trained_run, small_data, tmp_
              ([("--model_args", run), ("--metadata", json.dumps({"data": str(small_data)})),
                ("--output_path", str(small_data))], "--output_path"),
              ([("--model_args", run), ("--metadata", json.dumps({"data": str(small_data)})),
-               ("--output_path", str(trained_run / "metrics.jsonl"))], "--output_path")]
+               ("--output_path", str(trained_run / "metrics.jsonl"))], "--output_path"),
+             ([("--model_args", run), ("--metadata", json.dumps({"data": 5}))], "--metadata data"),
+             ([("--model_args", f"pretrained={trained_run}"), ("--depths", "1-2"),
+               ("--metadata", json.dumps({"data": ["a"]}))], "--metadata data"),
+             ([("--model_args", run), ("--metadata", "[1]")], "not a JSON object")]
     for opts, needle in cases:
         p = _lm_eval(*[x for kv in opts for x in kv])
         assert p.returncode == 2, (opts, p.stderr[-500:])

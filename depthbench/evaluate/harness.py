@@ -344,6 +344,21 @@ def _opt(args: list[str], name: str) -> list[str]:
     return out
 
 
+def _meta_data(meta: str) -> str | None:
+    """The dataset directory an lm-eval ``--metadata`` JSON object names (its "data"), or None."""
+    try:
+        obj = json.loads(meta)
+    except json.JSONDecodeError:
+        obj = None
+    if not isinstance(obj, dict):
+        raise UserError(f"--metadata {meta!r} is not a JSON object")
+    data = obj.get("data")
+    if data is not None and not (isinstance(data, str) and data):
+        raise UserError(f"--metadata data must be a dataset directory path (got {data!r}), "
+                        "e.g. '{\"data\": \"data/tiny\"}'")
+    return data
+
+
 def check_inputs(args: list[str]) -> None:
     """What lm-eval would take without a word, refused before it runs: an --include_path that
     is not a directory, task files (``--metadata`` data) of another dataset than the one the
@@ -359,10 +374,7 @@ def check_inputs(args: list[str]) -> None:
     run_dir = run_dir_of(run) if run else None
     data = None
     for meta in _opt(args, "--metadata"):
-        try:
-            data = json.loads(meta).get("data") or data
-        except (json.JSONDecodeError, AttributeError):
-            raise UserError(f"--metadata {meta!r} is not a JSON object") from None
+        data = _meta_data(meta) or data
     if run_dir is not None and data and (Path(data) / "manifest.json").is_file():
         trained = read_run(run_dir).get("dataset_hash")
         try:
@@ -423,10 +435,7 @@ def run_depths(args: list[str]) -> tuple[list[dict], list[Path]]:
         raise UserError("--model_args needs pretrained=RUN_DIR (or ouro:DIR, huginn:DIR, hf:DIR)")
     if not ns.tasks:
         raise UserError("--depths needs --tasks T1,T2,...")
-    try:
-        meta_data = json.loads(ns.metadata).get("data") if ns.metadata else None
-    except (json.JSONDecodeError, AttributeError):
-        raise UserError(f"--metadata {ns.metadata!r} is not a JSON object") from None
+    meta_data = _meta_data(ns.metadata) if ns.metadata else None
     run_dir = run_dir_of(run)
     data = margs.get("data") or meta_data or (read_run(run_dir).get("data")
                                              if run_dir is not None else None)
