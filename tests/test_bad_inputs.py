@@ -493,7 +493,9 @@ def render_doc() -> str:
         "serving mode named twice refused; --readme and --json-out checked before a benchmark",
         "runs. Then: an empty `train.lrs`, `lengths` or `budgets` (it read as no axis) and",
         "`train.set.lr` beside `train.lrs` refused; report rows with a negative seed, wall clock or",
-        "CPU time, or a model of no parameters, refused in every kind of row.",
+        "CPU time, or a model of no parameters, refused in every kind of row; a row file cut in",
+        "the middle of its last row and a row without its run or schedule refused; lm-eval's",
+        "--metadata data that is not a path refused.",
     ]
     return "\n".join(lines) + "\n"
 

@@ -703,3 +703,30 @@ def test_plateaus_read_the_change_in_mean_serving_nll_between_lengths(tmp_path):
     assert "Plateaus" in md and "`fixed:4` from 1x the spec's steps to 2x" in md
     # rows of one length: no plateau table
     assert _plateaus(re[re["length"] == 1]).empty
+
+
+@pytest.mark.parametrize("name,cut", [("eval.jsonl", "mid-row"), ("eval.csv", "mid-row"),
+                                      ("eval.jsonl", "null run"), ("eval.csv", "no newline")])
+def test_truncated_row_files_and_rows_without_a_run_are_refused(tmp_path, name, cut):
+    """A row file cut in the middle of its last row (JSONL or CSV) and a row without its run are
+    one line, exit 2, no report; a whole file saved without its final newline reads as it is."""
+    d = _hand_made_rows(tmp_path)
+    rows = [json.loads(x) for x in (d / "eval.jsonl").read_text().splitlines()]
+    (d / "eval.jsonl").unlink()
+    if cut == "null run":
+        rows[3]["run"] = None
+    f = d / name
+    if name.endswith(".csv"):
+        pd.DataFrame(rows).to_csv(f, index=False)
+    else:
+        f.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    data = f.read_bytes()
+    f.write_bytes(data[:-40] if cut == "mid-row" else data[:-1] if cut == "no newline" else data)
+    r = CliRunner().invoke(main, ["report", str(d), "--out", str(tmp_path / "rep")])
+    if cut == "no newline":
+        assert r.exit_code == 0, r.output
+        return
+    assert r.exit_code == 2, r.output
+    assert len(r.output.strip().splitlines()) == 1, r.output
+    assert ("middle of a row" if cut == "mid-row" else "has no run") in r.output
+    assert not (tmp_path / "rep").exists()

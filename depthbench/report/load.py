@@ -3,6 +3,8 @@ compared refused, and the grid's clock from its stage rows."""
 
 from __future__ import annotations
 
+import csv
+import json
 from pathlib import Path
 
 import numpy as np
@@ -14,7 +16,35 @@ from depthbench.rows import ROW_KEYS, SCHEMA, TEXT_EVAL
 from depthbench.schedules import MAX_DEPTH, parse_schedule
 
 
+def _cut_short(path: Path) -> bool:
+    """Whether the file's last row stops before its end (a truncated file): a last line without
+    its newline that is not a whole JSON object, or a CSV line with fewer fields than the header
+    (a file saved without a final newline is fine)."""
+    with open(path, "rb") as f:
+        size = f.seek(0, 2)
+        if size == 0 or (f.seek(size - 1) >= 0 and f.read(1) == b"\n"):
+            return False
+        f.seek(0)
+        head = f.readline()
+        f.seek(max(0, size - (1 << 20)))
+        last = f.read().rsplit(b"\n", 1)[-1]
+    try:
+        if path.suffix == ".jsonl":
+            return not isinstance(json.loads(last), dict)
+        fields = next(csv.reader([last.decode()]))
+        return len(fields) < len(next(csv.reader([head.decode()])))
+    except (ValueError, UnicodeDecodeError, StopIteration):
+        return True
+
+
 def _read(path: Path) -> pd.DataFrame:
+    try:
+        cut = _cut_short(path)
+    except OSError as e:
+        raise UserError(f"cannot read result file {path}: {e.strerror}") from None
+    if cut:
+        raise UserError(f"result file {path} ends in the middle of a row (truncated?); "
+                        "regenerate it with depthbench")
     try:
         if path.suffix == ".jsonl":
             return pd.read_json(path, lines=True, dtype=False)   # as written: 0.0 stays a float
@@ -142,6 +172,10 @@ def _kind(cols: set) -> str | None:
     return None
 
 
+def _a(kind: str) -> str:
+    return ("an " if kind[0] in "aeiou" else "a ") + kind
+
+
 def _checked(df: pd.DataFrame, kind: str, path: Path) -> pd.DataFrame:
     _, required, numeric = SCHEMA[kind]
     if kind == "eval" and "bits_per_byte" in df.columns:   # a text run's eval rows
@@ -150,6 +184,10 @@ def _checked(df: pd.DataFrame, kind: str, path: Path) -> pd.DataFrame:
     if missing:
         raise UserError(f"result file {path} looks like {kind} rows but lacks the column(s) "
                         f"{', '.join(missing)}; regenerate it with depthbench")
+    empty = [c for c in required if c not in numeric and c != "switch_step" and df[c].isna().any()]
+    if empty:
+        raise UserError(f"result file {path}: {_a(kind)} row has no {empty[0]}; regenerate it "
+                        "with depthbench")
     for c in numeric:
         if (not pd.api.types.is_numeric_dtype(df[c]) or pd.api.types.is_bool_dtype(df[c])
                 or not np.isfinite(df[c].astype(float)).all()):
@@ -254,7 +292,7 @@ def _check_schedules(col: pd.Series, kind: str, path: Path) -> None:
         if v is None or (isinstance(v, float) and np.isnan(v)):
             if kind == "serve":
                 continue
-            raise UserError(f"result file {path}: a {kind} row has no schedule; regenerate it "
+            raise UserError(f"result file {path}: {_a(kind)} row has no schedule; regenerate it "
                             "with depthbench")
         try:
             parse_schedule(v)
