@@ -152,7 +152,7 @@ def build_config(cls, config_file: str | None, given: dict, base: dict | None = 
 
 
 # config keys whose option is not --KEY-WITH-DASHES
-OPTION_NAMES = {"splits": "--split", "model_set": "--set"}
+OPTION_NAMES = {"splits": "--split", "model_set": "--set", "depth_a": "--depths-a", "depth_b": "--depths-b"}
 
 
 def default_of(cls, name: str) -> str:
