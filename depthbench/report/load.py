@@ -28,6 +28,8 @@ def _cut_short(path: Path) -> bool:
         head = f.readline()
         f.seek(max(0, size - (1 << 20)))
         last = f.read().rsplit(b"\n", 1)[-1]
+    if not last.strip():
+        return False
     try:
         if path.suffix == ".jsonl":
             return not isinstance(json.loads(last), dict)
