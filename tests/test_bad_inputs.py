@@ -309,7 +309,7 @@ def cases():
         ("run-missing-spec", ["run", "{root}/none.toml", "--out", "{out}"], "does not exist"),
         ("report-missing", ["report", "{root}/none", "--out", "{out}"], "does not exist"),
         ("probe-bad-batches", ["probe-update", R, "--batches", "0"], "--batches"),
-        ("probe-same-depths", ["probe-update", R, "--depths-a", "4", "--depths-b", "4"], "--depths-b"),
+        ("probe-depth-b-zero", ["probe-update", R, "--depths-b", "0"], "--depths-b"),
         ("unknown-option", ["eval", R, "--depth", "3"], "No such option"),
         # ---- files trusted after their hash: edited, then re-hashed ----------------------------
         ("data-rehashed-seq-len", ["train", "--data", "{rehash_seq_len}", "--out", "{out}"], "'seq_len' does not follow"),

@@ -228,7 +228,6 @@ BAD = [
     ("[train]\nlengths = [1, 2]\nbudgets = [0.5, 1.0]\n", "train.lengths"),
     ("[train]\nlrs = [-1.0]\n", "train.lrs"),
     ("[train]\nlrs = []\n", "train.lrs is empty"),
-    ("[probe]\ndepth_a = 8\ndepth_b = 8\n", "probe.depth_b"),
     ("[train]\nlengths = []\n", "train.lengths is empty"),
     ("[train]\nbudgets = []\n", "train.budgets is empty"),
     ("[train]\nlrs = [0.001]\nset = { lr = 0.002 }\n", "train.lrs"),

@@ -93,8 +93,6 @@ class ProbeConfig(PlainConfig):
         depths_ok(self.depths, "depths")
         for f in ("depth_a", "depth_b"):
             require(1 <= getattr(self, f) <= MAX_DEPTH, f, f"must be in 1..{MAX_DEPTH}")
-        require(self.depth_a != self.depth_b, "depth_b", "must differ from depth_a (the probe "
-                "compares one update at two depths)")
         require(2 <= self.batches <= 1 << 16, "batches", "must be in 2..65536")
         require(1 <= self.max_people <= 1 << 30, "max_people", "must be >= 1")
         require(self.lr is None or self.lr > 0, "lr", "must be > 0")

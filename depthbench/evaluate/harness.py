@@ -9,9 +9,8 @@ dataset's vocabulary (found through the run's record, or ``data=DIR``); a sequen
 the tokenizer is the corpus's own byte-level BPE, and end-of-text starts every sequence, so any
 lm-eval task (``hellaswag``, ``piqa``, ``arc_easy`` where the HF datasets cache holds them, or a
 local YAML such as ``depthbench_cloze``) runs at any ``n_loops``.
-With ``exit=SPEC`` generation runs through the depth-adaptive serving engine (batch-1
-decoding with the given criterion and KV policy); likelihoods always use ``n_loops``
-(default: ``max_depth``).
+With ``exit=SPEC`` generation runs through the depth-adaptive serving engine (batch-1 decoding,
+the given criterion and KV policy); likelihoods always use ``n_loops`` (default: max_depth).
 
 lm-eval passes ``batch_size`` (a string from its CLI, possibly "auto"), ``max_batch_size`` and
 ``device``; all are accepted. Any other unknown argument is an error.
@@ -345,17 +344,13 @@ def _opt(args: list[str], name: str) -> list[str]:
 
 
 def _meta_data(meta: str) -> str | None:
-    """The dataset directory an lm-eval ``--metadata`` JSON object names (its "data"), or None."""
+    """The dataset directory an lm-eval ``--metadata`` JSON object names ("data"), or None."""
     try:
-        obj = json.loads(meta)
-    except json.JSONDecodeError:
-        obj = None
-    if not isinstance(obj, dict):
-        raise UserError(f"--metadata {meta!r} is not a JSON object")
-    data = obj.get("data")
+        data = json.loads(meta).get("data")
+    except (json.JSONDecodeError, AttributeError):
+        raise UserError(f"--metadata {meta!r} is not a JSON object") from None
     if data is not None and not (isinstance(data, str) and data):
-        raise UserError(f"--metadata data must be a dataset directory path (got {data!r}), "
-                        "e.g. '{\"data\": \"data/tiny\"}'")
+        raise UserError(f"--metadata data must be a dataset directory path (got {data!r})")
     return data
 
 

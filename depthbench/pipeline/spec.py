@@ -213,8 +213,6 @@ class ProbeSpec(PlainConfig):
         require(0 <= self.lr <= 1, "lr", "must be in [0, 1] (0: the run's own LR at the checkpoint)")
         for f in ("depth_a", "depth_b"):
             require(1 <= getattr(self, f) <= MAX_DEPTH, f, f"must be between 1 and {MAX_DEPTH}")
-        require(self.depth_a != self.depth_b, "depth_b", "must differ from depth_a (the probe "
-                "compares one update at two depths)")
         require(2 <= self.batches <= 1 << 16, "batches", "must be between 2 and 65536")
         require(1 <= self.max_people <= 1 << 30, "max_people", "must be >= 1")
 
