@@ -52,7 +52,7 @@ RESERVED_COLUMNS = frozenset("""
 ROW_KEYS = {"eval": ["run", "step", "split", "depth"], "probe": ["run", "step", "depth",
                                                                 "depth_a", "depth_b"],
             "curve": ["run", "step"], "run": ["run"], "serve": None,
-            "task": ["run", "step", "task", "depth"], "stage": ["stage"]}
+            "task": ["run", "step", "task", "depth"], "stage": ["stage", "started"]}
 
 
 # kind -> (the columns that identify it, the columns it must have, which of those are numbers)

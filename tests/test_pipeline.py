@@ -730,3 +730,26 @@ def test_truncated_row_files_and_rows_without_a_run_are_refused(tmp_path, name, 
     assert len(r.output.strip().splitlines()) == 1, r.output
     assert ("middle of a row" if cut == "mid-row" else "has no run") in r.output
     assert not (tmp_path / "rep").exists()
+
+
+def test_two_grids_stage_rows_combine_but_one_grid_twice_is_refused(tmp_path):
+    """Each grid has a `generate` and a `report` stage: two grids' rows (a 1x and a 2x length
+    grid) combine in one report, counted as both grids' time; the same grid's rows given twice
+    are still refused as duplicates."""
+    d = _hand_made_rows(tmp_path)
+    for name, t0 in (("a", 0.0), ("b", 1000.0)):
+        g = tmp_path / name
+        g.mkdir()
+        (g / "stage.jsonl").write_text("".join(json.dumps(
+            {"kind": "stage", "stage": s, "command": s, "started": t0 + i * 10,
+             "finished": t0 + i * 10 + 5, "stage_s": 5.0, "workers": 1}) + "\n"
+            for i, s in enumerate(("generate", "report"))))
+    from depthbench.errors import UserError
+    from depthbench.report.load import load_rows
+    rows = load_rows([d, tmp_path / "a", tmp_path / "b"])
+    assert len(rows["stage"]) == 4
+    from depthbench.report import busy_seconds
+    assert busy_seconds(rows["stage"]["started"], rows["stage"]["finished"]) == pytest.approx(20.0)
+    shutil.copytree(tmp_path / "a", tmp_path / "a2")
+    with pytest.raises(UserError, match="stage generate"):
+        load_rows([d, tmp_path / "a", tmp_path / "a2"])
