@@ -112,6 +112,30 @@ def test_sign_flip_p_agrees_with_scipy_and_does_not_depend_on_order():
         assert len(ps) == 1
 
 
+def test_an_exact_match_verdict_says_when_holm_s_family_outgrows_its_seeds():
+    """With 8 seeds the exact sign-flip p is at least 2/256; Holm over 9 comparisons makes the
+    smallest corrected p 9 x 2/256 = 0.0703, so no comparison can be decided, and the verdict
+    says why (one on every seed's side with a clear interval still reads undecided)."""
+    import pandas as pd
+
+    from depthbench.report.compare import _comparisons, _verdict
+    rows = [{"schedule": s, "seed": seed, "depth": d, "exact_match": base + 0.1 * i + 0.01 * seed}
+            for i, s in enumerate(["uniform:1-16", "a", "b", "c"]) for seed in range(8)
+            for d, base in ((1, 0.2), (2, 0.4))]
+    one = pd.DataFrame(rows)
+    three = pd.concat([one.assign(length=k) for k in (1, 2, 4)])   # the arms at three lengths
+    for m, re in ((3, one), (9, three)):
+        c = _comparisons(re, "uniform:1-16")
+        prim = c[c["summary"] == "primary"]
+        assert len(prim) == m and (prim["family"] == m).all()
+        assert prim["p"].tolist() == pytest.approx([2 / 256] * m)
+        assert prim["p_holm"].tolist() == pytest.approx([min(1, m * 2 / 256)] * m)
+        verdicts = {_verdict(r) for _, r in prim.iterrows()}
+        assert verdicts == ({"higher"} if m == 3 else
+                            {"undecided (9 comparisons on 8 seeds: the smallest possible "
+                             "Holm-corrected p is 0.0703)"})
+
+
 # ---- the paper's metric: mean serving NLL against its ±0.5% band -------------------------------
 
 def _nll_rows(ratios: dict[str, list[float]], ref_nll: list[float], depths=(1, 2, 3)):

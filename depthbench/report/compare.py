@@ -67,6 +67,7 @@ def _comparisons(re: pd.DataFrame, reference: str | None,
     primary = out["summary"] == "primary"
     out["p_holm"] = np.nan
     out.loc[primary, "p_holm"] = holm(out.loc[primary, "p"])
+    out["family"] = int(primary.sum())   # Holm's family: every primary comparison of the report
     return out
 
 
@@ -83,8 +84,13 @@ def _verdict(r) -> str:
     if -EQUIVALENCE_MARGIN < r["lo"] and r["hi"] < EQUIVALENCE_MARGIN:
         return f"equivalent within ±{EQUIVALENCE_MARGIN:g}"
     floor = 2 / 2 ** r["seeds"]
-    return ("undecided" + (f" ({r['seeds']} seeds: the smallest possible p is {floor:.3g})"
-                           if floor >= 0.05 else ""))
+    if floor >= 0.05:
+        return f"undecided ({r['seeds']} seeds: the smallest possible p is {floor:.3g})"
+    m = int(r.get("family", 1))   # Holm multiplies the smallest p by the family's size
+    if m * floor >= 0.05:
+        return (f"undecided ({m} comparisons on {r['seeds']} seeds: the smallest possible "
+                f"Holm-corrected p is {m * floor:.3g})")
+    return "undecided"
 
 
 def _comparison_table(c: pd.DataFrame) -> pd.DataFrame:
