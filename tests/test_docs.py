@@ -54,6 +54,22 @@ def test_calibration_table_is_its_rows():
         "run python benchmarks/calibrate.py --table-only"
 
 
+def test_text_calibration_table_is_its_rows_and_its_criterion_is_recomputed_by_hand():
+    cal = _bench("calibrate_text")
+    rows = cal.load_rows()
+    assert cal.write_table(rows, path=None) == cal.TABLE.read_text(), \
+        "run python benchmarks/calibrate_text.py --table-only"
+    import statistics
+    for s in cal.summarize(rows):   # the criterion from the rows, by hand
+        g = [r for r in rows if (r["recipe"], r["schedule"]) == (s["recipe"], s["schedule"])]
+        d1, d16 = [r["nll"][0] for r in g], [r["nll"][-1] for r in g]
+        gap = sum(d1) / len(d1) - sum(d16) / len(d16)
+        assert abs(s["gap"] - gap) < 1e-12
+        if len(g) >= 2:
+            sd = max(statistics.stdev(d1), statistics.stdev(d16))
+            assert s["passes"] == (len(g) >= 8 and gap >= cal.RATIO * sd)
+
+
 def test_serving_tables_are_the_committed_runs():
     """The serving pages' measured figures are `bench_serve.py --readme` of the committed
     `--json-out` file, and the CPU table `serve_cpu.py`'s of its rows, line for line."""

@@ -31,8 +31,8 @@ def prepare_text_cmd(inputs, out, vocab_size, tokenizer, val_fraction, seq_len, 
     """Tokenize a text corpus into a dataset to train and evaluate looped models on.
 
     INPUTS are plain-text files (documents separated by blank lines), .jsonl files with a
-    "text" field, .gz of either, directories of them, or python-docs (the documentation that
-    ships with Python itself).
+    "text" field, .gz of either, directories of them, python-docs (the documentation that
+    ships with Python itself) or kjv (the King James Bible: pip install 'depthbench[prose]').
 
     \b
     Examples:

@@ -11,13 +11,13 @@ from __future__ import annotations
 import gzip
 import hashlib
 import json
-import os
 from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 
 from data_gen.format import dataset_hash, sha256_file
+from depthbench.data.builtin import BUILTINS, builtin_digest, builtin_documents
 from depthbench.data.dedup import NearCopies, NearDuplicates, content_key
 from depthbench.data.text import (
     EOT,
@@ -30,9 +30,6 @@ from depthbench.data.text import (
     _load_tokenizer,
 )
 
-BUILTIN = "python-docs"
-
-
 SUFFIXES = (".txt", ".jsonl", ".txt.gz", ".jsonl.gz")
 
 
@@ -40,47 +37,12 @@ BATCH_DOCS = 512          # documents encoded and written together
 
 
 # ---- reading documents ---------------------------------------------------------------------------
-def _python_docs() -> Iterator[str]:
-    """The help topics pydoc ships, then the docstrings of the standard library's modules,
-    classes and functions, each cut into paragraphs, in a fixed order (the corpus depends on the
-    Python version; the manifest's hash records it)."""
-    import ast
-    import pkgutil
-    import sys
-    try:
-        from pydoc_data.topics import topics
-    except ImportError:
-        topics = {}
-    texts = [topics[name] for name in sorted(topics)]
-    stdlib = Path(os.__file__).parent
-    names = sorted(m.name for m in pkgutil.iter_modules([str(stdlib)])
-                   if not m.name.startswith("_") and m.name not in sys.builtin_module_names
-                   and m.name not in ("test", "idlelib", "lib2to3", "tkinter", "turtledemo"))
-    for name in names:
-        f = stdlib / f"{name}.py"
-        if not f.is_file():
-            f = stdlib / name / "__init__.py"
-        try:
-            tree = ast.parse(f.read_text(encoding="utf-8"))
-        except (OSError, SyntaxError, UnicodeDecodeError, ValueError):
-            continue
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
-                doc = ast.get_docstring(node)
-                if doc:
-                    texts.append(doc)
-    for text in texts:
-        for para in text.split("\n\n"):
-            if len(para.strip()) >= 80:
-                yield para.strip()
-
-
 def input_files(inputs: list[str]) -> list[str | Path]:
     """The corpus files of ``inputs`` in order (a directory: its files, sorted, recursively)."""
     out: list[str | Path] = []
     for item in inputs:
-        if item == BUILTIN:
-            out.append(BUILTIN)
+        if item in BUILTINS:
+            out.append(item)
             continue
         p = Path(item)
         if p.is_dir():
@@ -93,7 +55,7 @@ def input_files(inputs: list[str]) -> list[str | Path]:
         elif p.is_file():
             if not p.name.endswith(SUFFIXES):
                 raise TextDataError(f"{p} is not a corpus file; give {', '.join(SUFFIXES)} files, "
-                                    f"directories of them or {BUILTIN}")
+                                    f"directories of them or {' or '.join(BUILTINS)}")
             out.append(p)
         else:
             why = "is not a regular file (a pipe or device)" if p.exists() else "does not exist"
@@ -104,7 +66,7 @@ def input_files(inputs: list[str]) -> list[str | Path]:
     # read once; a copy under another name is caught document by document (``documents``)
     seen, unique = set(), []
     for f in out:
-        key = f if f == BUILTIN else Path(f).resolve()
+        key = f if f in BUILTINS else Path(f).resolve()
         if key not in seen:
             seen.add(key)
             unique.append(f)
@@ -113,13 +75,12 @@ def input_files(inputs: list[str]) -> list[str | Path]:
 
 def corpus_digest(inputs: list[str], tokenizer: str | None = None) -> str:
     """The sha256 of what ``prepare_text`` would read: every input file's bytes in reading
-    order (``python-docs``: the Python version it is read from) and a given tokenizer's, so
-    that a corpus edited in place is a different input."""
-    import sys
+    order (a built-in corpus: ``builtin_digest``) and a given tokenizer's, so that a corpus
+    edited in place is a different input."""
     h = hashlib.sha256()
     for f in input_files(inputs):
-        if f == BUILTIN:
-            h.update(f"{BUILTIN} {sys.version}".encode())
+        if f in BUILTINS:
+            h.update(builtin_digest(f).encode())
         else:
             h.update(sha256_file(f).encode())
     if tokenizer:
@@ -167,8 +128,8 @@ def documents(inputs: list[str]) -> Iterator[str]:
 
 def _file_documents(src) -> Iterator[str]:
     """One input's documents, in order (``documents`` cuts and deduplicates them)."""
-    if src == BUILTIN:
-        yield from (d for d in _python_docs() if d.strip())
+    if src in BUILTINS:
+        yield from (d for d in builtin_documents(src) if d.strip())
         return
     path = Path(src)
     if ".jsonl" in path.name:
@@ -407,7 +368,7 @@ def prepare_text(inputs: list[str], out: str | Path, vocab_size: int = 0,
                             "--out")
     check_replaceable(out, "text-dataset")
     for f in files:
-        if f != BUILTIN and (out.resolve() == Path(f).resolve()
+        if f not in BUILTINS and (out.resolve() == Path(f).resolve()
                              or out.resolve() in Path(f).resolve().parents):
             raise TextDataError(f"--out {out} holds the corpus file {f}; write elsewhere")
     copies = NearCopies()   # found by the first pass, reused by the others
@@ -430,7 +391,7 @@ def prepare_text(inputs: list[str], out: str | Path, vocab_size: int = 0,
         (tmp / "cloze.jsonl").write_text("".join(json.dumps(r) + "\n" for r in items))
         manifest = {
             "format": FORMAT, "format_version": FORMAT_VERSION,
-            "settings": {"inputs": [str(f) if f == BUILTIN else Path(f).name for f in files],
+            "settings": {"inputs": [str(f) if f in BUILTINS else Path(f).name for f in files],
                          "vocab_size": vocab_size, "tokenizer": Path(tokenizer).name if tokenizer
                          else None, "val_fraction": val_fraction, "seed": seed,
                          "seq_len": seq_len},

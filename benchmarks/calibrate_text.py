@@ -1,0 +1,198 @@
+"""Calibrating the natural-text task: which corpus, steps and batch make depth matter?
+
+Each *recipe* names a built-in corpus (or corpus paths), ``prepare-text`` settings and overrides
+of the tiny presets (``--set`` keys), applied to every schedule alike. For every recipe x schedule
+x seed the script prepares the corpus (once per recipe), trains from scratch, reads validation
+NLL and bits per byte at serving depths 1-16, and appends one row to
+``docs/calibration/text-runs.jsonl``; rows already there are not trained again, so the table is
+regenerated from the committed rows in seconds:
+
+    python benchmarks/calibrate_text.py --table-only           # docs/calibration-text.md
+    python benchmarks/calibrate_text.py --recipes kjv-s600,kjv-s1200 --seeds 0-7
+
+The criterion (#42's sizing): uniform:1-16's seed-mean NLL at depth 16 lies below its depth-1
+NLL by at least 5 seed SDs (the larger of the seed SDs at depth 1 and at depth 16), on 8 seeds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from pathlib import Path
+
+from bench_rows import Parser, count
+from calibrate import _parse_ints
+
+ROOT = Path(__file__).resolve().parents[1]
+ROWS = ROOT / "docs" / "calibration" / "text-runs.jsonl"
+TABLE = ROOT / "docs" / "calibration-text.md"
+DEPTHS = list(range(1, 17))
+RATIO = 5.0      # the criterion: depth-1 minus depth-16 NLL >= RATIO seed SDs
+DATA = {"vocab_size": 1024, "val_fraction": 0.1, "seq_len": 64, "seed": 0}
+BASE = {"steps": 600, "batch_size": 16}      # the text-quickstart's recipe
+PAPER = {"init_loops": 1, "decay_frac": 0.1}  # the person task's Table 3 recipe (favours no depth)
+
+# name -> (what it is, {"corpus": [...], "data": prepare-text overrides, "sets": --set pairs})
+RECIPES: dict[str, tuple[str, dict]] = {
+    "pydocs-s600": ("the text-quickstart's recipe: python-docs, BPE 1024, windows of 64, tiny, "
+                    "600 steps of batch 16", {"corpus": ["python-docs"], "sets": BASE}),
+    "kjv-s600": ("pydocs-s600 on the kjv corpus", {"corpus": ["kjv"], "sets": BASE}),
+    "pydocs-s1200": ("pydocs-s600 at 1200 steps",
+                     {"corpus": ["python-docs"], "sets": {**BASE, "steps": 1200}}),
+    "kjv-s1200": ("kjv-s600 at 1200 steps", {"corpus": ["kjv"], "sets": {**BASE, "steps": 1200}}),
+    "kjv-s600-b32": ("kjv-s600 at batch 32",
+                     {"corpus": ["kjv"], "sets": {**BASE, "batch_size": 32}}),
+    "kjv-s600-d10": ("kjv-s600 with the decay from 90% (off the 0.8 arm's switch at 80%)",
+                     {"corpus": ["kjv"], "sets": {**BASE, "decay_frac": 0.1}}),
+    "kjv-s600-paper": ("kjv-s600 with the person task's Table 3 recipe (init_loops 1, decay "
+                       "from 90%)", {"corpus": ["kjv"], "sets": {**BASE, **PAPER}}),
+    "kjv-s1200-paper": ("kjv-s1200 with the person task's Table 3 recipe (init_loops 1, decay "
+                        "from 90%)", {"corpus": ["kjv"], "sets": {**BASE, "steps": 1200, **PAPER}}),
+    "pydocs-s1200-paper": ("pydocs-s1200 with the person task's Table 3 recipe",
+                           {"corpus": ["python-docs"],
+                            "sets": {**BASE, "steps": 1200, **PAPER}}),
+}
+
+
+def _dataset(recipe: str, work: Path) -> Path:
+    from depthbench.data.corpus import prepare_text
+    over = RECIPES[recipe][1]
+    d = {**DATA, **over.get("data", {})}
+    key = "-".join([*over["corpus"], *(f"{k}{v}" for k, v in sorted(d.items()))])
+    path = work / f"text-{key}".replace("/", "_")
+    if not (path / "manifest.json").is_file():
+        prepare_text(over["corpus"], path, d["vocab_size"], None, d["val_fraction"], d["seed"],
+                     d["seq_len"], force=True)
+    return path
+
+
+def run_one(recipe: str, schedule: str, seed: int, threads: int, work: str) -> dict:
+    """Train one run from scratch and read its validation NLL at every depth; the result row."""
+    import torch
+    torch.set_num_threads(threads)
+    from depthbench.checkpoint import load_model
+    from depthbench.config.train import resolve_presets
+    from depthbench.data.text import TextDataset
+    from depthbench.evaluate.text import text_sweep
+    from depthbench.train.loop import train
+    data = _dataset(recipe, Path(work))
+    sets = {**RECIPES[recipe][1]["sets"], "seed": seed, "threads": threads, "ckpt_every": 0}
+    mcfg, tcfg = resolve_presets("tiny", sets)
+    with tempfile.TemporaryDirectory(dir=work) as tmp:
+        t0 = time.perf_counter()
+        summary = train(data, Path(tmp) / "run", mcfg, tcfg, schedule, progress=False,
+                        log=lambda *a, **k: None)
+        wall = time.perf_counter() - t0
+        model, _ = load_model(Path(tmp) / "run")
+    res = text_sweep(model, TextDataset(data), DEPTHS)
+    return {"recipe": recipe, "schedule": schedule, "seed": seed, "threads": threads,
+            "steps": tcfg.steps, "final_loss": summary["final_loss"], "train_s": round(wall, 1),
+            "params": summary["params"], "tokens": res[1]["tokens"],
+            "nll": [round(res[k]["nll"], 5) for k in DEPTHS],
+            "bits_per_byte": [round(res[k]["bits_per_byte"], 5) for k in DEPTHS]}
+
+
+def load_rows() -> list[dict]:
+    if not ROWS.is_file():
+        return []
+    return [json.loads(line) for line in ROWS.read_text().splitlines() if line.strip()]
+
+
+def summarize(rows: list[dict]) -> list[dict]:
+    """One line per recipe x schedule: seed means at depths 1 and 16, the gap, the seed SDs and
+    the criterion (the gap over the larger SD, at least ``RATIO``; needs 2 seeds or more)."""
+    out = []
+    for rec in RECIPES:
+        for sch in sorted({r["schedule"] for r in rows if r["recipe"] == rec}):
+            g = sorted((r for r in rows if r["recipe"] == rec and r["schedule"] == sch),
+                       key=lambda r: r["seed"])
+            d1, d16 = [r["nll"][0] for r in g], [r["nll"][15] for r in g]
+            gap = statistics.fmean(d1) - statistics.fmean(d16)
+            sd = max(statistics.stdev(d1), statistics.stdev(d16)) if len(g) > 1 else float("nan")
+            ratio = gap / sd if sd > 0 else float("nan")
+            out.append({"recipe": rec, "schedule": sch, "seeds": len(g),
+                        "nll1": statistics.fmean(d1), "nll16": statistics.fmean(d16), "gap": gap,
+                        "sd": sd, "ratio": ratio, "bpb16": statistics.fmean(
+                            r["bits_per_byte"][15] for r in g),
+                        "train_s": statistics.fmean(r["train_s"] for r in g),
+                        "passes": len(g) >= 8 and ratio >= RATIO})
+    return out
+
+
+def write_table(rows: list[dict], path: Path = TABLE) -> str:
+    lines = ["# Calibration of the natural-text task", "",
+             "Generated by `python benchmarks/calibrate_text.py --table-only` from the rows in",
+             "`docs/calibration/text-runs.jsonl` (one row per trained run: recipe, schedule, "
+             "seed, threads, steps,", "training time, and validation NLL and bits per byte at "
+             "serving depths 1-16).", "",
+             f"Criterion: the seed-mean NLL at depth 16 lies below depth 1's by at least {RATIO:g}",
+             "seed SDs (the larger of the two depths' seed SDs), judged on 8 seeds (`passes`); "
+             "`ratio` is", "the gap over that SD. `train s` is one run's training time on one "
+             "CPU thread (the", "machine shared with other work; compare within a table).", "",
+             "## Recipes", "", "| recipe | what it is |", "|---|---|"]
+    lines += [f"| `{k}` | {v[0]} |" for k, v in RECIPES.items()]
+    lines += ["", "## Results", "",
+              "| recipe | schedule | seeds | NLL d1 | NLL d16 | gap | seed SD | ratio | "
+              "bits/byte d16 | train s | passes |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for s in summarize(rows):
+        lines.append(f"| `{s['recipe']}` | `{s['schedule']}` | {s['seeds']} | {s['nll1']:.4f} | "
+                     f"{s['nll16']:.4f} | {s['gap']:.4f} | {s['sd']:.4f} | {s['ratio']:.1f} | "
+                     f"{s['bpb16']:.4f} | {s['train_s']:.0f} | "
+                     f"{'yes' if s['passes'] else ('no' if s['seeds'] >= 8 else '-')} |")
+    text = "\n".join(lines) + "\n"
+    if path is not None:
+        path.write_text(text)
+    return text
+
+
+def main(argv=None) -> int:
+    ap = Parser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--recipes", default="kjv-s600")
+    ap.add_argument("--schedules", default="uniform:1-16")
+    ap.add_argument("--seeds", type=_parse_ints, default="0-3")
+    ap.add_argument("--threads", type=count(), default=1, help="CPU threads per run")
+    ap.add_argument("--workers", type=count(), default=os.cpu_count() or 1)
+    ap.add_argument("--work", default=None, help="scratch directory (default: a temporary one)")
+    ap.add_argument("--table-only", action="store_true")
+    a = ap.parse_args(argv)
+    if not a.table_only:
+        from depthbench.schedules import ScheduleError, parse_schedule
+        recipes, schedules = a.recipes.split(","), a.schedules.split(",")
+        unknown = [r for r in recipes if r not in RECIPES]
+        if unknown:
+            ap.error(f"unknown recipe(s) {unknown}; known: {', '.join(RECIPES)}")
+        for sch in schedules:
+            try:
+                parse_schedule(sch)
+            except ScheduleError as e:
+                ap.error(f"--schedules: {sch!r}: {e}")
+        done = {(r["recipe"], r["schedule"], r["seed"], r["threads"]) for r in load_rows()}
+        jobs = [(rec, sch, seed, a.threads) for seed in a.seeds for rec in recipes
+                for sch in schedules if (rec, sch, seed, a.threads) not in done]
+        work = Path(a.work or tempfile.mkdtemp(prefix="depthbench-calib-text-"))
+        work.mkdir(parents=True, exist_ok=True)
+        for rec in dict.fromkeys(r for r, *_ in jobs):   # each corpus once, before the workers
+            _dataset(rec, work)
+        print(f"{len(jobs)} runs to train with {a.workers} workers", flush=True)
+        with ProcessPoolExecutor(max_workers=a.workers) as pool:
+            futs = [pool.submit(run_one, *job, str(work)) for job in jobs]
+            for fut in as_completed(futs):
+                row = fut.result()
+                with open(ROWS, "a") as f:
+                    f.write(json.dumps(row) + "\n")
+                print(f"{row['recipe']:>20} {row['schedule']:>16} seed {row['seed']}: NLL d1 "
+                      f"{row['nll'][0]:.4f} d16 {row['nll'][15]:.4f}, {row['train_s']:.0f}s",
+                      flush=True)
+    text = write_table(load_rows())
+    print(text if a.table_only else f"wrote {TABLE}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
