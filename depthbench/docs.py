@@ -49,6 +49,8 @@ EXPERIMENTS = (
                "(arithmetic check)", "depthbench run docs/threads/budgets-2threads.toml"),
     Experiment("table3-2threads", "Table 3's seed 0 at 2 CPU threads per run (arithmetic check)",
                "depthbench run docs/threads/table3-2threads.toml"),
+    Experiment("text-table3-2threads", "Table 3 on text, seed 0 at 2 CPU threads per run "
+               "(arithmetic check)", "depthbench run docs/threads/text-table3-2threads.toml"),
     Experiment("fixed-depths", "the paper's Figure 5: fixed-depth models across serving depths",
                "depthbench run fixed-depths"),
     Experiment("text-quickstart", "natural text: NLL and bits per byte per serving depth, a "
