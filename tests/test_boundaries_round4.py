@@ -169,6 +169,7 @@ def test_an_lm_eval_task_of_the_other_dataset_kind_is_one_line(trained_run, smal
     ("calibrate.py", ["--schedules", "cyclic:4"]), ("calibrate.py", ["--schedules", "fixed:4@2"]),
     ("calibrate_text.py", ["--recipes", "no-such"]), ("calibrate_text.py", ["--workers", "0"]),
     ("calibrate_text.py", ["--schedules", "cyclic:4"]), ("calibrate_text.py", ["--seeds", "1-x"]),
+    ("cloze_floors.py", ["/nonexistent"]), ("cloze_floors.py", [str(ROOT / "docs")]),
 ])
 def test_benchmark_scripts_refuse_bad_arguments_in_one_line(script, args):
     p = subprocess.run([sys.executable, str(ROOT / "benchmarks" / script), *args],

@@ -624,3 +624,32 @@ def test_the_cloze_floors_read_chance_and_a_rule_that_can_tell_reads_above(tmp_p
     rng = np.random.default_rng(0)
     naive = np.mean([rng.integers(4) == 2 for _ in range(20000)])
     assert _rule_accuracy(tied, overlap) == 0.25 and abs(naive - 0.25) < 0.02
+
+
+def test_the_bigram_rule_reads_word_order_as_counted_by_hand(tmp_path):
+    """The stronger shortcut for a word-order cloze: word bigrams from training text. Oracle:
+    one score recomputed by hand from the counts; items whose true order is the training order
+    read 1.0, an item whose orders are all unseen ties (chance); on a prepared dataset the rule
+    reads the decoded training split (the same as scoring its documents directly)."""
+    import math
+
+    from depthbench.evaluate.text import (
+        _rule_accuracy,
+        bigram_scorer,
+        cloze_bigram_rule,
+        cloze_items,
+    )
+    docs = ["a b c d", "a b c d", "d c"]
+    score = bigram_scorer(docs)
+    it = {"context": "x a", "choices": [" b c d", " c b d", " d b c", " b d c"], "label": 0}
+    v = 5   # 4 words seen + 1
+    by_hand = math.log(3 / (2 + v)) + math.log(3 / (2 + v)) + math.log(3 / (3 + v))
+    assert score(it, " b c d") == pytest.approx(by_hand)
+    assert _rule_accuracy([it], score) == 1.0
+    unseen = {"context": "q", "choices": [" x y", " y x", " x x", " y y"], "label": 1}
+    assert _rule_accuracy([unseen], score) == 0.25
+    d, _ = corpus(tmp_path)
+    prepare_text([str(d)], tmp_path / "ds", vocab_size=300, val_fraction=0.3, seq_len=16)
+    ds = TextDataset(tmp_path / "ds")
+    direct = _rule_accuracy(cloze_items(ds), bigram_scorer(_split_docs(ds)["train"]))
+    assert cloze_bigram_rule(ds) == direct and 0 <= direct <= 1

@@ -106,6 +106,36 @@ def cloze_rules(ds: TextDataset) -> dict:
             "cloze_unigram_rule": _rule_accuracy(items, unigram)}
 
 
+def bigram_scorer(docs):
+    """A rule without a model that reads word order (STYLE #19's stronger shortcut for a
+    word-order cloze): word bigrams counted in ``docs`` (add-one smoothed over the words seen),
+    a choice scored by the summed log probability of its bigrams after the context's last word."""
+    from collections import Counter
+    big, uni = Counter(), Counter()
+    for doc in docs:
+        w = doc.split()
+        uni.update(w)
+        big.update(zip(w, w[1:]))
+    v = len(uni) + 1
+
+    def score(it, c):
+        w = it["context"].split()[-1:] + c.split()
+        return round(sum(math.log((big[(a, b)] + 1) / (uni[a] + v)) for a, b in zip(w, w[1:])), 9)
+    return score
+
+
+def cloze_bigram_rule(ds: TextDataset) -> float:
+    """The share of cloze items whose true order ``bigram_scorer`` over the decoded training
+    documents picks (ties count 1/k). Not yet a row column: ``benchmarks/cloze_floors.py``."""
+    items = cloze_items(ds)
+    if not items:
+        return float("nan")
+    tok, ids = ds.tokenizer(), np.asarray(ds.tokens["train"])
+    cuts = np.flatnonzero(ids == ds.vocab.eos)
+    docs = (tok.decode(ids[a:b].tolist()) for a, b in zip(np.r_[0, cuts[:-1] + 1], cuts))
+    return _rule_accuracy(items, bigram_scorer(docs))
+
+
 def cloze_accuracy(model, ds: TextDataset, depths: list[int], device=None) -> dict[int, dict]:
     """At every depth, two scores of the dataset's cloze items, each the share of items whose
     true continuation scores highest (chance: one over the number of choices):
