@@ -244,6 +244,25 @@ def test_depthbench_run_killed_between_and_inside_stages_finishes_with_the_same_
                 assert x[k] == y[k], (f.name, k)
 
 
+def test_a_run_killed_while_writing_its_record_resumes(small_data, tmp_path):
+    """A kill between the temporary write of run.json and its rename leaves the run directory
+    with that temporary alone (a grid killed at that moment hit this on resume): --resume
+    starts the run, and the result equals a run trained into a fresh directory."""
+    killed, fresh = tmp_path / "killed", tmp_path / "fresh"
+    killed.mkdir()
+    (killed / ".db-tmp-4242-0a1b2c3d").write_text('{"version": "0.1')   # cut mid-write
+    args = [*TRAIN[:TRAIN.index("--steps") + 1], "12", *TRAIN[TRAIN.index("--steps") + 2:]]
+    r = CliRunner().invoke(main, [*args, "--data", str(small_data), "--out", str(killed),
+                                  "--resume"])
+    assert r.exit_code == 0, r.output
+    assert not list(killed.glob(".db-tmp-*"))
+    r = CliRunner().invoke(main, [*args, "--data", str(small_data), "--out", str(fresh)])
+    assert r.exit_code == 0, r.output
+    loss = [[json.loads(x)["loss"] for x in (d / "metrics.jsonl").read_text().splitlines()
+             if "loss" in json.loads(x)] for d in (killed, fresh)]
+    assert loss[0] == loss[1] and len(loss[0]) == 12
+
+
 def _wait_for_lock(d: Path, proc, timeout=60.0) -> int:
     """The pid written into DIR/.lock once ``proc`` holds it."""
     t0 = time.time()
