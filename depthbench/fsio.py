@@ -28,6 +28,13 @@ def _tmp_sibling(path: Path, what: str = "tmp") -> Path:
     return path.parent / f".db-{what}-{os.getpid()}-{secrets.token_hex(4)}"
 
 
+def remove_interrupted_writes(d: Path) -> None:
+    """Delete the temporary siblings (``_tmp_sibling``) that a killed writer left in ``d``;
+    call only while holding ``d``'s lock, so that no live writer owns one."""
+    for tmp in Path(d).glob(".db-tmp-*") if Path(d).is_dir() else ():
+        tmp.unlink(missing_ok=True)
+
+
 def atomic_write_many(files: dict) -> None:
     """Write several files so that they appear together or not at all: every one is written to
     a temporary sibling and fsynced first; only then are they renamed into place. A failure

@@ -25,7 +25,7 @@ from depthbench.data.synthetic import open_dataset
 from depthbench.errors import UserError
 from depthbench.evaluate.sweep import sweep
 from depthbench.flops import FlopModel
-from depthbench.fsio import DirLock, atomic_write_text, is_empty_dir
+from depthbench.fsio import DirLock, atomic_write_text, is_empty_dir, remove_interrupted_writes
 from depthbench.model import LoopedTransformer
 from depthbench.models.build import build_model
 from depthbench.runtime import Runtime, compiles, setup, teardown
@@ -207,10 +207,7 @@ def _start_checkpoint(out: Path, resume: bool, record: dict) -> Path | None:
     if out.exists() and not out.is_dir():
         raise UserError(f"--out {out} is a file; choose a directory for the run")
     if resume and not (out / "run.json").is_file():
-        # a run killed while writing its record leaves that write's temporary sibling; no one
-        # reads it, and no live writer owns it (this run holds the directory's lock)
-        for tmp in out.glob(".db-tmp-*") if out.is_dir() else ():
-            tmp.unlink(missing_ok=True)
+        remove_interrupted_writes(out)   # a run killed while writing its record (lock held)
         if out.is_dir() and not is_empty_dir(out):
             raise UserError(f"{out} is not a run directory (no run.json) and not empty; "
                             "choose another --out")
