@@ -1,7 +1,6 @@
-"""The cloze's floors without a model, on prepared text datasets: the two the eval rows carry
-(word overlap with the context, unigram frequency; the word-order cloze ties both at chance)
-and a rule that reads word order (word bigrams from the training split), which the rows do not
-carry yet.
+"""The cloze's floors without a model, on prepared text datasets, as the eval rows carry them:
+word overlap with the context, unigram frequency and word bigrams from the training split,
+each with its standard error over items (binomial at chance).
 
     python benchmarks/cloze_floors.py runs/text-table3/data [DATA ...]
 """
@@ -20,14 +19,15 @@ def main(argv=None) -> int:
     ap.add_argument("data", nargs="+", help="text datasets written by depthbench prepare-text")
     a = ap.parse_args(argv)
     from depthbench.data.text import TextDataset, is_text_dataset
-    from depthbench.evaluate.text import cloze_bigram_rule, cloze_items, cloze_rules
+    from depthbench.evaluate.text import cloze_items, cloze_rules
     for d in a.data:
         if not is_text_dataset(d):
             ap.error(f"{d} is not a text dataset (run depthbench prepare-text)")
     for d in a.data:
         ds = TextDataset(Path(d))
-        row = {"data": d, "items": len(cloze_items(ds)), **cloze_rules(ds),
-               "cloze_bigram_rule": cloze_bigram_rule(ds)}
+        n = len(cloze_items(ds))
+        row = {"data": d, "items": n, **cloze_rules(ds),
+               "se_at_chance": (0.25 * 0.75 / n) ** 0.5 if n else float("nan")}
         print(json.dumps(row))
     return 0
 

@@ -11,6 +11,7 @@ dispatches on it:
     run     one training run's summary (train.run_train)
     task    one lm-eval task at one serving depth (evaluate.harness)
     stage   one finished stage of a ``depthbench run`` grid: its start, end and seconds
+    item    one cloze item of a text dataset, as its eval rows scored it (evaluate.text)
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from pathlib import Path
 
 from depthbench.fsio import atomic_write_many
 
-KINDS = ("eval", "probe", "serve", "curve", "run", "task", "stage")
+KINDS = ("eval", "probe", "serve", "curve", "run", "task", "stage", "item")
 
 # Every column a stage writes itself (key and measured columns of every kind). A tag (a
 # config's ``tags``: extra columns of every row) may not take one of these names, nor contain
@@ -45,14 +46,17 @@ RESERVED_COLUMNS = frozenset("""
     bound fraction ideal_s speedup_vs_static baseline ideal_launches_per_token_prefill
     ideal_launches_per_token_start ideal_launches_per_token_core ideal_launches_per_token_finish
     bits_per_byte cloze_accuracy cloze_accuracy_mi cloze_items task acc acc_norm acc_mutual_info harness
+    cloze_overlap_rule cloze_unigram_rule cloze_bigram_rule
     stage command started finished stage_s workers peak_rss_mb
+    item context choices label
 """.split())
 # kind -> the columns that name one row; two rows with the same key are the same measurement
 # given twice (or two runs of one name), which would count as two seeds
 ROW_KEYS = {"eval": ["run", "step", "split", "depth"], "probe": ["run", "step", "depth",
                                                                 "depth_a", "depth_b"],
             "curve": ["run", "step"], "run": ["run"], "serve": None,
-            "task": ["run", "step", "task", "depth"], "stage": ["stage", "started"]}
+            "task": ["run", "step", "task", "depth"], "stage": ["stage", "started"],
+            "item": ["dataset_hash", "item"]}
 
 
 # kind -> (the columns that identify it, the columns it must have, which of those are numbers)
@@ -72,6 +76,9 @@ SCHEMA = {
     "task": ({"task", "depth", "harness"}, ["run", "schedule", "seed", "step", "depth", "task"],
              ["seed", "step", "depth"]),
     "stage": ({"stage", "finished"}, ["stage", "command", "finished"], ["finished"]),
+    # choices: a JSON list of strings (one column in CSV as in JSONL)
+    "item": ({"context", "choices", "label"}, ["dataset_hash", "item", "context", "choices",
+                                                "label"], ["item", "label"]),
 }
 
 
@@ -118,6 +125,12 @@ def row_paths(out: str | Path) -> tuple[Path, Path]:
     out = Path(out)
     base = out.with_suffix("") if out.suffix in (".csv", ".jsonl") else out
     return base.with_name(base.name + ".csv"), base.with_name(base.name + ".jsonl")
+
+
+def items_base(out: str | Path) -> Path:
+    """Where an eval writing to ``out`` puts its cloze items: ``BASE.items.{csv,jsonl}``."""
+    csv, _ = row_paths(out)
+    return csv.with_name(csv.stem + ".items")
 
 
 def row_files(rows: list[dict], out: str | Path, kind: str) -> dict[Path, str]:

@@ -577,11 +577,11 @@ def test_a_corpus_edited_in_place_reruns_the_grid_and_bad_corpus_specs_are_refus
         assert not (tmp_path / "exp2").exists()
 
 
-def test_the_cloze_holds_no_training_text_and_no_word_rule_beats_chance(tmp_path):
-    """Every cloze item's choices are one bag of words in different orders (so a rule reading
-    words but not order, e.g. overlap with the context, ties on every item: chance), the true
-    one is the document's own continuation, and no item's 24 words share an 8-word run with a
-    training document (oracle: the decoded training split)."""
+def test_the_cloze_holds_no_training_text_and_only_the_context_tells_the_truth(tmp_path):
+    """Every item's true choice is its document's own continuation; each distractor is an
+    8-word run of another held-out document that starts with the truth's first word and
+    shares as many distinct words with the context; no item's 24 words and no distractor
+    share an 8-word run with a training document (oracle: the decoded splits)."""
     d, docs = corpus(tmp_path)
     # training documents that copy the start of some others, so the filter has work to do
     (d / "copies.txt").write_text("\n\n".join("prefix " + " ".join(x.split()[:24]) + " tail"
@@ -589,32 +589,56 @@ def test_the_cloze_holds_no_training_text_and_no_word_rule_beats_chance(tmp_path
     m = prepare_text([str(d)], tmp_path / "ds", vocab_size=300, val_fraction=0.3, seq_len=16)
     ds = TextDataset(tmp_path / "ds")
     items = [json.loads(x) for x in (tmp_path / "ds" / "cloze.jsonl").read_text().splitlines()]
-    assert items and m["cloze"]["items"] == len(items) and m["cloze"]["left_out_in_training"] > 0
+    assert len(items) >= 20 and m["cloze"]["items"] == len(items)
+    assert m["cloze"]["left_out_in_training"] > 0
     train_ngrams = set()
     for doc in _split_docs(ds)["train"]:
         w = doc.split()
         train_ngrams |= {tuple(w[i:i + 8]) for i in range(len(w) - 7)}
     val = [x.split() for x in _split_docs(ds)["validation"]]
     for it in items:
-        bags = {tuple(sorted(c.split())) for c in it["choices"]}
-        assert len(bags) == 1 and len(set(it["choices"])) == 4
-        words = it["context"].split() + it["choices"][it["label"]].split()
-        assert any(v[:24] == words for v in val)
-        assert not {tuple(words[i:i + 8]) for i in range(17)} & train_ngrams
-        overlap = [len(set(c.split()) & set(it["context"].split())) for c in it["choices"]]
-        assert len(set(overlap)) == 1
+        ctx, choices = it["context"].split(), [c.split() for c in it["choices"]]
+        truth = choices[it["label"]]
+        assert len(set(it["choices"])) == 4 and all(len(c) == 8 for c in choices)
+        own = [i for i, v in enumerate(val) if v[:24] == ctx + truth]
+        assert own
+        assert not {tuple((ctx + truth)[i:i + 8]) for i in range(17)} & train_ngrams
+        for k, c in enumerate(choices):
+            assert c[0] == truth[0]
+            assert len(set(c) & set(ctx)) == len(set(truth) & set(ctx))
+            if k != it["label"]:
+                assert tuple(c) not in train_ngrams
+                assert any(tuple(v[p:p + 8]) == tuple(c) for i, v in enumerate(val)
+                           if i not in own for p in range(len(v) - 7))
 
 
 def test_the_cloze_floors_read_chance_and_a_rule_that_can_tell_reads_above(tmp_path):
-    """The shortcut floors from the dataset alone: on the word-order cloze both rules tie on
-    every item and read chance exactly (0.25). The scorer itself is checked on items a word
-    rule can solve (the true choice alone shares words with the context): it reads 1.0, and
-    a tie counts 1/k (a naive expectation over random tie-breaks)."""
-    from depthbench.evaluate.text import _rule_accuracy, cloze_rules
+    """The shortcut floors from the dataset alone: word overlap ties on every item (chance
+    exactly); the unigram and bigram rules place the truth at each rank about equally often,
+    counted from scores recomputed here (a naive unigram count over the training split), so
+    each reads chance within a few items. The scorer itself is checked on items a word rule can
+    solve (it reads 1.0) and a tie counts 1/k (a naive expectation over random tie-breaks)."""
+    from depthbench.evaluate.text import _rule_accuracy, cloze_items, cloze_rules
     d, _ = corpus(tmp_path)
     prepare_text([str(d)], tmp_path / "ds", vocab_size=300, val_fraction=0.3, seq_len=16)
-    rules = cloze_rules(TextDataset(tmp_path / "ds"))
-    assert rules == {"cloze_overlap_rule": 0.25, "cloze_unigram_rule": 0.25}
+    ds = TextDataset(tmp_path / "ds")
+    rules, items = cloze_rules(ds), cloze_items(ds)
+    n = len(items)
+    assert rules["cloze_overlap_rule"] == 0.25
+    tok = ds.tokenizer()
+    counts = {}
+    for t in ds.tokens["train"].tolist():
+        counts[t] = counts.get(t, 0) + 1
+    total = len(ds.tokens["train"]) + ds.vocab.size
+
+    def unigram(c):
+        return sum(np.log((counts.get(t, 0) + 1) / total) for t in tok.encode(c).ids)
+    ranks = [sum(unigram(c) > unigram(it["choices"][it["label"]]) for c in it["choices"])
+             for it in items]
+    assert max(np.bincount(ranks, minlength=4)) - min(np.bincount(ranks, minlength=4)) <= 3
+    assert rules["cloze_unigram_rule"] == pytest.approx(ranks.count(0) / n)
+    for rule in ("cloze_unigram_rule", "cloze_bigram_rule"):
+        assert abs(rules[rule] - 0.25) <= 3 / n, (rule, rules[rule], n)
 
     def overlap(it, c):
         return len(set(c.split()) & set(it["context"].split()))
@@ -633,12 +657,8 @@ def test_the_bigram_rule_reads_word_order_as_counted_by_hand(tmp_path):
     reads the decoded training split (the same as scoring its documents directly)."""
     import math
 
-    from depthbench.evaluate.text import (
-        _rule_accuracy,
-        bigram_scorer,
-        cloze_bigram_rule,
-        cloze_items,
-    )
+    from depthbench.data.cloze import bigram_scorer
+    from depthbench.evaluate.text import _rule_accuracy, cloze_items, cloze_rules
     docs = ["a b c d", "a b c d", "d c"]
     score = bigram_scorer(docs)
     it = {"context": "x a", "choices": [" b c d", " c b d", " d b c", " b d c"], "label": 0}
@@ -652,4 +672,9 @@ def test_the_bigram_rule_reads_word_order_as_counted_by_hand(tmp_path):
     prepare_text([str(d)], tmp_path / "ds", vocab_size=300, val_fraction=0.3, seq_len=16)
     ds = TextDataset(tmp_path / "ds")
     direct = _rule_accuracy(cloze_items(ds), bigram_scorer(_split_docs(ds)["train"]))
-    assert cloze_bigram_rule(ds) == direct and 0 <= direct <= 1
+    assert cloze_rules(ds)["cloze_bigram_rule"] == direct and 0 <= direct <= 1
+    # counting only the bigrams asked about gives the same scores for them
+    only = {("b", "c"), ("c", "d"), ("a", "b"), ("x", "a")}
+    part = bigram_scorer(docs, only=only)
+    for c in (" b c d", " a b", " b c"):
+        assert part({"context": "x a"}, c) == score({"context": "x a"}, c)

@@ -3,8 +3,8 @@
 Documents are identified by content (exact copies, and near copies by MinHash of word 5-grams,
 dropped before the tokenizer is trained),
 split by a seeded draw from each document's digest, tokenized with a trained or given HF
-tokenizer, and written with a word-order cloze whose candidates share no 8-word run with
-training."""
+tokenizer, and written with a cloze only the context can answer (``data.cloze``), whose items
+share no 8-word run with training."""
 
 from __future__ import annotations
 
@@ -18,6 +18,8 @@ import numpy as np
 
 from data_gen.format import dataset_hash, sha256_file
 from depthbench.data.builtin import BUILTINS, builtin_digest, builtin_documents
+from depthbench.data.cloze import build as build_cloze
+from depthbench.data.cloze import unigram_logp, unigram_score
 from depthbench.data.dedup import NearCopies, NearDuplicates, content_key
 from depthbench.data.text import (
     EOT,
@@ -175,50 +177,6 @@ def _train_tokenizer(inputs: list[str], vocab_size: int, copies: NearCopies | No
     tok.train_from_iterator((d for d, _ in unique_documents(inputs, copies=copies)),
                             trainer=trainer)
     return tok
-
-
-CLOZE_CONTEXT, CLOZE_CONT, CLOZE_NGRAM = 16, 8, 8   # words of context, of continuation; n-gram
-
-
-def _ngrams(words: list[str], n: int = CLOZE_NGRAM) -> set[tuple[str, ...]]:
-    return {tuple(words[i:i + n]) for i in range(len(words) - n + 1)}
-
-
-def _cloze(held_out: list[str], seed: int, training: Iterator[str] | None = None, n: int = 256,
-           choices: int = 4) -> tuple[list[dict], int]:
-    """A small sanity task from held-out documents: a document's first 16 words as context, its
-    next 8 as the true continuation, and as distractors the same 8 words in other seeded orders,
-    so every choice holds the same words and no rule that reads words but not their order (word
-    overlap with the context, word frequencies) can tell them apart: it reads chance exactly.
-    A candidate whose 24 words share any 8-word run with a ``training`` document is left out
-    (its answer could be memorized, not predicted). Returns the items and how many candidates
-    were left out."""
-    docs = [d.split() for d in held_out if len(d.split()) >= CLOZE_CONTEXT + CLOZE_CONT]
-    # a continuation whose words cannot make ``choices`` distinct orders gives no item
-    docs = [w for w in docs if len(set(w[CLOZE_CONTEXT:CLOZE_CONTEXT + CLOZE_CONT])) >= 3][: 4 * n]
-    index: dict[tuple[str, ...], list[int]] = {}
-    for i, w in enumerate(docs):
-        for g in _ngrams(w[:CLOZE_CONTEXT + CLOZE_CONT]):
-            index.setdefault(g, []).append(i)
-    seen = set()
-    for doc in training or ():
-        for g in _ngrams(doc.split()):
-            seen.update(index.get(g, ()))
-    clean = [w for i, w in enumerate(docs) if i not in seen]
-    rng = np.random.default_rng([seed, 7])
-    items = []
-    for words in clean[:n]:
-        ctx = words[:CLOZE_CONTEXT]
-        cont = words[CLOZE_CONTEXT:CLOZE_CONTEXT + CLOZE_CONT]
-        opts = [cont]
-        while len(opts) < choices:
-            alt = [cont[k] for k in rng.permutation(len(cont))]
-            if alt not in opts:
-                opts.append(alt)
-        order = rng.permutation(choices)
-        items.append({"context": " ".join(ctx), "choices": [" " + " ".join(opts[k]) for k in order],
-                      "label": int(np.flatnonzero(order == 0)[0])})
-    return items, len(seen)
 
 
 def unique_documents(inputs: list[str], removed: dict | None = None, near: dict | None = None,
@@ -387,7 +345,10 @@ def prepare_text(inputs: list[str], out: str | Path, vocab_size: int = 0,
         # a second pass over the training documents leaves out cloze candidates they contain
         training = (d for d, key in unique_documents(inputs, copies=copies)
                     if not in_validation(key, seed, val_fraction))
-        items, contaminated = _cloze(held_out, seed, training)
+        train_ids = np.fromfile(tmp / "train.bin", dtype=dtype)
+        score = unigram_score(lambda t: tok.encode(t).ids, unigram_logp(train_ids, vocab))
+        items, contaminated = build_cloze(held_out, seed, score, training)
+        del train_ids
         (tmp / "cloze.jsonl").write_text("".join(json.dumps(r) + "\n" for r in items))
         manifest = {
             "format": FORMAT, "format_version": FORMAT_VERSION,

@@ -32,7 +32,9 @@ from depthbench.errors import UserError
 FORMAT = "depthbench-text"
 
 
-FORMAT_VERSION = 2   # 2: documents by content (deduplicated, split by digest), the word-order cloze
+# 2: documents by content (deduplicated, split by digest), the word-order cloze;
+# 3: the cloze's distractors are other held-out documents' runs only the context rules out
+FORMAT_VERSION = 3
 
 
 EOT = "<|endoftext|>"

@@ -19,8 +19,8 @@ from depthbench.data.synthetic import Dataset
 from depthbench.errors import UserError
 from depthbench.evaluate.metrics import EvalSums, FactIndex
 from depthbench.evaluate.reference import NameBlind, PersonAgnostic
-from depthbench.fsio import refuse_over_inputs
-from depthbench.rows import row_paths, tag_rows, write_rows
+from depthbench.fsio import atomic_write_many, refuse_over_inputs
+from depthbench.rows import items_base, row_files, row_paths, tag_rows
 from depthbench.runtime import Runtime, shard_range
 
 
@@ -213,5 +213,10 @@ def run_eval(cfg: EvalConfig) -> dict:
     summary = {"rows": rows, "step": ck["step"], "ceiling_bits": getattr(ds, "ceiling_bits", None)}
     if rt.is_main:
         kind = "task" if rows and "task" in rows[0] else "eval"
-        summary["csv"], summary["jsonl"] = write_rows(rows, out, kind)
+        files = row_files(rows, out, kind)
+        if kind == "eval" and rows and "cloze_items" in rows[0]:   # the questions beside
+            from depthbench.evaluate.text import item_rows
+            files.update(row_files(item_rows(ds), items_base(out), "item"))
+        atomic_write_many(files)
+        summary["csv"], summary["jsonl"] = row_paths(out)
     return summary

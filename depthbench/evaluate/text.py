@@ -1,5 +1,5 @@
 """Evaluating a model on a text dataset: NLL and bits per byte over validation windows at
-every serving depth in one pass, and the word-order cloze."""
+every serving depth in one pass, and the cloze (``data.cloze``) with its shortcut floors."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import math
 
 import numpy as np
 
+from depthbench.data.cloze import bigram_scorer, unigram_logp, unigram_score
 from depthbench.data.text import FIX, TextDataError, TextDataset
 
 
@@ -84,56 +85,31 @@ def _rule_accuracy(items: list[dict], score) -> float:
 
 
 def cloze_rules(ds: TextDataset) -> dict:
-    """The cloze's shortcut floors (STYLE #19), from the dataset alone (no model):
+    """The cloze's shortcut floors (STYLE #19), from the dataset alone (no model), each the
+    share of items it gets right (``_rule_accuracy``):
     ``cloze_overlap_rule``  the choice sharing the most distinct words with the context;
     ``cloze_unigram_rule``  the choice whose tokens are most frequent in the training split
-                            (summed log unigram probability, add-one smoothed).
-    A reading of the model is worth something only above both, by more than its standard
+                            (summed log unigram probability, add-one smoothed);
+    ``cloze_bigram_rule``   the choice whose word bigrams after the context's last word are
+                            most frequent in the decoded training split (``bigram_scorer``).
+    A reading of the model is worth something only above all three, by more than its standard
     error over items (``cloze_items``)."""
     items = cloze_items(ds)
     if not items:
-        return {"cloze_overlap_rule": float("nan"), "cloze_unigram_rule": float("nan")}
+        return dict.fromkeys(("cloze_overlap_rule", "cloze_unigram_rule", "cloze_bigram_rule"),
+                             float("nan"))
     tok = ds.tokenizer()
-    counts = np.bincount(np.asarray(ds.tokens["train"]), minlength=ds.vocab.size) + 1.0
-    logp = np.log(counts / counts.sum())
+    unigram = unigram_score(lambda t: tok.encode(t).ids,
+                            unigram_logp(ds.tokens["train"], ds.vocab.size))
 
     def overlap(it, c):
         return len(set(c.split()) & set(it["context"].split()))
-
-    def unigram(it, c):
-        return round(float(logp[tok.encode(c).ids].sum()), 9)   # equal bags tie exactly
-    return {"cloze_overlap_rule": _rule_accuracy(items, overlap),
-            "cloze_unigram_rule": _rule_accuracy(items, unigram)}
-
-
-def bigram_scorer(docs):
-    """A rule without a model that reads word order (STYLE #19's stronger shortcut for a
-    word-order cloze): word bigrams counted in ``docs`` (add-one smoothed over the words seen),
-    a choice scored by the summed log probability of its bigrams after the context's last word."""
-    from collections import Counter
-    big, uni = Counter(), Counter()
-    for doc in docs:
-        w = doc.split()
-        uni.update(w)
-        big.update(zip(w, w[1:]))
-    v = len(uni) + 1
-
-    def score(it, c):
-        w = it["context"].split()[-1:] + c.split()
-        return round(sum(math.log((big[(a, b)] + 1) / (uni[a] + v)) for a, b in zip(w, w[1:])), 9)
-    return score
-
-
-def cloze_bigram_rule(ds: TextDataset) -> float:
-    """The share of cloze items whose true order ``bigram_scorer`` over the decoded training
-    documents picks (ties count 1/k). Not yet a row column: ``benchmarks/cloze_floors.py``."""
-    items = cloze_items(ds)
-    if not items:
-        return float("nan")
-    tok, ids = ds.tokenizer(), np.asarray(ds.tokens["train"])
+    ids = np.asarray(ds.tokens["train"])
     cuts = np.flatnonzero(ids == ds.vocab.eos)
     docs = (tok.decode(ids[a:b].tolist()) for a, b in zip(np.r_[0, cuts[:-1] + 1], cuts))
-    return _rule_accuracy(items, bigram_scorer(docs))
+    return {"cloze_overlap_rule": _rule_accuracy(items, overlap),
+            "cloze_unigram_rule": _rule_accuracy(items, lambda it, c: unigram(c)),
+            "cloze_bigram_rule": _rule_accuracy(items, bigram_scorer(docs))}
 
 
 def cloze_accuracy(model, ds: TextDataset, depths: list[int], device=None) -> dict[int, dict]:
@@ -190,6 +166,14 @@ def cloze_accuracy(model, ds: TextDataset, depths: list[int], device=None) -> di
                   "cloze_accuracy_mi": int(((cond - uncond).argmax(-1) == labels).sum())
                   / n_items}
     return out
+
+
+def item_rows(ds: TextDataset) -> list[dict]:
+    """The dataset's cloze items as ``item`` rows, so a report carries the questions its cloze
+    readings answered (choices as a JSON list)."""
+    return [{"dataset_hash": ds.hash, "item": i, "context": it["context"],
+             "choices": json.dumps(it["choices"]), "label": it["label"]}
+            for i, it in enumerate(cloze_items(ds))]
 
 
 def text_rows(ck: dict, meta: dict, run_name: str, ds: TextDataset, res: dict[int, dict],

@@ -45,7 +45,7 @@ from depthbench.pipeline.stages import (
     slug,
 )
 from depthbench.pipeline.steps import _share_prefixes, budget_steps, matched_steps_of
-from depthbench.rows import write_rows
+from depthbench.rows import items_base, row_paths, write_rows
 
 
 def _folder_digest(folder: Path) -> str:
@@ -176,8 +176,9 @@ class Pipeline:
             cfg = EvalConfig(run=train.config["out"], depths=e.depths, splits=splits,
                              checkpoint=step, batch_size=e.batch_size, out=str(base),
                              device=self._device(), tags=train.config["tags"])
+            items = [row_paths(items_base(base))[1]] if self.spec.data.text else []
             out.append(Stage(f"eval-{name}-{tag}", "eval", cfg.to_dict(),
-                             [base.with_name(base.name + ".jsonl")], [train.id]))
+                             [base.with_name(base.name + ".jsonl"), *items], [train.id]))
         if e.tasks:   # downstream tasks of a text run, at its final checkpoint
             base = self.results / "tasks" / name
             cfg = EvalConfig(run=train.config["out"], depths=e.depths, harness="lm-eval",
@@ -220,7 +221,9 @@ class Pipeline:
         key = {"config": _semantic(st.config), "after": [self.keys.get(a) for a in st.after]}
         if st.command == "prepare-text":   # a corpus edited in place is another input
             from depthbench.data.corpus import corpus_digest
+            from depthbench.data.text import FORMAT_VERSION
             key["corpus"] = corpus_digest(list(st.config["corpus"]), st.config["tokenizer"] or None)
+            key["format"] = FORMAT_VERSION   # a dataset this depthbench cannot read is rewritten
         if st.config.get("task_path"):      # task files edited in place are other questions
             key["task_path"] = _folder_digest(Path(st.config["task_path"]))
         return _hash(key)

@@ -89,6 +89,9 @@ def load_rows(paths: list[Path]) -> dict[str, pd.DataFrame]:
         if kind is not None:
             kinds[kind].append(_checked(df, kind, f))
     out = {k: pd.concat(v, ignore_index=True) for k, v in kinds.items() if v}
+    if "item" in out:   # every eval of a grid writes its dataset's items: the same rows, once
+        df = out["item"]
+        out["item"] = df[~df.drop(columns="_file").astype(str).duplicated()].reset_index(drop=True)
     if not out:
         raise UserError("none of the given files holds depthbench result rows")
     for kind, df in out.items():
@@ -152,7 +155,7 @@ def _refuse_duplicates(df: pd.DataFrame, kind: str) -> None:
 
 def _refuse_mixed_datasets(rows: dict) -> None:
     hashes: dict[str, str] = {}
-    for kind in ("eval", "run", "curve", "probe", "task"):
+    for kind in ("eval", "run", "curve", "probe", "task", "item"):
         df = rows.get(kind)
         if df is None or "dataset_hash" not in df.columns:
             continue
