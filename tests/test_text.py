@@ -7,6 +7,7 @@ import math
 import os
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 from click.testing import CliRunner
@@ -228,6 +229,14 @@ out = "{tmp_path / 'report'}"
     assert "Validation NLL by serving depth" in text and "validation NLL averaged" in text
     findings = (rep / "findings.md").read_text().splitlines()
     assert len(findings) == 4 and findings[2].startswith("| `fixed:2` | 2 |")
+    # the report carries the questions its cloze readings answered, once, in order
+    items = pd.read_csv(rep / "rows" / "item.csv")
+    want = [json.loads(x) for x in (tmp_path / "exp" / "data" / "cloze.jsonl").read_text().split("\n")
+            if x]
+    assert len(want) > 0 and items["item"].tolist() == list(range(len(want)))
+    assert [json.loads(c) for c in items["choices"]] == [w["choices"] for w in want]
+    assert items["label"].tolist() == [w["label"] for w in want]
+    assert f"same {len(want)} items (`rows/item.csv`)" in text
     # the spec's probe and serve stages are refused for a corpus
     bad = spec.read_text().replace("[probe]\nenabled = false", "[probe]\nenabled = true")
     spec.write_text(bad)
@@ -678,3 +687,46 @@ def test_the_bigram_rule_reads_word_order_as_counted_by_hand(tmp_path):
     part = bigram_scorer(docs, only=only)
     for c in (" b c d", " a b", " b c"):
         assert part({"context": "x a"}, c) == score({"context": "x a"}, c)
+
+
+def test_item_rows_given_by_every_eval_are_read_once_and_conflicting_ones_refused(tmp_path):
+    """Every eval of a grid writes its dataset's cloze items: identical rows from many files are
+    one set; an item given twice with different text, or items of two datasets, are refused."""
+    from depthbench.errors import UserError
+    from depthbench.report.load import load_rows
+    from depthbench.rows import write_rows
+    items = [{"dataset_hash": "h" * 64, "item": i, "context": f"c{i}",
+              "choices": json.dumps([" a", " b", " c", " d"]), "label": i % 4} for i in range(3)]
+    for name in ("a", "b"):
+        write_rows(items, tmp_path / "ok" / name, "item")
+    got = load_rows([tmp_path / "ok"])["item"]
+    assert got["item"].tolist() == [0, 1, 2] and got["context"].tolist() == ["c0", "c1", "c2"]
+    write_rows(items, tmp_path / "bad" / "a", "item")
+    write_rows([{**items[0], "label": 3}], tmp_path / "bad" / "b", "item")
+    with pytest.raises(UserError, match="is given 2 times"):
+        load_rows([tmp_path / "bad"])
+    write_rows([{**items[0], "dataset_hash": "g" * 64}], tmp_path / "ok" / "c", "item")
+    with pytest.raises(UserError, match="come from 2 datasets"):
+        load_rows([tmp_path / "ok"])
+
+
+def test_a_huge_held_out_document_gives_the_cloze_a_bounded_pool(monkeypatch):
+    """The distractor pool takes a long document's first runs only: a 200,000-word document
+    costs no more than its first RUNS_PER_DOC runs (every distractor comes from there)."""
+    from depthbench.data import cloze
+    rng = np.random.default_rng(0)
+    words = np.array([f"w{i}" for i in range(40)])
+    docs = [" ".join(rng.choice(words, 30)) for _ in range(300)]
+    huge = " ".join(rng.choice(words, 200_000))
+    monkeypatch.setattr(cloze, "POOL_PER_ITEM", 50)
+    training = [" ".join(rng.choice(words, 30)) for _ in range(300)]
+    items, _ = cloze.build(docs + [huge], 0, lambda t: float(sum(int(x[1:]) for x in t.split())),
+                           training)
+    head = huge.split()[:cloze.RUNS_PER_DOC + cloze.CONT - 1]
+    head_runs = {" " + " ".join(head[p:p + 8]) for p in range(cloze.RUNS_PER_DOC)}
+    small_runs = {" " + " ".join(w[p:p + 8]) for w in (d.split() for d in docs)
+                  for p in range(len(w) - 7)}
+    assert items
+    for it in items:
+        for k, c in enumerate(it["choices"]):
+            assert k == it["label"] or c in head_runs or c in small_runs

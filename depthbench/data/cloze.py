@@ -29,6 +29,7 @@ import numpy as np
 
 CONTEXT, CONT, NGRAM = 16, 8, 8    # words of context, of each choice; decontamination n-gram
 POOL_PER_ITEM = 400                # candidates scored per item at most (a seeded sample)
+POOL_RUNS, RUNS_PER_DOC = 200_000, 512   # distractor runs kept in all, and from one document
 
 
 def ngrams(words: list[str], n: int = NGRAM) -> set[tuple[str, ...]]:
@@ -127,12 +128,14 @@ def build(held_out: list[str], seed: int, score: Callable[[str], float],
     were left out for sharing an 8-word run with ``training``."""
     texts = [d.split() for d in held_out]
     docs = [i for i, w in enumerate(texts) if len(w) >= CONTEXT + CONT][: 4 * n]
-    # every 8-word run of every held-out document
+    # the 8-word runs of the held-out documents (memory bounded: a long document gives its
+    # first RUNS_PER_DOC, and the pool stops at POOL_RUNS)
     pool = [(tuple(w[p:p + CONT]), d) for d, w in enumerate(texts)
-            for p in range(len(w) - CONT + 1)]
+            for p in range(min(RUNS_PER_DOC, len(w) - CONT + 1))][:POOL_RUNS]
     bad_docs, bad_runs, bigram = _scan_training(
         [texts[d] for d in docs], [r for r, _ in pool], training or (),
-        {p for w in texts for p in zip(w, w[1:])})
+        {p for r, _ in pool for p in zip(r, r[1:])}
+        | {p for d in docs for p in zip(texts[d][:CONTEXT + CONT], texts[d][1:CONTEXT + CONT])})
     by_first: dict[str, list[tuple[tuple[str, ...], int]]] = {}
     for r, d in pool:
         if r not in bad_runs:
