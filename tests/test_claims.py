@@ -157,9 +157,28 @@ def test_the_figures_read_the_same_at_2_threads(one_thread):
     two = pd.read_csv(ROOT / "reports" / f"{one_thread}-2threads" / "rows" / "eval.csv")
     m = two.merge(one, on=["run", "step", "split", "depth"], suffixes=("_2", "_1"))
     assert len(m) == len(two) > 0
-    for col in ("nll", "bits_per_person", "exact_match", "bits_per_byte", "cloze_accuracy"):
+    for col in ("nll", "bits_per_person", "exact_match", "bits_per_byte", "cloze_accuracy",
+                "cloze_accuracy_mi"):
         if f"{col}_2" in m:   # the person task's readings, or the text task's
             assert (m[f"{col}_2"] - m[f"{col}_1"]).abs().max() <= 1e-9, col
+
+
+@pytest.mark.parametrize("name", ["text-table3", "text-quickstart"])
+def test_the_committed_cloze_is_read_against_floors_at_chance_on_items_it_carries(name):
+    """#42's cloze, from the committed rows: every rule without a model (word overlap, unigram
+    and word-bigram frequency) reads within 2 standard errors (binomial at chance, over items)
+    of 0.25, and the report carries the items its rows were scored on (as many as the rows
+    say, each with four distinct choices and a label)."""
+    ev = pd.read_csv(ROOT / "reports" / name / "rows" / "eval.csv")
+    items = pd.read_csv(ROOT / "reports" / name / "rows" / "item.csv")
+    n = int(ev["cloze_items"].iloc[0])
+    assert (ev["cloze_items"] == n).all() and len(items) == n >= 100
+    assert items["item"].tolist() == list(range(n))
+    assert all(len(set(json.loads(c))) == 4 for c in items["choices"])
+    assert set(items["label"]) <= {0, 1, 2, 3}
+    se = (0.25 * 0.75 / n) ** 0.5
+    for rule in ("cloze_overlap_rule", "cloze_unigram_rule", "cloze_bigram_rule"):
+        assert ev[rule].nunique() == 1 and abs(ev[rule].iloc[0] - 0.25) <= 2 * se, rule
 
 
 def test_the_text_task_is_sized_so_depth_matters_and_its_calibration_is_text_table3_s_uniform():

@@ -588,9 +588,9 @@ def test_a_corpus_edited_in_place_reruns_the_grid_and_bad_corpus_specs_are_refus
 
 def test_the_cloze_holds_no_training_text_and_only_the_context_tells_the_truth(tmp_path):
     """Every item's true choice is its document's own continuation; each distractor is an
-    8-word run of another held-out document that starts with the truth's first word and
-    shares as many distinct words with the context; no item's 24 words and no distractor
-    share an 8-word run with a training document (oracle: the decoded splits)."""
+    8-word run of another held-out document that shares as many words with the context
+    (distinct, and counted with repeats); no item's 24 words and no distractor share an 8-word
+    run with a training document (oracle: the decoded splits)."""
     d, docs = corpus(tmp_path)
     # training documents that copy the start of some others, so the filter has work to do
     (d / "copies.txt").write_text("\n\n".join("prefix " + " ".join(x.split()[:24]) + " tail"
@@ -612,9 +612,11 @@ def test_the_cloze_holds_no_training_text_and_only_the_context_tells_the_truth(t
         own = [i for i, v in enumerate(val) if v[:24] == ctx + truth]
         assert own
         assert not {tuple((ctx + truth)[i:i + 8]) for i in range(17)} & train_ngrams
+        def shared(words, ctx=ctx):   # the test corpus has no case or punctuation but "ok."
+            n = [w.rstrip(".") for w in words if w.rstrip(".") in {x.rstrip(".") for x in ctx}]
+            return len(set(n)), len(n)
         for k, c in enumerate(choices):
-            assert c[0] == truth[0]
-            assert len(set(c) & set(ctx)) == len(set(truth) & set(ctx))
+            assert shared(c) == shared(truth)
             if k != it["label"]:
                 assert tuple(c) not in train_ngrams
                 assert any(tuple(v[p:p + 8]) == tuple(c) for i, v in enumerate(val)
@@ -646,8 +648,8 @@ def test_the_cloze_floors_read_chance_and_a_rule_that_can_tell_reads_above(tmp_p
              for it in items]
     assert max(np.bincount(ranks, minlength=4)) - min(np.bincount(ranks, minlength=4)) <= 3
     assert rules["cloze_unigram_rule"] == pytest.approx(ranks.count(0) / n)
-    for rule in ("cloze_unigram_rule", "cloze_bigram_rule"):
-        assert abs(rules[rule] - 0.25) <= 3 / n, (rule, rules[rule], n)
+    for rule, value in rules.items():
+        assert abs(value - 0.25) <= 3 / n, (rule, value, n)
 
     def overlap(it, c):
         return len(set(c.split()) & set(it["context"].split()))
@@ -659,34 +661,44 @@ def test_the_cloze_floors_read_chance_and_a_rule_that_can_tell_reads_above(tmp_p
     assert _rule_accuracy(tied, overlap) == 0.25 and abs(naive - 0.25) < 0.02
 
 
-def test_the_bigram_rule_reads_word_order_as_counted_by_hand(tmp_path):
-    """The stronger shortcut for a word-order cloze: word bigrams from training text. Oracle:
-    one score recomputed by hand from the counts; items whose true order is the training order
-    read 1.0, an item whose orders are all unseen ties (chance); on a prepared dataset the rule
-    reads the decoded training split (the same as scoring its documents directly)."""
+def test_the_word_rules_score_as_counted_by_hand(tmp_path):
+    """The word rules' scores (``data.cloze.Counts``). Oracle: scores recomputed by hand from
+    the counts; items whose true order is the training order read 1.0 under the bigram rule,
+    all-unseen orders tie (chance); counting only the bigrams asked about gives the same
+    scores for them; on a prepared dataset the rules read the decoded training split."""
     import math
 
-    from depthbench.data.cloze import bigram_scorer
+    from depthbench.data.cloze import Counts, needed, overlap
     from depthbench.evaluate.text import _rule_accuracy, cloze_items, cloze_rules
-    docs = ["a b c d", "a b c d", "d c"]
-    score = bigram_scorer(docs)
-    it = {"context": "x a", "choices": [" b c d", " c b d", " d b c", " b d c"], "label": 0}
-    v = 5   # 4 words seen + 1
-    by_hand = math.log(3 / (2 + v)) + math.log(3 / (2 + v)) + math.log(3 / (3 + v))
-    assert score(it, " b c d") == pytest.approx(by_hand)
-    assert _rule_accuracy([it], score) == 1.0
+    docs = ["a b c d", "a b c d", "d c", "The end."]
+    counts = Counts(docs)
+    it = {"context": "x a the", "choices": [" b c d", " c b d", " d b c", " b d c"], "label": 0}
+    v = 7   # 6 words seen + 1
+    by_hand = math.log(1 / (0 + v)) + math.log(3 / (2 + v)) + math.log(3 / (3 + v))
+    assert counts.bigram(it, " b c d") == pytest.approx(by_hand)
+    it["context"] = "x a"
+    assert _rule_accuracy([it], counts.bigram) == 1.0
     unseen = {"context": "q", "choices": [" x y", " y x", " x x", " y y"], "label": 1}
-    assert _rule_accuracy([unseen], score) == 0.25
+    assert _rule_accuracy([unseen], counts.bigram) == 0.25
+    assert counts.word_unigram(it, " b c") == pytest.approx(   # 12 words; b twice, c 3 times
+        math.log(3 / (12 + v)) + math.log(4 / (12 + v)))
+    # "The" and "end." normalize to words of the context "the end": shared, IDF log(5/2)
+    ctx = {"context": "the end"}
+    assert overlap(ctx, " The end. The") == (2, 3)
+    assert counts.idf_overlap(ctx, " The end.") == pytest.approx(2 * math.log(5 / 2))
+    assert counts.tfidf_cosine(ctx, " end. the") == pytest.approx(1.0)
+    part = Counts(docs, bigrams={("b", "c"), ("c", "d"), ("a", "b"), ("x", "a")})
+    for c in (" b c d", " a b", " b c"):
+        assert part.bigram({"context": "x a"}, c) == counts.bigram({"context": "x a"}, c)
     d, _ = corpus(tmp_path)
     prepare_text([str(d)], tmp_path / "ds", vocab_size=300, val_fraction=0.3, seq_len=16)
     ds = TextDataset(tmp_path / "ds")
-    direct = _rule_accuracy(cloze_items(ds), bigram_scorer(_split_docs(ds)["train"]))
-    assert cloze_rules(ds)["cloze_bigram_rule"] == direct and 0 <= direct <= 1
-    # counting only the bigrams asked about gives the same scores for them
-    only = {("b", "c"), ("c", "d"), ("a", "b"), ("x", "a")}
-    part = bigram_scorer(docs, only=only)
-    for c in (" b c d", " a b", " b c"):
-        assert part({"context": "x a"}, c) == score({"context": "x a"}, c)
+    items = cloze_items(ds)
+    full = Counts(_split_docs(ds)["train"])
+    assert cloze_rules(ds)["cloze_bigram_rule"] == _rule_accuracy(items, full.bigram)
+    assert cloze_rules(ds)["cloze_tfidf_rule"] == _rule_accuracy(items, full.tfidf_cosine)
+    assert Counts(_split_docs(ds)["train"], needed(items)[0]).bigram(items[0], items[0]["choices"][1]) \
+        == full.bigram(items[0], items[0]["choices"][1])
 
 
 def test_item_rows_given_by_every_eval_are_read_once_and_conflicting_ones_refused(tmp_path):

@@ -2,26 +2,29 @@
 
 An item is a held-out document's first 16 words (the context) and four 8-word choices: the
 document's next 8 words and three 8-word runs of *other* held-out documents. The distractors
-are chosen so that the shortcuts that read a choice without its context cannot tell them from
-the truth (STYLE #19):
+are chosen so that the rules that read words without a model cannot tell them from the truth
+(STYLE #19):
 
-- each starts with the true continuation's first word, so the word pair across the boundary
-  (the context's last word, the choice's first) is the same for every choice;
-- each shares as many distinct words with the context as the true continuation does, so a
-  word-overlap rule ties on every item (chance exactly);
-- their summed unigram log probability (tokens, counted in the training split: the unigram
-  rule's own score) and their word-bigram score (``bigram_scorer``, counted in the training
-  documents) each place the truth at a seeded rank among the four, balanced over ranks, so a
-  rule that picks by frequency or by word order, or by any rank of either, reads chance.
+- each shares as many words with the context as the true continuation does, distinct and
+  counted with repeats (words compared lowercased, punctuation stripped), so the word-overlap
+  rule ties on every item (chance exactly);
+- under each of five scores the truth lies at a rank among the four that is balanced over the
+  items (``SCORES``): the choice's summed unigram log probability over tokens (counted in the
+  training split) and over words, its word-bigram score after the context's last word
+  (``Counts.bigram``), the IDF-weighted overlap of its words with the context's (rare shared
+  words, names, count more) and the cosine of their TF-IDF vectors. A rule that picks by any
+  of them, or by any rank of one, reads chance.
 
-What is left to tell the truth from a distractor is whether it continues *this* context: topic,
-names, syntax across the boundary. No item's context and continuation, and no distractor,
-shares an 8-word run with a training document (n-gram decontamination: the answer could be
-memorized, not predicted)."""
+What is left to tell the truth from a distractor is whether it continues *this* context beyond
+shared words and word pairs: syntax across the boundary, sense, who does what. No item's
+context and continuation, and no distractor, shares an 8-word run with a training document
+(n-gram decontamination: the answer could be memorized, not predicted)."""
 
 from __future__ import annotations
 
+import itertools
 import math
+import string
 from collections import Counter
 from collections.abc import Callable, Iterable
 
@@ -30,10 +33,19 @@ import numpy as np
 CONTEXT, CONT, NGRAM = 16, 8, 8    # words of context, of each choice; decontamination n-gram
 POOL_PER_ITEM = 400                # candidates scored per item at most (a seeded sample)
 POOL_RUNS, RUNS_PER_DOC = 200_000, 512   # distractor runs kept in all, and from one document
+_STRIP = string.punctuation + "\u2018\u2019\u201c\u201d"
+# the scores whose rank of the truth is balanced: the unigram rule's (given to ``build``),
+# then ``Counts``' methods
+SCORES = ("unigram", "word_unigram", "bigram", "idf_overlap", "tfidf_cosine")
 
 
 def ngrams(words: list[str], n: int = NGRAM) -> set[tuple[str, ...]]:
     return {tuple(words[i:i + n]) for i in range(len(words) - n + 1)}
+
+
+def norm_words(text: str) -> set[str]:
+    """The distinct words of ``text`` lowercased, leading and trailing punctuation stripped."""
+    return {x for x in (w.lower().strip(_STRIP) for w in text.split()) if x}
 
 
 def unigram_logp(train_tokens: np.ndarray, vocab_size: int) -> np.ndarray:
@@ -47,37 +59,109 @@ def unigram_score(encode: Callable[[str], list[int]], logp: np.ndarray) -> Calla
     return lambda text: round(float(logp[encode(text)].sum()), 9)
 
 
-def bigram_scorer(docs: Iterable[str], only: set[tuple[str, str]] | None = None):
-    """A rule without a model that reads word order: word bigrams counted in ``docs`` (add-one
-    smoothed over the words seen), a choice scored by the summed log probability of its
-    bigrams after the context's last word. With ``only``, just those bigrams (and their first
-    words) are counted: the same scores for them, in memory bounded by ``only``."""
-    big: Counter = Counter()
-    uni: Counter = Counter()
-    words: set[str] = set()
-    firsts = {a for a, _ in only} if only is not None else None
-    for doc in docs:
-        w = doc.split()
-        words.update(w)
-        if only is None:
-            uni.update(w)
-            big.update(zip(w, w[1:]))
-        else:
-            uni.update(x for x in w if x in firsts)
-            big.update(p for p in zip(w, w[1:]) if p in only)
-    v = len(words) + 1
+def overlap(it: dict, c: str) -> tuple[int, int]:
+    """The word-overlap rule's score: the choice's words that occur in the context
+    (``norm_words``), distinct first, then counted with repeats."""
+    return _shared(c.split(), norm_words(it["context"]))
 
-    def score(it: dict, c: str) -> float:
+
+class Counts:
+    """One pass over training documents, counting what the word rules read: word bigrams (only
+    ``bigrams``, and those whose first word is in ``lead``, where given, so memory is bounded by
+    what will be scored) and the documents each normalized word occurs in (only ``words``
+    where given)."""
+
+    def __init__(self, docs: Iterable[str], bigrams: set | None = None, words: set | None = None,
+                 lead: set | None = None):
+        self.big: Counter = Counter()
+        self.uni: Counter = Counter()     # every word (the vocabulary's size in memory)
+        self.df: Counter = Counter()
+        self.docs = self.words = 0
+        lead = lead or set()
+        for doc in docs:
+            w = doc.split()
+            self.docs += 1
+            self.words += len(w)
+            self.uni.update(w)
+            if bigrams is None:
+                self.big.update(zip(w, w[1:]))
+            else:
+                self.big.update(p for p in zip(w, w[1:]) if p in bigrams or p[0] in lead)
+            n = norm_words(doc)
+            self.df.update(n if words is None else n & words)
+        self.v = len(self.uni) + 1
+
+    def bigram(self, it: dict, c: str) -> float:
+        """Summed log probability of the choice's word bigrams after the context's last word
+        (add-one smoothed over the words seen)."""
         w = it["context"].split()[-1:] + c.split()
-        return round(sum(math.log((big[(a, b)] + 1) / (uni[a] + v)) for a, b in zip(w, w[1:])), 9)
-    return score
+        return round(sum(math.log((self.big[(a, b)] + 1) / (self.uni[a] + self.v))
+                         for a, b in zip(w, w[1:])), 9)
+
+    def word_unigram(self, it: dict, c: str) -> float:
+        """Summed log frequency of the choice's words (add-one smoothed)."""
+        return round(sum(math.log((self.uni[w] + 1) / (self.words + self.v)) for w in c.split()), 9)
+
+    def idf(self, w: str) -> float:
+        return math.log((self.docs + 1) / (self.df[w] + 1))
+
+    def tfidf_cosine(self, it: dict, c: str) -> float:
+        """The cosine of the choice's and the context's TF-IDF vectors (normalized words)."""
+        a, b = (Counter(x for x in (w.lower().strip(_STRIP) for w in t.split()) if x)
+                for t in (it["context"], c))
+        dot = sum(a[w] * b[w] * self.idf(w) ** 2 for w in a.keys() & b.keys())
+        na, nb = (math.sqrt(sum((v * self.idf(w)) ** 2 for w, v in x.items())) for x in (a, b))
+        return round(dot / (na * nb), 9) if na and nb else 0.0
+
+    def idf_overlap(self, it: dict, c: str) -> float:
+        """The shared words' summed inverse document frequency, log((N + 1) / (df + 1))."""
+        return round(sum(self.idf(x) for x in norm_words(c) & norm_words(it["context"])), 9)
+
+
+def needed(items: list[dict]) -> tuple[set, set]:
+    """The bigrams and normalized words that ``Counts`` must count to score ``items``."""
+    bigrams, words = set(), set()
+    for it in items:
+        last = it["context"].split()[-1:]
+        words |= norm_words(it["context"])
+        for c in it["choices"]:
+            w = last + c.split()
+            bigrams.update(zip(w, w[1:]))
+    return bigrams, words
+
+
+def _cells(truth: tuple, scored: list[tuple[tuple, tuple[str, ...]]]) -> dict:
+    """The candidates by cell (above the truth or not, on each score; a candidate that ties the
+    truth on any score is in none), each with its distance to the truth (in each score's spread
+    over the candidates), nearest first."""
+    m = len(truth)
+    spread = [max(1e-9, float(np.std([x[i] for x, _ in scored]))) for i in range(m)]
+    cells: dict[tuple[bool, ...], list] = {}
+    for x, run in scored:
+        if all(x[i] != truth[i] for i in range(m)):
+            d = sum(abs(x[i] - truth[i]) / spread[i] for i in range(m))
+            cells.setdefault(tuple(x[i] > truth[i] for i in range(m)), []).append((d, run))
+    return {c: [r for _, r in sorted(v)] for c, v in cells.items()}
+
+
+def _options(cells: dict, k: int) -> dict[tuple[int, ...], list[tuple[str, ...]]]:
+    """For every rank vector the cells allow, ``k`` distractors placing the truth at those
+    ranks (0: highest) under every score: cells whose counts above the truth add up to the
+    ranks, each filled with its nearest candidates (the first such set of cells, in order)."""
+    out: dict[tuple[int, ...], list] = {}
+    for combo in itertools.combinations_with_replacement(sorted(cells), k):
+        need = Counter(combo)
+        ranks = tuple(int(sum(c[i] for c in combo)) for i in range(len(combo[0])))
+        if ranks not in out and all(len(cells[c]) >= n for c, n in need.items()):
+            out[ranks] = [r for c, n in sorted(need.items()) for r in cells[c][:n]]
+    return out
 
 
 def _scan_training(docs: list[list[str]], pool: list[tuple[str, ...]], training: Iterable[str],
-                   bigrams: set[tuple[str, str]]):
-    """One pass over the ``training`` documents: the item documents (index into ``docs``) whose
-    first 24 words, and the pool runs, that share an 8-word run with one, and the bigram rule
-    over the ``bigrams`` the cloze can score."""
+                   bigrams: set, words: set):
+    """One pass over the ``training`` documents: the item documents (index into ``docs``)
+    whose first 24 words, and the pool runs, that share an 8-word run with one, and the word
+    rules' ``Counts``."""
     index: dict[tuple[str, ...], list[int]] = {}
     for i, w in enumerate(docs):
         for g in ngrams(w[:CONTEXT + CONT]):
@@ -94,30 +178,31 @@ def _scan_training(docs: list[list[str]], pool: list[tuple[str, ...]], training:
                 if g in runs:
                     bad_runs.add(g)
             yield doc
-    bigram = bigram_scorer(scanned(), only=bigrams)
-    return bad_docs, bad_runs, bigram
+    # a distractor's first word after the context's last: every bigram led by a last word
+    lead = {w[CONTEXT - 1] for w in docs}
+    return bad_docs, bad_runs, Counts(scanned(), bigrams, words, lead)
 
 
-def _pick(truth: tuple[float, float], scored: list[tuple[tuple[float, float], tuple[str, ...]]],
-          ranks: tuple[int, int], k: int) -> list[tuple[str, ...]] | None:
-    """``k`` distractors placing ``truth`` at ``ranks`` (0: highest) under both rules' scores
-    (unigram, bigram): so many above and below it on each (equal scores are neither), the
-    nearest to it (distance in each score's spread over the candidates) within each of the four
-    quadrants; None if the candidates cannot."""
-    spread = [max(1e-9, float(np.std([x[i] for x, _ in scored]))) if scored else 1.0
-              for i in (0, 1)]
-    quads: dict[tuple[bool, bool], list] = {}
-    for x, run in scored:
-        if x[0] != truth[0] and x[1] != truth[1]:
-            d = sum(abs(x[i] - truth[i]) / spread[i] for i in (0, 1))
-            quads.setdefault((x[0] > truth[0], x[1] > truth[1]), []).append((d, run))
-    ru, rb = ranks
-    for both in range(max(0, ru + rb - k), min(ru, rb) + 1):
-        need = {(True, True): both, (True, False): ru - both, (False, True): rb - both,
-                (False, False): k - ru - rb + both}
-        if all(len(quads.get(q, ())) >= c for q, c in need.items()):
-            return [r for q, c in need.items() for _, r in sorted(quads.get(q, []))[:c]]
-    return None
+def _shared(words: Iterable[str], ctx: set[str]) -> tuple[int, int]:
+    """(distinct, all) of the words (normalized) that occur in ``ctx``."""
+    n = [x for x in (w.lower().strip(_STRIP) for w in words) if x in ctx]
+    return len(set(n)), len(n)
+
+
+def _candidates(pool, runs, by_word, ctx: list[str], cont: tuple, d: int, rng) -> list:
+    """The pool's runs from other documents that share as many normalized words with ``ctx``
+    as ``cont`` does, distinct and counted with repeats (found through the word -> runs
+    index), a seeded sample of at most POOL_PER_ITEM."""
+    want = norm_words(" ".join(ctx))
+    shared = _shared(cont, want)
+    hits = [by_word[w] for w in want if w in by_word]
+    count = np.bincount(np.concatenate(hits), minlength=len(pool)) if hits else \
+        np.zeros(len(pool), dtype=np.int64)
+    idx = [i for i in np.flatnonzero(count == shared[0]) if runs[i][1] != d and pool[i] != cont
+           and _shared(pool[i], want) == shared]
+    if len(idx) > POOL_PER_ITEM:
+        idx = [idx[i] for i in sorted(rng.choice(len(idx), POOL_PER_ITEM, replace=False))]
+    return sorted({pool[i] for i in idx})
 
 
 def build(held_out: list[str], seed: int, score: Callable[[str], float],
@@ -130,18 +215,22 @@ def build(held_out: list[str], seed: int, score: Callable[[str], float],
     docs = [i for i, w in enumerate(texts) if len(w) >= CONTEXT + CONT][: 4 * n]
     # the 8-word runs of the held-out documents (memory bounded: a long document gives its
     # first RUNS_PER_DOC, and the pool stops at POOL_RUNS)
-    pool = [(tuple(w[p:p + CONT]), d) for d, w in enumerate(texts)
+    runs = [(tuple(w[p:p + CONT]), d) for d, w in enumerate(texts)
             for p in range(min(RUNS_PER_DOC, len(w) - CONT + 1))][:POOL_RUNS]
-    bad_docs, bad_runs, bigram = _scan_training(
-        [texts[d] for d in docs], [r for r, _ in pool], training or (),
-        {p for r, _ in pool for p in zip(r, r[1:])}
-        | {p for d in docs for p in zip(texts[d][:CONTEXT + CONT], texts[d][1:CONTEXT + CONT])})
-    by_first: dict[str, list[tuple[tuple[str, ...], int]]] = {}
-    for r, d in pool:
-        if r not in bad_runs:
-            by_first.setdefault(r[0], []).append((r, d))
+    bad_docs, bad_runs, counts = _scan_training(
+        [texts[d] for d in docs], [r for r, _ in runs], training or (),
+        {p for r, _ in runs for p in zip(r, r[1:])}
+        | {p for d in docs for p in zip(texts[d][:CONTEXT + CONT], texts[d][1:CONTEXT + CONT])},
+        None)
+    runs = [(r, d) for r, d in runs if r not in bad_runs]
+    pool = [r for r, _ in runs]
+    by_word: dict[str, list[int]] = {}
+    for i, r in enumerate(pool):
+        for x in norm_words(" ".join(r)):
+            by_word.setdefault(x, []).append(i)
+    by_word = {x: np.asarray(v) for x, v in by_word.items()}
     rng = np.random.default_rng([seed, 7])
-    used = np.zeros((2, choices), dtype=np.int64)   # items with the truth at each rank, per rule
+    used = np.zeros((len(SCORES), choices), dtype=np.int64)   # items with the truth at each rank
     items = []
     for j, d in enumerate(docs):
         if len(items) == n:
@@ -149,27 +238,26 @@ def build(held_out: list[str], seed: int, score: Callable[[str], float],
         if j in bad_docs:
             continue
         ctx, cont = texts[d][:CONTEXT], tuple(texts[d][CONTEXT:CONTEXT + CONT])
-        shared = len(set(cont) & set(ctx))
-        cands = sorted({r for r, e in by_first.get(cont[0], ()) if e != d and r != cont
-                        and len(set(r) & set(ctx)) == shared})
-        if len(cands) > POOL_PER_ITEM:
-            cands = [cands[i] for i in sorted(rng.choice(len(cands), POOL_PER_ITEM, replace=False))]
+        cands = _candidates(pool, runs, by_word, ctx, cont, d, rng)
         it = {"context": " ".join(ctx)}
-        texts_of = [" " + " ".join(r) for r in (cont, *cands)]
-        x = [(score(t), bigram(it, t)) for t in texts_of]
-        truth, scored = x[0], list(zip(x[1:], cands))
-        # the truth's ranks: the pair least used so far that the candidates allow (seeded
-        # tie-break), so each rule's pick is the truth on about 1 item in ``choices``
-        pairs = [(a, b) for a in range(choices) for b in range(choices)]
-        tie = rng.permutation(len(pairs))
-        for i in sorted(range(len(pairs)), key=lambda i: (used[0, pairs[i][0]]
-                                                         + used[1, pairs[i][1]], tie[i])):
-            if (picked := _pick(truth, scored, pairs[i], choices - 1)) is not None:
-                used[0, pairs[i][0]] += 1
-                used[1, pairs[i][1]] += 1
-                break
-        else:
+
+        def scores(r, it=it):
+            t = " " + " ".join(r)
+            return (score(t), *(getattr(counts, f)(it, t) for f in SCORES[1:]))
+        options = _options(_cells(scores(cont), [(scores(r), r) for r in cands]),
+                           choices - 1) if cands else {}
+        if not options:
             continue
+        # the truth's ranks: the ones least used so far that the candidates allow (seeded
+        # tie-break), so each rule's pick is the truth on about 1 item in ``choices``
+        allowed = sorted(options)
+        tie = rng.permutation(len(allowed))
+        best = min(range(len(allowed)), key=lambda i: (
+            sum(used[q, allowed[i][q]] for q in range(len(SCORES))), tie[i]))
+        ranks = allowed[best]
+        for q in range(len(SCORES)):
+            used[q, ranks[q]] += 1
+        picked = options[ranks]
         opts = [cont, *picked]
         order = rng.permutation(choices)
         items.append({**it, "choices": [" " + " ".join(opts[k]) for k in order],

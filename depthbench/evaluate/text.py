@@ -8,7 +8,7 @@ import math
 
 import numpy as np
 
-from depthbench.data.cloze import bigram_scorer, unigram_logp, unigram_score
+from depthbench.data.cloze import Counts, needed, overlap, unigram_logp, unigram_score
 from depthbench.data.text import FIX, TextDataError, TextDataset
 
 
@@ -84,32 +84,37 @@ def _rule_accuracy(items: list[dict], score) -> float:
     return right / len(items)
 
 
+RULES = ("cloze_overlap_rule", "cloze_unigram_rule", "cloze_word_unigram_rule",
+         "cloze_bigram_rule", "cloze_idf_overlap_rule", "cloze_tfidf_rule")
+
+
 def cloze_rules(ds: TextDataset) -> dict:
     """The cloze's shortcut floors (STYLE #19), from the dataset alone (no model), each the
-    share of items it gets right (``_rule_accuracy``):
-    ``cloze_overlap_rule``  the choice sharing the most distinct words with the context;
-    ``cloze_unigram_rule``  the choice whose tokens are most frequent in the training split
-                            (summed log unigram probability, add-one smoothed);
-    ``cloze_bigram_rule``   the choice whose word bigrams after the context's last word are
-                            most frequent in the decoded training split (``bigram_scorer``).
-    A reading of the model is worth something only above all three, by more than its standard
+    share of items it gets right (``_rule_accuracy``; ``data.cloze`` defines the scores):
+    ``cloze_overlap_rule``      the choice sharing the most distinct words with the context
+                                (lowercased, punctuation stripped);
+    ``cloze_unigram_rule``      the choice whose tokens are most frequent in the training split
+                                (summed log unigram probability, add-one smoothed);
+    ``cloze_word_unigram_rule`` the same over words of the decoded training documents;
+    ``cloze_bigram_rule``       the choice whose word bigrams after the context's last word are
+                                most frequent in the decoded training documents;
+    ``cloze_idf_overlap_rule``  the choice whose shared words are rarest in them (summed IDF);
+    ``cloze_tfidf_rule``        the choice whose TF-IDF vector is closest to the context's (cosine).
+    A reading of the model is worth something only above all six, by more than its standard
     error over items (``cloze_items``)."""
     items = cloze_items(ds)
     if not items:
-        return dict.fromkeys(("cloze_overlap_rule", "cloze_unigram_rule", "cloze_bigram_rule"),
-                             float("nan"))
+        return dict.fromkeys(RULES, float("nan"))
     tok = ds.tokenizer()
     unigram = unigram_score(lambda t: tok.encode(t).ids,
                             unigram_logp(ds.tokens["train"], ds.vocab.size))
-
-    def overlap(it, c):
-        return len(set(c.split()) & set(it["context"].split()))
     ids = np.asarray(ds.tokens["train"])
     cuts = np.flatnonzero(ids == ds.vocab.eos)
     docs = (tok.decode(ids[a:b].tolist()) for a, b in zip(np.r_[0, cuts[:-1] + 1], cuts))
-    return {"cloze_overlap_rule": _rule_accuracy(items, overlap),
-            "cloze_unigram_rule": _rule_accuracy(items, lambda it, c: unigram(c)),
-            "cloze_bigram_rule": _rule_accuracy(items, bigram_scorer(docs))}
+    counts = Counts(docs, needed(items)[0])
+    return dict(zip(RULES, (_rule_accuracy(items, f) for f in (
+        overlap, lambda it, c: unigram(c), counts.word_unigram, counts.bigram,
+        counts.idf_overlap, counts.tfidf_cosine))))
 
 
 def cloze_accuracy(model, ds: TextDataset, depths: list[int], device=None) -> dict[int, dict]:

@@ -91,7 +91,10 @@ def _text_sections(figs, ev: pd.DataFrame, color: dict, reference: str | None,
 
 
 RULES = (("cloze_overlap_rule", "word overlap with the context"),
-         ("cloze_unigram_rule", "unigram frequency"), ("cloze_bigram_rule", "word bigrams"))
+         ("cloze_idf_overlap_rule", "IDF-weighted word overlap"),
+         ("cloze_tfidf_rule", "TF-IDF cosine"),
+         ("cloze_unigram_rule", "token frequency"), ("cloze_word_unigram_rule", "word frequency"),
+         ("cloze_bigram_rule", "word bigrams"))
 
 
 def _cloze_floor_words(va: pd.DataFrame, per: pd.DataFrame) -> list[str]:
