@@ -1,6 +1,7 @@
-"""The cloze's floors without a model, on prepared text datasets, as the eval rows carry them:
-word overlap with the context, unigram frequency and word bigrams from the training split,
-each with its standard error over items (binomial at chance).
+"""The cloze's floors without a model, on prepared text datasets: the six rules the eval rows
+carry (balanced by the cloze's construction, so each reads chance), and variants the
+construction does not balance (raw words, counts with repeats, length, the rarest word), each
+with its distance from chance in standard errors over items (binomial at chance).
 
     python benchmarks/cloze_floors.py runs/text-table3/data [DATA ...]
 """
@@ -8,10 +9,44 @@ each with its standard error over items (binomial at chance).
 from __future__ import annotations
 
 import json
+import math
 import sys
+from collections import Counter
 from pathlib import Path
 
 from bench_rows import Parser
+
+
+def variants(ds) -> dict:
+    """Rules written apart from ``data.cloze``'s scores: a check that the construction did not
+    only balance its own definitions."""
+    import numpy as np
+
+    from depthbench.evaluate.text import _rule_accuracy, cloze_items
+    items = cloze_items(ds)
+    tok, ids = ds.tokenizer(), np.asarray(ds.tokens["train"])
+    cuts = np.flatnonzero(ids == ds.vocab.eos)
+    docs = [tok.decode(ids[a:b].tolist()) for a, b in zip(np.r_[0, cuts[:-1] + 1], cuts)]
+    df, wc = Counter(), Counter()
+    for d in docs:
+        w = d.split()
+        df.update(set(w))
+        wc.update(w)
+    total = sum(wc.values())
+
+    def raw_idf(it, c):   # case and punctuation kept
+        return round(sum(math.log((len(docs) + 1) / (df[w] + 1))
+                         for w in set(c.split()) & set(it["context"].split())), 9)
+
+    def raw_overlap(it, c):
+        return len(set(c.split()) & set(it["context"].split()))
+
+    def rarest(it, c):
+        return min(wc[w] for w in c.split())
+    rules = {"raw_overlap": raw_overlap, "raw_idf_overlap": raw_idf, "rarest_word": rarest,
+             "commonest_word": lambda it, c: max(wc[w] / total for w in c.split()),
+             "longest": lambda it, c: len(c), "shortest": lambda it, c: -len(c)}
+    return {k: _rule_accuracy(items, f) for k, f in rules.items()}
 
 
 def main(argv=None) -> int:
@@ -26,8 +61,11 @@ def main(argv=None) -> int:
     for d in a.data:
         ds = TextDataset(Path(d))
         n = len(cloze_items(ds))
-        row = {"data": d, "items": n, **cloze_rules(ds),
-               "se_at_chance": (0.25 * 0.75 / n) ** 0.5 if n else float("nan")}
+        se = (0.25 * 0.75 / n) ** 0.5 if n else float("nan")
+        row = {"data": d, "items": n, "se_at_chance": se, "rows": cloze_rules(ds),
+               "variants": variants(ds) if n else {}}
+        row["largest_distance_se"] = max((abs(v - 0.25) / se for part in ("rows", "variants")
+                                          for v in row[part].values()), default=float("nan"))
         print(json.dumps(row))
     return 0
 
