@@ -111,6 +111,7 @@ def test_a_read_only_result_directory_gives_one_line(trained_run, tmp_path, monk
 
     monkeypatch.setattr(c, "atomic_write_text", read_only)
     monkeypatch.setattr("depthbench.rows.atomic_write_many", read_only)
+    monkeypatch.setattr("depthbench.evaluate.sweep.atomic_write_many", read_only)   # eval's rows
     r = CliRunner().invoke(main, ["eval", str(trained_run), "--depths", "1", "--out",
                                   str(tmp_path / "res")])
     assert r.exit_code == 2 and "Read-only file system" in r.stderr
