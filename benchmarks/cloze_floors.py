@@ -20,13 +20,9 @@ from bench_rows import Parser
 def variants(ds) -> dict:
     """Rules written apart from ``data.cloze``'s scores: a check that the construction did not
     only balance its own definitions."""
-    import numpy as np
-
-    from depthbench.evaluate.text import _rule_accuracy, cloze_items
+    from depthbench.evaluate.text import _rule_accuracy, cloze_items, training_documents
     items = cloze_items(ds)
-    tok, ids = ds.tokenizer(), np.asarray(ds.tokens["train"])
-    cuts = np.flatnonzero(ids == ds.vocab.eos)
-    docs = [tok.decode(ids[a:b].tolist()) for a, b in zip(np.r_[0, cuts[:-1] + 1], cuts)]
+    docs = list(training_documents(ds))
     df, wc = Counter(), Counter()
     for d in docs:
         w = d.split()

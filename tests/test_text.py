@@ -697,7 +697,7 @@ def test_the_word_rules_score_as_counted_by_hand(tmp_path):
     full = Counts(_split_docs(ds)["train"])
     assert cloze_rules(ds)["cloze_bigram_rule"] == _rule_accuracy(items, full.bigram)
     assert cloze_rules(ds)["cloze_tfidf_rule"] == _rule_accuracy(items, full.tfidf_cosine)
-    assert Counts(_split_docs(ds)["train"], needed(items)[0]).bigram(items[0], items[0]["choices"][1]) \
+    assert Counts(_split_docs(ds)["train"], needed(items)).bigram(items[0], items[0]["choices"][1]) \
         == full.bigram(items[0], items[0]["choices"][1])
 
 

@@ -43,9 +43,14 @@ def ngrams(words: list[str], n: int = NGRAM) -> set[tuple[str, ...]]:
     return {tuple(words[i:i + n]) for i in range(len(words) - n + 1)}
 
 
+def normalized(words: Iterable[str]) -> list[str]:
+    """``words`` lowercased, leading and trailing punctuation stripped (none left: dropped)."""
+    return [x for x in (w.lower().strip(_STRIP) for w in words) if x]
+
+
 def norm_words(text: str) -> set[str]:
-    """The distinct words of ``text`` lowercased, leading and trailing punctuation stripped."""
-    return {x for x in (w.lower().strip(_STRIP) for w in text.split()) if x}
+    """The distinct ``normalized`` words of ``text``."""
+    return set(normalized(text.split()))
 
 
 def unigram_logp(train_tokens: np.ndarray, vocab_size: int) -> np.ndarray:
@@ -68,11 +73,9 @@ def overlap(it: dict, c: str) -> tuple[int, int]:
 class Counts:
     """One pass over training documents, counting what the word rules read: word bigrams (only
     ``bigrams``, and those whose first word is in ``lead``, where given, so memory is bounded by
-    what will be scored) and the documents each normalized word occurs in (only ``words``
-    where given)."""
+    what will be scored) and the documents each normalized word occurs in."""
 
-    def __init__(self, docs: Iterable[str], bigrams: set | None = None, words: set | None = None,
-                 lead: set | None = None):
+    def __init__(self, docs: Iterable[str], bigrams: set | None = None, lead: set | None = None):
         self.big: Counter = Counter()
         self.uni: Counter = Counter()     # every word (the vocabulary's size in memory)
         self.df: Counter = Counter()
@@ -87,8 +90,7 @@ class Counts:
                 self.big.update(zip(w, w[1:]))
             else:
                 self.big.update(p for p in zip(w, w[1:]) if p in bigrams or p[0] in lead)
-            n = norm_words(doc)
-            self.df.update(n if words is None else n & words)
+            self.df.update(norm_words(doc))
         self.v = len(self.uni) + 1
 
     def bigram(self, it: dict, c: str) -> float:
@@ -107,8 +109,7 @@ class Counts:
 
     def tfidf_cosine(self, it: dict, c: str) -> float:
         """The cosine of the choice's and the context's TF-IDF vectors (normalized words)."""
-        a, b = (Counter(x for x in (w.lower().strip(_STRIP) for w in t.split()) if x)
-                for t in (it["context"], c))
+        a, b = (Counter(normalized(t.split())) for t in (it["context"], c))
         dot = sum(a[w] * b[w] * self.idf(w) ** 2 for w in a.keys() & b.keys())
         na, nb = (math.sqrt(sum((v * self.idf(w)) ** 2 for w, v in x.items())) for x in (a, b))
         return round(dot / (na * nb), 9) if na and nb else 0.0
@@ -118,16 +119,15 @@ class Counts:
         return round(sum(self.idf(x) for x in norm_words(c) & norm_words(it["context"])), 9)
 
 
-def needed(items: list[dict]) -> tuple[set, set]:
-    """The bigrams and normalized words that ``Counts`` must count to score ``items``."""
-    bigrams, words = set(), set()
+def needed(items: list[dict]) -> set[tuple[str, str]]:
+    """The word bigrams that ``Counts`` must count to score ``items``."""
+    bigrams = set()
     for it in items:
         last = it["context"].split()[-1:]
-        words |= norm_words(it["context"])
         for c in it["choices"]:
             w = last + c.split()
             bigrams.update(zip(w, w[1:]))
-    return bigrams, words
+    return bigrams
 
 
 def _cells(truth: tuple, scored: list[tuple[tuple, tuple[str, ...]]]) -> dict:
@@ -158,7 +158,7 @@ def _options(cells: dict, k: int) -> dict[tuple[int, ...], list[tuple[str, ...]]
 
 
 def _scan_training(docs: list[list[str]], pool: list[tuple[str, ...]], training: Iterable[str],
-                   bigrams: set, words: set):
+                   bigrams: set):
     """One pass over the ``training`` documents: the item documents (index into ``docs``)
     whose first 24 words, and the pool runs, that share an 8-word run with one, and the word
     rules' ``Counts``."""
@@ -180,12 +180,12 @@ def _scan_training(docs: list[list[str]], pool: list[tuple[str, ...]], training:
             yield doc
     # a distractor's first word after the context's last: every bigram led by a last word
     lead = {w[CONTEXT - 1] for w in docs}
-    return bad_docs, bad_runs, Counts(scanned(), bigrams, words, lead)
+    return bad_docs, bad_runs, Counts(scanned(), bigrams, lead)
 
 
 def _shared(words: Iterable[str], ctx: set[str]) -> tuple[int, int]:
     """(distinct, all) of the words (normalized) that occur in ``ctx``."""
-    n = [x for x in (w.lower().strip(_STRIP) for w in words) if x in ctx]
+    n = [x for x in normalized(words) if x in ctx]
     return len(set(n)), len(n)
 
 
@@ -220,8 +220,7 @@ def build(held_out: list[str], seed: int, score: Callable[[str], float],
     bad_docs, bad_runs, counts = _scan_training(
         [texts[d] for d in docs], [r for r, _ in runs], training or (),
         {p for r, _ in runs for p in zip(r, r[1:])}
-        | {p for d in docs for p in zip(texts[d][:CONTEXT + CONT], texts[d][1:CONTEXT + CONT])},
-        None)
+        | {p for d in docs for p in zip(texts[d][:CONTEXT + CONT], texts[d][1:CONTEXT + CONT])})
     runs = [(r, d) for r, d in runs if r not in bad_runs]
     pool = [r for r, _ in runs]
     by_word: dict[str, list[int]] = {}

@@ -84,6 +84,13 @@ def _rule_accuracy(items: list[dict], score) -> float:
     return right / len(items)
 
 
+def training_documents(ds: TextDataset):
+    """The training split's documents, decoded one by one (each ends at an end-of-text)."""
+    tok, ids = ds.tokenizer(), np.asarray(ds.tokens["train"])
+    cuts = np.flatnonzero(ids == ds.vocab.eos)
+    return (tok.decode(ids[a:b].tolist()) for a, b in zip(np.r_[0, cuts[:-1] + 1], cuts))
+
+
 RULES = ("cloze_overlap_rule", "cloze_unigram_rule", "cloze_word_unigram_rule",
          "cloze_bigram_rule", "cloze_idf_overlap_rule", "cloze_tfidf_rule")
 
@@ -108,10 +115,7 @@ def cloze_rules(ds: TextDataset) -> dict:
     tok = ds.tokenizer()
     unigram = unigram_score(lambda t: tok.encode(t).ids,
                             unigram_logp(ds.tokens["train"], ds.vocab.size))
-    ids = np.asarray(ds.tokens["train"])
-    cuts = np.flatnonzero(ids == ds.vocab.eos)
-    docs = (tok.decode(ids[a:b].tolist()) for a, b in zip(np.r_[0, cuts[:-1] + 1], cuts))
-    counts = Counts(docs, needed(items)[0])
+    counts = Counts(training_documents(ds), needed(items))
     return dict(zip(RULES, (_rule_accuracy(items, f) for f in (
         overlap, lambda it, c: unigram(c), counts.word_unigram, counts.bigram,
         counts.idf_overlap, counts.tfidf_cosine))))
