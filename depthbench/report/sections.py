@@ -41,6 +41,7 @@ from depthbench.report.figures import (
     _reference,
 )
 from depthbench.report.load import TERMINAL_SHARE, _final, _fmt, grid_clock, group_col, labelled
+from depthbench.report.spread import spread_table, spread_words
 from depthbench.stats import mean_ci, paired_differences, t_interval
 
 
@@ -109,6 +110,13 @@ def _eval_sections(figs, ev: pd.DataFrame, color: dict, reference: str | None,
     control = _control_table(fin)
     if control is not None:
         tables.append(control)
+    spread = spread_table(fin)
+    if not spread.empty:
+        notes.append(spread_words(spread))
+        tables.append(("Seed spread against the calibration's criteria (docs/calibration.md): "
+                       "worst seed's depth-averaged exact match over the median's (>= 0.8), "
+                       "largest seed SD at a judged depth (<= 5%), lowest judged seed-mean above "
+                       "floor and name-blind completer (>= 10%), best seed-mean (<= 90%)", spread))
     return Sections(tables, notes, files)
 
 
@@ -368,7 +376,7 @@ def summarize(rows: dict[str, pd.DataFrame], reference: str | None = None) -> di
     ev = rows.get("eval")
     out = {"kind": "none", "reading": "-", "arms": [], "seeds": 0, "comparisons": [], "sentences": [],
            "nll": [], "nll_sentences": [],
-           "best_share": {}, "findings": "", "wall_s": None}
+           "best_share": {}, "findings": "", "wall_s": None, "spread": ""}
     st = rows.get("stage")
     if st is not None and not st.empty:
         out["wall_s"] = grid_clock(st)["wall_s"]
@@ -406,6 +414,7 @@ def summarize(rows: dict[str, pd.DataFrame], reference: str | None = None) -> di
         keys = ["schedule", "depth"] + ([group_col(g)] if group_col(g) else [])
         best = g.groupby(keys)["bits_per_person"].mean().max()   # a seed mean of one arm
         out["best_share"][split] = float(best / g["ceiling_bits"].mean())
+    out["spread"] = spread_words(spread_table(fin))
     axis = group_col(re)
     full = re[re[axis] == re[axis].max()] if axis else re
     out["findings"] = _findings(full, _reference(full["schedule"], reference))

@@ -1,0 +1,103 @@
+"""The seed spread of a grid, judged by the calibration's criteria (docs/calibration.md).
+
+Per arm on the name-only reading (``eval_reordered``, final checkpoints), with every seed the rows
+hold:
+
+- every seed's exact match averaged over serving depths is at least 80% of the arm's median seed;
+- the seed SD of bits per person is at most 5% of the ceiling at every judged depth (``fixed:K``:
+  depth K; every other schedule: depths 4-16);
+- the lowest seed-mean bits over the judged depths lies at least 10% of the ceiling above both the
+  person-agnostic floor and the name-blind record completer;
+- no seed-mean reading, at any depth, exceeds 90% of the ceiling, on the held-out split or on the
+  seen-order control (a criterion that rewards stability alone rewards saturation).
+
+``benchmarks/calibrate.py`` applies the same criteria to its own rows; here they are read from a
+report's rows, so every committed grid states whether it passes them.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from depthbench.report.load import group_col, group_short
+
+WORST_OF_MEDIAN = 0.8    # the worst seed's depth-averaged exact match over the median seed's
+MAX_SD = 0.05            # seed SD of bits per person at a judged depth, share of the ceiling
+ABOVE_BRACKETS = 0.10    # lowest judged seed-mean above floor and name-blind, share of ceiling
+MAX_SHARE = 0.90         # no seed-mean reading above this share of the ceiling
+
+
+def judged_depths(schedule: str, depths) -> list[int]:
+    """Where the criteria look: depth K for ``fixed:K``, else 4-16 (those the rows hold)."""
+    if schedule.startswith("fixed:"):
+        return [int(schedule.split(":")[1])]
+    return [d for d in sorted(set(depths)) if 4 <= d <= 16]
+
+
+def _arm(re: pd.DataFrame, seen: pd.DataFrame) -> dict:
+    schedule = str(re["schedule"].iloc[0])
+    ceiling = float(re["ceiling_bits"].mean())
+    em = re.groupby("seed")["exact_match"].mean()
+    judged = re[re["depth"].isin(judged_depths(schedule, re["depth"]))]
+    by_depth = judged.groupby("depth")["bits_per_person"]
+    sd = float(by_depth.std().max()) if em.size > 1 else np.nan
+    lowest = float(by_depth.mean().min()) if not judged.empty else np.nan
+    brackets = [re[c].max() for c in ("floor_bits_per_person", "name_blind_bits_per_person")
+                if c in re.columns and re[c].notna().any()]
+    bracket = float(max(brackets)) if brackets else 0.0
+    best = float(re.groupby("depth")["bits_per_person"].mean().max()) / ceiling
+    best_seen = (float(seen.groupby("depth")["bits_per_person"].mean().max())
+                 / float(seen["ceiling_bits"].mean()) if not seen.empty else np.nan)
+    worst = float(em.min() / em.median()) if em.median() > 0 else 0.0
+    failed = []
+    if em.size < 2:
+        failed.append("one seed")
+    if worst < WORST_OF_MEDIAN:
+        failed.append("worst seed")
+    if not sd <= MAX_SD * ceiling:
+        failed.append("seed SD")
+    if not lowest >= bracket + ABOVE_BRACKETS * ceiling:
+        failed.append("near the brackets")
+    if best > MAX_SHARE or (best_seen == best_seen and best_seen > MAX_SHARE):
+        failed.append("over 90%")
+    return {"seeds": int(em.size), "worst/median EM": round(worst, 2),
+            "max seed SD (% ceiling)": round(100 * sd / ceiling, 1),
+            "lowest judged bits above brackets (% ceiling)": round(100 * (lowest - bracket) / ceiling, 1),
+            "best, % of ceiling (held-out)": round(100 * best, 1),
+            "best, % of ceiling (seen)": round(100 * best_seen, 1),
+            "criteria": "pass" if not failed else "fail: " + ", ".join(failed)}
+
+
+def spread_table(fin: pd.DataFrame) -> pd.DataFrame:
+    """One row per arm (and budget or length) of final-checkpoint eval rows: the criteria's
+    quantities and which criteria the arm fails; empty without ``eval_reordered`` rows."""
+    re = fin[fin["split"] == "eval_reordered"]
+    seen_all = fin[fin["split"] == "eval_seen_order"]
+    axis = group_col(re)
+    keys = ([axis] if axis else []) + ["schedule"]
+    rows = []
+    for key, g in re.groupby(keys):
+        key = key if isinstance(key, tuple) else (key,)
+        sel = np.ones(len(seen_all), bool)
+        for k, v in zip(keys, key):
+            sel &= (seen_all[k] == v).to_numpy()
+        head = {"schedule": key[-1]}
+        if axis:
+            head = {axis: group_short(axis, key[0]), **head}
+        rows.append({**head, **_arm(g, seen_all[sel])})
+    return pd.DataFrame(rows)
+
+
+def spread_words(table: pd.DataFrame) -> str:
+    """One sentence: every arm passes, or which arms fail which criterion."""
+    if table.empty:
+        return ""
+    bad = table[table["criteria"] != "pass"]
+    if bad.empty:
+        return f"Seed spread: every arm ({len(table)}) passes the calibration's criteria."
+    axis = next((c for c in ("budget", "length") if c in table.columns), None)
+    named = [f"`{r['schedule']}`" + (f" at {r[axis]}" if axis else "") + f" ({r['criteria'][6:]})"
+             for _, r in bad.iterrows()]
+    return (f"Seed spread: {len(table) - len(bad)} of {len(table)} arms pass the calibration's "
+            "criteria; " + "; ".join(named) + ".")
