@@ -38,7 +38,9 @@ EXPERIMENTS = (
                "seeds; table3 runs each arm at its lowest mean serving NLL", "depthbench run table3-lr"),
     Experiment("table3-lengths", "Table 3 against training length (the paper's Figure 2 left): "
                "table3's arms at each multiple of its steps run so far, compared within each "
-               "length, and whether each arm's mean serving NLL has reached a plateau",
+               "length, and whether each arm's mean serving NLL has reached a plateau; its rows "
+               "are of the equal-exposure task of the tiny preset that table3's tiered task "
+               "replaced (docs/calibration.md), not yet rerun on the tiered one",
                "depthbench run table3-x2 (and table3-x4, table3-x4b), then depthbench report "
                "reports/table3/rows reports/table3-x2/rows ... --out reports/table3-lengths"),
     Experiment("matched", "a reading that can fail: uniform at fixed-first's FLOPs",
@@ -158,6 +160,8 @@ def results_page(done: list[tuple[Experiment, dict]]) -> str:
             out += ["Best seed-mean reading over arms and depths: " + "; ".join(
                 f"{SPLIT_NAMES.get(k, k)} {100 * v:.0f}% of the ceiling"
                 for k, v in sorted(s["best_share"].items())) + ".", ""]
+        if s.get("spread"):
+            out += [s["spread"], ""]
         out += [f"- {x}" for x in s["sentences"] + s["nll_sentences"]]
         if s["sentences"] or s["nll_sentences"]:
             out.append("")
