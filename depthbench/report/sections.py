@@ -41,7 +41,7 @@ from depthbench.report.figures import (
     _reference,
 )
 from depthbench.report.load import TERMINAL_SHARE, _final, _fmt, grid_clock, group_col, labelled
-from depthbench.report.spread import spread_table, spread_words
+from depthbench.report.spread import spread_section, spread_table, spread_words
 from depthbench.stats import mean_ci, paired_differences, t_interval
 
 
@@ -110,13 +110,7 @@ def _eval_sections(figs, ev: pd.DataFrame, color: dict, reference: str | None,
     control = _control_table(fin)
     if control is not None:
         tables.append(control)
-    spread = spread_table(fin)
-    if not spread.empty:
-        notes.append(spread_words(spread))
-        tables.append(("Seed spread against the calibration's criteria (docs/calibration.md): "
-                       "worst seed's depth-averaged exact match over the median's (>= 0.8), "
-                       "largest seed SD at a judged depth (<= 5%), lowest judged seed-mean above "
-                       "floor and name-blind completer (>= 10%), best seed-mean (<= 90%)", spread))
+    spread_section(fin, tables, notes)
     return Sections(tables, notes, files)
 
 

@@ -101,3 +101,14 @@ def spread_words(table: pd.DataFrame) -> str:
              for _, r in bad.iterrows()]
     return (f"Seed spread: {len(table) - len(bad)} of {len(table)} arms pass the calibration's "
             "criteria; " + "; ".join(named) + ".")
+
+
+def spread_section(fin: pd.DataFrame, tables: list, notes: list) -> None:
+    """The report's seed-spread table and sentence, appended where the rows have arms."""
+    spread = spread_table(fin)
+    if not spread.empty:
+        notes.append(spread_words(spread))
+        tables.append(("Seed spread against the calibration's criteria (docs/calibration.md): "
+                       "worst seed's depth-averaged exact match over the median's (>= 0.8), "
+                       "largest seed SD at a judged depth (<= 5%), lowest judged seed-mean above "
+                       "floor and name-blind completer (>= 10%), best seed-mean (<= 90%)", spread))
