@@ -359,7 +359,10 @@ FINDINGS_NAME_ONLY = """\
   memorizing is a step, and a seed that takes it late is far from one that took it early. The
   budgets grid's tiered task (`budget-m64-x1-8-64-512`: 256 people, tiers seen 1, 8, 64 and 512
   times as often) passed them in all nine of its arms, so the quickstart, `table3` (with its
-  LR sweep and longer runs), `matched` and `fixed-depths` now run on it. Each report states its
+  LR sweep and longer runs), `matched` and `fixed-depths` now run on it. The LR sweep
+  (`table3-lr`, widened by one LR above so no choice sits at its edge) chose higher peak LRs on
+  this task than on the equal-exposure one for three of the four arms, and `table3` runs each
+  arm at its new choice. Each report states its
   arms' spread against these criteria (`depthbench.report.spread`; docs/results.md), and
   `tests/test_claims.py` holds every arm of the quickstart, `table3`, `matched`, `budgets` and
   `fixed-depths` to them.
