@@ -426,9 +426,8 @@ def _mean_em(r: dict) -> float:
 
 def _judged_depths(schedule: str) -> list[int]:
     """Where the stability criterion looks: depth K for fixed:K, else 4..16."""
-    if schedule.startswith("fixed:"):
-        return [int(schedule.split(":")[1])]
-    return list(range(4, 17))
+    from depthbench.report.spread import judged_depths
+    return judged_depths(schedule, DEPTHS)
 
 
 def _recipe_rank(name: str) -> int:
@@ -436,6 +435,7 @@ def _recipe_rank(name: str) -> int:
 
 
 def summarize(rows: list[dict]) -> list[dict]:
+    from depthbench.report.spread import ABOVE_BRACKETS, MAX_SD, MAX_SHARE, WORST_OF_MEDIAN
     groups: dict[tuple, list[dict]] = {}
     for r in rows:
         groups.setdefault((r["recipe"], r["schedule"], r["threads"]), []).append(r)
@@ -463,10 +463,11 @@ def summarize(rows: list[dict]) -> list[dict]:
             "train_s": statistics.mean(r["train_s"] for r in rs),
             "best_share": best.get(""), "best_seen_share": best.get("seen_"),
             "blind": max(r.get("name_blind_bits", float("nan")) for r in rs),
-            "ok": len(rs) >= 2 and min(em) >= 0.8 * med and max(sds) <= 0.05 * ceiling
-            and min(means) >= max(r.get("floor_bits", 0.0) for r in rs) + 0.1 * ceiling
-            and min(means) >= max(r.get("name_blind_bits", 0.0) for r in rs) + 0.1 * ceiling
-            and all(v <= 0.9 for v in best.values()),
+            "ok": len(rs) >= 2 and min(em) >= WORST_OF_MEDIAN * med and max(sds) <= MAX_SD * ceiling
+            and min(means) >= max(r.get("floor_bits", 0.0) for r in rs) + ABOVE_BRACKETS * ceiling
+            and min(means) >= max(r.get("name_blind_bits", 0.0) for r in rs)
+            + ABOVE_BRACKETS * ceiling
+            and all(v <= MAX_SHARE for v in best.values()),
         })
     return out
 
