@@ -136,10 +136,12 @@ class _Layout:
         # rows; fancy indexing and take_along_axis are several times slower)
         flat = (values + self.value_offset).astype(np.int32).ravel()
         rows = np.take(flat, orders + (A * person)[:, None])
-        seg = np.take(self.segments.astype(dtype, copy=False), rows, axis=0)  # (n, A, 1 + max_len)
-        if (self.value_len == self.max_len).all():
-            tokens[:, 1 + cfg.name_tokens:-1] = seg.reshape(n, -1)
+        table = self.segments.astype(dtype, copy=False)
+        if (self.value_len == self.max_len).all():  # gathered straight into the rows
+            out = tokens[:, 1 + cfg.name_tokens:-1].reshape(n, A, 1 + self.max_len)
+            np.take(table, rows, axis=0, out=out, mode="clip")  # rows are in range; no buffer
         else:
+            seg = np.take(table, rows, axis=0)                             # (n, A, 1 + max_len)
             keep = np.arange(1 + self.max_len) <= self.value_len[orders][..., None]
             tokens[:, 1 + cfg.name_tokens:-1] = seg[keep].reshape(n, -1)
         return tokens
@@ -173,11 +175,34 @@ def balanced_values(cfg: GenConfig, lo: int, hi: int) -> np.ndarray:
     return out
 
 
+# bits of a packed sort key that hold the attribute's index (``_random_orders``)
+_INDEX_BITS = 10
+
+
+def _random_orders(rng: np.random.Generator, shape: tuple[int, ...], A: int,
+                   first: np.ndarray | None = None) -> np.ndarray:
+    """``np.argsort(rng.random(shape + (A,)), axis=-1, kind="stable")``, with ``first`` (of
+    ``shape``) moved to the front of each order when given, at a third of its cost and with the
+    same draws: ``random()`` turns the top 53 bits of one raw 64-bit draw into a double, so those
+    bits order a row as its doubles do; each key packs them (plus one, leaving 0 for ``first``)
+    above the attribute's index, which breaks ties as a stable sort does, and a plain sort of the
+    keys leaves the indices in the stable argsort's order."""
+    assert A <= 1 << _INDEX_BITS
+    k = rng.bit_generator.random_raw(int(np.prod(shape)) * A).reshape(shape + (A,))
+    k >>= np.uint64(11)
+    k += np.uint64(1)
+    k <<= np.uint64(_INDEX_BITS)
+    k |= np.arange(A, dtype=np.uint64)
+    if first is not None:
+        np.put_along_axis(k, first[..., None], first[..., None].astype(np.uint64), axis=-1)
+    k.sort(axis=-1)
+    k &= np.uint64((1 << _INDEX_BITS) - 1)
+    return k.astype(np.int64)
+
+
 def _order_with_first(rng: np.random.Generator, first: np.ndarray, A: int) -> np.ndarray:
     """Uniform random orders of A attributes whose first element is ``first`` (any shape)."""
-    keys = rng.random(first.shape + (A,))
-    np.put_along_axis(keys, first[..., None], -1.0, axis=-1)
-    return np.argsort(keys, axis=-1, kind="stable")
+    return _random_orders(rng, first.shape, A, first)
 
 
 def _perm_hash(orders: np.ndarray) -> np.ndarray:
@@ -190,7 +215,7 @@ def _perm_hash(orders: np.ndarray) -> np.ndarray:
 def _held_out_split(rng: np.random.Generator, n: int, A: int) -> np.ndarray:
     """(n, A): a uniform random permutation of the attributes per person; the first h are its
     held-out attributes, the rest start its training orders in turn."""
-    return np.argsort(rng.random((n, A)), axis=1, kind="stable")
+    return _random_orders(rng, (n,), A)
 
 
 def _training_orders(rng: np.random.Generator, perm: np.ndarray, h: int, r: int) -> np.ndarray:
@@ -199,11 +224,14 @@ def _training_orders(rng: np.random.Generator, perm: np.ndarray, h: int, r: int)
     n, A = perm.shape
     first = perm[:, h + np.arange(r) % (A - h)]                            # (n, r)
     orders = _order_with_first(rng, first, A)
-    lower = np.tril(np.ones((r, r), dtype=bool), k=-1)
     while True:
         hh = _perm_hash(orders)                                            # (n, r)
-        # a hash collision of two different orders only causes a harmless redraw
-        dup = ((hh[:, :, None] == hh[:, None, :]) & lower).any(axis=2)     # (n, r)
+        # order j is a duplicate if an earlier order of its person hashes alike (a collision of
+        # two different orders only causes a harmless redraw)
+        dup = np.zeros(hh.shape, dtype=bool)
+        for j in range(1, r):
+            for i in range(j):
+                dup[:, j] |= hh[:, i] == hh[:, j]
         if not dup.any():
             return orders
         rows, slots = np.nonzero(dup)
@@ -278,14 +306,14 @@ class _Split:
         k = 1 + cfg.name_tokens                                            # the asked key
         # json.dumps(" ".join(words)) is the words' own escapes joined: each token is escaped
         # once (vocab_arr holds them escaped), each attribute name once
-        words = vocab_arr[tokens[:take]]
+        words = vocab_arr[tokens[:take]].tolist()                          # lists of str
         attrs = [json.dumps(a.name) for a in cfg.attributes]
+        ends = (k + 1 + layout.value_len).tolist()
         lines = []
-        for i in range(take):
-            a = int(orders[i, 0])
-            lines.append(f'{{"prompt": "{" ".join(words[i, 1:k + 1])}", '
-                         f'"target": "{" ".join(words[i, k + 1:k + 1 + int(layout.value_len[a])])}", '
-                         f'"person": {int(person[i])}, "attribute": {attrs[a]}, '
+        for w, a, p in zip(words, orders[:take, 0].tolist(), person[:take].tolist()):
+            lines.append(f'{{"prompt": "{" ".join(w[1:k + 1])}", '
+                         f'"target": "{" ".join(w[k + 1:ends[a]])}", '
+                         f'"person": {p}, "attribute": {attrs[a]}, '
                          f'"split": "{self.name}"}}\n')
         self.jsonl.write("".join(lines))
         self.text_done += take
@@ -342,13 +370,17 @@ def generate_into(cfg: GenConfig, out: Path,
         asked = _order_with_first(rng, split_of[:, :h], A)                 # (n, h, A)
         flat = train_orders.reshape(n * r, A)                              # person-major rows
         rep = np.repeat(np.arange(n), r)
+        tokens = layout.render(cfg, names, values, flat, dtype, rep)       # each order once
+        # the seen-order control asks the first attribute of the person's first h orders: rows
+        # of the training orders already rendered
+        seen = (np.arange(n)[:, None] * r + np.arange(h) % r).ravel()
+        seen_rows = (tokens[seen], person[rep[seen]], flat[seen])
         times = cfg.exposure_of(person)[rep]                               # (n r,)
         if (times > 1).any():   # each order written as often as its person's exposure says
-            flat, rep = np.repeat(flat, times, axis=0), np.repeat(rep, times)
-        splits["train"].write(layout.render(cfg, names, values, flat, dtype, rep), person[rep],
-                              flat, vocab_arr, cfg, layout)
+            tokens, flat, rep = (np.repeat(a, times, axis=0) for a in (tokens, flat, rep))
+        splits["train"].write(tokens, person[rep], flat, vocab_arr, cfg, layout)
         ask("eval_reordered", person, names, values, asked)
-        ask("eval_seen_order", person, names, values, train_orders[:, np.arange(h) % r])
+        splits["eval_seen_order"].write(*seen_rows, vocab_arr, cfg, layout)
         if progress:
             progress(n)
 
