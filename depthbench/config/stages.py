@@ -45,7 +45,8 @@ class EvalConfig(PlainConfig):
     depths: str = "1-16"           # serving depths, e.g. 1-16 or 1,4,16
     splits: tuple[str, ...] = ()   # (): every eval split
     checkpoint: int | None = None  # step (None: the latest)
-    batch_size: int = 256
+    batch_size: int = 64           # rows a batch (the fastest on a CPU: bench_eval.py; GPU
+                                   # specs set more)
     max_people: int | None = None  # only the first N people of each split
     out: str = ""                  # result file base ("": RUN/eval/step_NNNNNNN)
     device: str = "auto"

@@ -47,7 +47,7 @@ def _reduce(sums: dict[int, EvalSums], rt: Runtime | None) -> dict[int, EvalSums
 
 @torch.no_grad()
 def sweep(model, ds: Dataset, split: str, depths: list[int], rt: Runtime | None = None,
-          batch_size: int = 256, max_rows: int | None = None) -> dict[int, EvalSums]:
+          batch_size: int = 64, max_rows: int | None = None) -> dict[int, EvalSums]:
     """Metrics at every depth in ``depths`` from one forward of max(depths) loops per batch."""
     model.eval()
     sums = {k: EvalSums(ds.n_values, ds.rows_per_person) for k in depths}
@@ -61,7 +61,7 @@ def sweep(model, ds: Dataset, split: str, depths: list[int], rt: Runtime | None 
 
 @torch.no_grad()
 def sweep_per_depth(model, ds: Dataset, split: str, depths: list[int], rt: Runtime | None = None,
-                    batch_size: int = 256, max_rows: int | None = None) -> dict[int, EvalSums]:
+                    batch_size: int = 64, max_rows: int | None = None) -> dict[int, EvalSums]:
     """The naive oracle: a separate full forward for every depth."""
     model.eval()
     sums = {k: EvalSums(ds.n_values, ds.rows_per_person) for k in depths}

@@ -180,7 +180,7 @@ class EvalSpec(PlainConfig):
     depths: str = "1-16"
     splits: tuple[str, ...] = ("eval_reordered", "eval_seen_order", "eval_unseen_people")
     switch_checkpoints: tuple[int, ...] = (0, 16, 64, 256)  # fixed-first: also eval switch + k
-    batch_size: int = 256
+    batch_size: int = 64            # EvalConfig's default (the fastest on a CPU)
     tasks: tuple[str, ...] = ()     # a corpus: lm-eval tasks at every depth (final checkpoints)
     task_path: str = ""             # a folder of further lm-eval task YAMLs
     task_limit: int = 0             # at most this many documents per task (0: all)
