@@ -21,6 +21,9 @@ side by side in one process (ratios; this machine is shared and absolute times v
     python benchmarks/bench_grid.py --grid [--grid-steps 200] [--grid-seeds 8] [--workers 2 1]
     python benchmarks/bench_grid.py --shared-work [SPEC ...]   the share of each packaged spec's
         training work (loop-steps) that shared prefixes train once (planned, nothing trained)
+    python benchmarks/bench_grid.py --against 376558b [--grid-seeds 4]   (d) this code's grid
+        against the same grid run by the code of an earlier commit (``git archive``), both
+        through ``depthbench run``, alternating, in fresh processes: wall seconds and the ratio
 
 Stacking pays where per-op overhead dominates; at this shape on a CPU the eager step's matmuls
 already run near the machine's matmul peak, so the benchmark says how much is left to win.
@@ -191,6 +194,70 @@ def section_c(steps: int, seeds: int, workers: list[int], rounds: int) -> dict:
     return res
 
 
+AGAINST_SPEC = {   # (d): settings the code at 376558b reads too (no keys it lacks)
+    "name": "grid-bench",
+    "data": {"preset": "tiny", "seed": 0},
+    "train": {"preset": "tiny", "schedules": ["fixed:4", "fixed-first:0.8:4:1-16", "uniform:1-16"]},
+    "eval": {"depths": "1-16", "splits": ["eval_reordered", "eval_seen_order",
+                                          "eval_unseen_people"], "switch_checkpoints": [0]},
+    "probe": {"enabled": True, "depth_a": 4, "depth_b": 16, "batches": 6, "max_people": 128},
+    "serve": {"enabled": False},
+    "run": {"workers": 2},
+}
+
+
+def _timed_grid(code: Path, spec: dict, work: Path) -> float:
+    """Wall seconds of ``depthbench run`` of ``spec`` with the package at ``code`` first on the
+    path, in a fresh process (its own dataset, runs and report under ``work``)."""
+    import os
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    (work / "spec.toml").write_text(_toml({**spec, "report": {"out": str(work / "report")}}))
+    env = {**os.environ, "PYTHONPATH": str(code), "OMP_NUM_THREADS": "1"}
+    t0 = time.perf_counter()
+    subprocess.run([sys.executable, "-m", "depthbench", "run", str(work / "spec.toml"), "--out",
+                    str(work / "exp")], check=True, cwd=work, env=env, stdout=subprocess.DEVNULL)
+    return time.perf_counter() - t0
+
+
+def _commit(text: str) -> str:
+    """An argparse type: a commit of this checkout's history (``git archive`` reads it)."""
+    import argparse
+    root = Path(__file__).resolve().parents[1]
+    got = subprocess.run(["git", "-C", str(root), "rev-parse", "--verify", "--quiet",
+                          f"{text}^{{commit}}"], capture_output=True, text=True)
+    if got.returncode:
+        raise argparse.ArgumentTypeError(f"{text} is not a commit of {root}'s history (a clone "
+                                         "without it: git fetch --unshallow)")
+    return text
+
+
+def section_d(commit: str, steps: int, seeds: int, rounds: int) -> dict:
+    """This checkout's grid against the code of ``commit``, side by side (best of ``rounds``,
+    the order alternating so that drift favours neither)."""
+    root = Path(__file__).resolve().parents[1]
+    spec = json.loads(json.dumps(AGAINST_SPEC))
+    spec["train"].update(steps=steps, seeds=list(range(seeds)))
+    with tempfile.TemporaryDirectory() as tmp:
+        old = Path(tmp) / "code"
+        old.mkdir()
+        tar = subprocess.run(["git", "-C", str(root), "archive", commit], check=True,
+                             capture_output=True).stdout
+        subprocess.run(["tar", "-x", "-C", str(old)], input=tar, check=True)
+        got = {"then": [], "now": []}
+        for r in range(rounds):
+            for which in (("then", "now") if r % 2 == 0 else ("now", "then")):
+                got[which].append(_timed_grid(old if which == "then" else root, spec,
+                                              Path(tmp) / f"{which}-{r}"))
+                print(f"(d) {which}: {got[which][-1]:.1f} s", flush=True)
+    then, now = min(got["then"]), min(got["now"])
+    out = {"commit": commit, "steps": steps, "seeds": seeds, "schedules": 3, "rounds": rounds,
+           "then_s": then, "now_s": now, "speedup": then / now}
+    print(f"(d) 3 schedules x {seeds} seeds x {steps} steps, 2 workers: the code at {commit} "
+          f"{then:.1f} s, this code {now:.1f} s: {out['speedup']:.2f}x", flush=True)
+    return out
+
+
 def shared_work(names: list[str]) -> dict:
     """Per spec: the loop-steps (steps x depth) of its training runs, and the share of them
     that lie in a shared prefix (``start_step``) and so are trained once, from the planned
@@ -225,7 +292,12 @@ SHARED_SPECS = ["quickstart", "table3", "matched", "budgets"]
 
 def readme_cell(res: dict) -> str:
     """The README's figures of a ``--grid`` run (``bench_rows``): the grid at each worker count,
-    and the shared-prefix shares of the packaged specs' training work."""
+    and the shared-prefix shares of the packaged specs' training work; of an ``--against`` run,
+    the two codes' seconds and their ratio."""
+    if "against" in res:
+        a = res["against"]
+        return (f"{a['schedules']} schedules x {a['seeds']} seeds x {a['steps']} steps on 2 workers: "
+                f"{a['then_s']:.1f} s at {a['commit']}, {a['now_s']:.1f} s now, {a['speedup']:.2f}x")
     parts = []
     for w, r in res["grid"].items():
         w = int(w)
@@ -253,6 +325,9 @@ def main():
     ap.add_argument("--grid-seeds", type=count(), default=8)
     ap.add_argument("--workers", type=count(), nargs="+", default=[2, 1])
     ap.add_argument("--rounds", type=count(), default=1)
+    ap.add_argument("--against", metavar="COMMIT", type=_commit,
+                    help="(d): the grid against the code of "
+                    "COMMIT (with --grid-steps and --grid-seeds; default 4 seeds)")
     ap.add_argument("--shared-work", nargs="*", metavar="SPEC", help="the share of each spec's "
                     "training work in shared prefixes (default: the packaged CPU specs)")
     add_args(ap)
@@ -268,6 +343,11 @@ def main():
             except SpecError as e:
                 ap.error(f"--shared-work: {e}")
         shared_work(names)
+        return
+    if args.against:
+        seeds = 4 if "--grid-seeds" not in sys.argv else args.grid_seeds
+        keep(args, {"against": section_d(args.against, args.grid_steps, seeds, args.rounds)},
+             readme_cell)
         return
     if args.grid:
         torch.set_num_threads(1)

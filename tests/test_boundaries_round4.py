@@ -165,6 +165,7 @@ def test_an_lm_eval_task_of_the_other_dataset_kind_is_one_line(trained_run, smal
     ("bench_eval.py", ["--json-out", "/proc/none/rows.json"]),
     ("bench_generate.py", ["--json-out", str(ROOT / "docs")]),
     ("bench_grid.py", ["--shared-work", "no-such-spec"]),
+    ("bench_grid.py", ["--against", "no-such-commit"]),
     ("calibrate.py", ["--seeds", "x"]), ("calibrate.py", ["--threads", "0"]),
     ("calibrate.py", ["--schedules", "cyclic:4"]), ("calibrate.py", ["--schedules", "fixed:4@2"]),
     ("calibrate_text.py", ["--recipes", "no-such"]), ("calibrate_text.py", ["--workers", "0"]),
