@@ -37,12 +37,12 @@ EXPERIMENTS = (
     Experiment("table3-lr", "Table 3's learning-rate sweep: each arm at several peak LRs on held-out "
                "seeds; table3 runs each arm at its lowest mean serving NLL", "depthbench run table3-lr"),
     Experiment("table3-lengths", "Table 3 against training length (the paper's Figure 2 left): "
-               "table3's arms at each multiple of its steps run so far, compared within each "
-               "length, and whether each arm's mean serving NLL has reached a plateau; its rows "
-               "are of the equal-exposure task of the tiny preset that table3's tiered task "
-               "replaced (docs/calibration.md), not yet rerun on the tiered one",
-               "depthbench run table3-x2 (and table3-x4, table3-x4b), then depthbench report "
-               "reports/table3/rows reports/table3-x2/rows ... --out reports/table3-lengths"),
+               "table3's arms at each multiple of its steps run so far on its tiered task (1x and "
+               "2x; the 4x runs, table3-x4 and table3-x4b, not yet rerun on it), compared within each length, and whether each arm's mean serving NLL "
+               "has reached a plateau",
+               "depthbench run table3-x2, then depthbench report reports/table3/rows "
+               "reports/table3-x2/rows --out reports/table3-lengths (and the 4x rows once "
+               "table3-x4b has run)"),
     Experiment("matched", "a reading that can fail: uniform at fixed-first's FLOPs",
                "depthbench run matched"),
     Experiment("budgets", "the paper's Figure 1: three schedules at three matched FLOP budgets",
