@@ -213,8 +213,8 @@ def test_the_text_task_is_sized_so_depth_matters_and_its_calibration_is_text_tab
                                          abs=5.1e-6)   # the calibration rounds to 5 decimals
 
 
-@pytest.mark.parametrize("name", [n for n in ("quickstart", "table3", "matched", "budgets",
-                                              "fixed-depths") if n in SYNTHETIC])
+@pytest.mark.parametrize("name", [n for n in ("quickstart", "table3", "table3-lengths", "matched",
+                                              "budgets", "fixed-depths") if n in SYNTHETIC])
 def test_every_arm_of_the_packaged_grids_passes_the_seed_spread_criteria(name):
     """The calibration's criteria (depthbench.report.spread, checked by hand in test_spread):
     every seed within 80% of its arm's median, seed SD at most 5% of the ceiling, the arm 10% of
@@ -225,16 +225,19 @@ def test_every_arm_of_the_packaged_grids_passes_the_seed_spread_criteria(name):
     assert (t["criteria"] == "pass").all(), t[t["criteria"] != "pass"].to_dict("records")
 
 
-def test_table3_fixed_first_recalls_less_than_uniform_at_its_own_lr():
-    """table3 on the tiered task, each arm at its swept LR: both fixed-first arms read below
-    uniform:1-16 on exact match averaged over depths, the paired 95% t-interval over the 8 seeds
-    below 0 (recomputed here with scipy, not the report's code)."""
+@pytest.mark.parametrize("name", [n for n in ("table3", "table3-lengths") if n in SYNTHETIC])
+def test_table3_fixed_first_recalls_less_than_uniform_at_its_own_lr(name):
+    """table3 on the tiered task, each arm at its swept LR, at every training length run: both
+    fixed-first arms read below uniform:1-16 on exact match averaged over depths, the paired 95%
+    t-interval over the 8 seeds below 0 (recomputed here with scipy, not the report's code)."""
     from scipy import stats
-    re = final_eval("table3")
+    re = final_eval(name)
     re = re[re["split"] == "eval_reordered"]
-    per = re.groupby(["schedule", "seed"])["exact_match"].mean()
-    for arm in ("fixed-first:0.67:4:1-16", "fixed-first:0.8:4:1-16"):
-        d = (per[arm] - per[UNIFORM]).dropna().to_numpy()
-        assert len(d) == 8
-        hi = d.mean() + stats.t.ppf(0.975, len(d) - 1) * d.std(ddof=1) / np.sqrt(len(d))
-        assert hi < 0, (arm, d.mean(), hi)
+    axis = group_col(re)
+    for length, g in re.groupby(axis) if axis else [(None, re)]:
+        per = g.groupby(["schedule", "seed"])["exact_match"].mean()
+        for arm in ("fixed-first:0.67:4:1-16", "fixed-first:0.8:4:1-16"):
+            d = (per[arm] - per[UNIFORM]).dropna().to_numpy()
+            assert len(d) == 8, (length, arm)
+            hi = d.mean() + stats.t.ppf(0.975, len(d) - 1) * d.std(ddof=1) / np.sqrt(len(d))
+            assert hi < 0, (length, arm, d.mean(), hi)
