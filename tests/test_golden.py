@@ -32,7 +32,10 @@ def golden_dirs():
 
 
 DIRS = golden_dirs()
-ATOL = 1e-5
+# float32 agreement, relative to the compared tensor's scale: kernels of another CPU (AVX-512 or
+# not) round differently, and the difference grows with the loops (Huginn's logits after 8 loops
+# differ by 1.7e-5 at a scale of 4 on an AVX-512 EPYC); a porting error is orders larger
+RTOL = 1e-5
 
 
 def setup(d):
@@ -46,8 +49,10 @@ def setup(d):
 
 
 def close(a, b, valid):
-    diff = (a.float() - torch.from_numpy(np.asarray(b)).float())[valid].abs().max().item()
-    assert diff <= ATOL, diff
+    b = torch.from_numpy(np.asarray(b)).float()
+    diff = (a.float() - b)[valid].abs().max().item()
+    scale = max(1.0, b[valid].abs().max().item())
+    assert diff <= RTOL * scale, (diff, scale)
 
 
 @pytest.mark.parametrize("d", DIRS, ids=lambda d: d.name)
