@@ -38,7 +38,9 @@ EXPERIMENTS = (
                "seeds; table3 runs each arm at its lowest mean serving NLL", "depthbench run table3-lr"),
     Experiment("table3-lengths", "Table 3 against training length (the paper's Figure 2 left): "
                "table3's arms at each multiple of its steps run so far on its tiered task (1x and "
-               "2x; the 4x runs, table3-x4 and table3-x4b, not yet rerun on it), compared within each length, and whether each arm's mean serving NLL "
+               "2x; of 4x, reports/table3-x4 holds table3-x4's seeds 0-3, every arm below 90% of "
+               "the ceiling, and table3-x4b's seeds 4-7 are not yet run), compared within each "
+               "length, and whether each arm's mean serving NLL "
                "has reached a plateau",
                "depthbench run table3-x2, then depthbench report reports/table3/rows "
                "reports/table3-x2/rows --out reports/table3-lengths (and the 4x rows once "
