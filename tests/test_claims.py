@@ -213,8 +213,9 @@ def test_the_text_task_is_sized_so_depth_matters_and_its_calibration_is_text_tab
                                          abs=5.1e-6)   # the calibration rounds to 5 decimals
 
 
-@pytest.mark.parametrize("name", [n for n in ("quickstart", "table3", "table3-lengths", "matched",
-                                              "budgets", "fixed-depths") if n in SYNTHETIC])
+@pytest.mark.parametrize("name", [n for n in ("quickstart", "table3", "table3-lengths", "table3-x4",
+                                              "matched", "budgets", "fixed-depths")
+                                  if n in SYNTHETIC])
 def test_every_arm_of_the_packaged_grids_passes_the_seed_spread_criteria(name):
     """The calibration's criteria (depthbench.report.spread, checked by hand in test_spread):
     every seed within 80% of its arm's median, seed SD at most 5% of the ceiling, the arm 10% of
