@@ -77,17 +77,18 @@ def child_naive(n_people: int, out: str) -> dict:
                 used.add(name)
                 break
         values = [rnd.randrange(a.n_values) for a in cfg.attributes]
-        split = list(range(A))
-        rnd.shuffle(split)
+        perm = list(range(A))     # its first h attributes are held out
+        rnd.shuffle(perm)
         orders = []
         for i in range(r):
-            while (o := order_from(split[h + i % (A - h)])) in orders:
-                pass
+            o = order_from(perm[h + i % (A - h)])
+            while o in orders:    # a person's orders are distinct: a repeat is drawn again
+                o = order_from(perm[h + i % (A - h)])
             orders.append(o)
         for o in orders:
             rows["train"].append(render(name, values, o))
         for j in range(h):
-            rows["eval_reordered"].append(render(name, values, order_from(split[j])))
+            rows["eval_reordered"].append(render(name, values, order_from(perm[j])))
             rows["eval_seen_order"].append(render(name, values, orders[j % r]))
     for split, r_ in rows.items():
         np.save(Path(out) / f"{split}.npy", np.array(r_, dtype=np.uint16))

@@ -132,19 +132,25 @@ def _toml(spec: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _run_argv(spec: dict, d: Path) -> list[str]:
+    """``depthbench run`` of ``spec`` in the emptied directory ``d`` (its spec file, dataset,
+    runs and report all under ``d``), as a command line."""
+    shutil.rmtree(d, ignore_errors=True)
+    d.mkdir(parents=True)
+    (d / "spec.toml").write_text(_toml({**spec, "report": {"out": str(d / "report")}}))
+    return [sys.executable, "-m", "depthbench", "run", str(d / "spec.toml"), "--out", str(d / "exp")]
+
+
 def _grid_once(spec: dict, work: Path, tag: str) -> dict:
     """One ``depthbench run`` of ``spec`` in a fresh process: wall seconds, the largest RSS of
     any of its processes, and its result rows without the clocks."""
     d = work / tag
-    shutil.rmtree(d, ignore_errors=True)
-    d.mkdir(parents=True)
-    (d / "spec.toml").write_text(_toml({**spec, "report": {"out": str(d / "report")}}))
+    argv = _run_argv(spec, d)
     probe = ("import resource, subprocess, sys, time; t = time.perf_counter(); "
              "subprocess.run(sys.argv[1:], check=True, stdout=subprocess.DEVNULL); "
              "print(time.perf_counter() - t, "
              "resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)")
-    out = subprocess.run([sys.executable, "-c", probe, sys.executable, "-m", "depthbench", "run",
-                          str(d / "spec.toml"), "--out", str(d / "exp")], check=True,
+    out = subprocess.run([sys.executable, "-c", probe, *argv], check=True,
                          capture_output=True, text=True).stdout.split()
     clocks = ("wall_clock", "cpu_clock", "wall_clock_s", "cpu_s", "train_cpu_s", "checkpoint")
     rows = {f.relative_to(d / "exp").as_posix(): [
@@ -210,13 +216,10 @@ def _timed_grid(code: Path, spec: dict, work: Path) -> float:
     """Wall seconds of ``depthbench run`` of ``spec`` with the package at ``code`` first on the
     path, in a fresh process (its own dataset, runs and report under ``work``)."""
     import os
-    shutil.rmtree(work, ignore_errors=True)
-    work.mkdir(parents=True)
-    (work / "spec.toml").write_text(_toml({**spec, "report": {"out": str(work / "report")}}))
+    argv = _run_argv(spec, work)
     env = {**os.environ, "PYTHONPATH": str(code), "OMP_NUM_THREADS": "1"}
     t0 = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "depthbench", "run", str(work / "spec.toml"), "--out",
-                    str(work / "exp")], check=True, cwd=work, env=env, stdout=subprocess.DEVNULL)
+    subprocess.run(argv, check=True, cwd=work, env=env, stdout=subprocess.DEVNULL)
     return time.perf_counter() - t0
 
 

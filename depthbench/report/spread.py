@@ -109,6 +109,8 @@ def spread_section(fin: pd.DataFrame, tables: list, notes: list) -> None:
     if not spread.empty:
         notes.append(spread_words(spread))
         tables.append(("Seed spread against the calibration's criteria (docs/calibration.md): "
-                       "worst seed's depth-averaged exact match over the median's (>= 0.8), "
-                       "largest seed SD at a judged depth (<= 5%), lowest judged seed-mean above "
-                       "floor and name-blind completer (>= 10%), best seed-mean (<= 90%)", spread))
+                       "worst seed's depth-averaged exact match over the median's "
+                       f"(>= {WORST_OF_MEDIAN:g}), largest seed SD at a judged depth "
+                       f"(<= {MAX_SD:.0%}), lowest judged seed-mean above floor and name-blind "
+                       f"completer (>= {ABOVE_BRACKETS:.0%}), best seed-mean (<= {MAX_SHARE:.0%})",
+                       spread))
