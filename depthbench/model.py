@@ -44,10 +44,12 @@ class Rotary(nn.Module):
         self.register_buffer("sin", freqs.sin(), persistent=False)
 
     def forward(self, x: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
-        """x: (B, H, T, dh); pos: (T,) or (B, T) positions."""
+        """x: (B, T, ..., dh), token-major (the projection's own layout, so that the products
+        below run over contiguous memory; rotating queries and keys in one call); pos: (T,) or
+        (B, T) positions."""
         cos, sin = self.cos[pos], self.sin[pos]                            # (.., T, dh/2)
-        if pos.dim() == 2:
-            cos, sin = cos[:, None], sin[:, None]                          # (B, 1, T, dh/2)
+        inner = (1,) * (x.dim() - 3)                                       # the dims after T
+        cos, sin = (t.view(*t.shape[:-1], *inner, t.shape[-1]) for t in (cos, sin))
         x1, x2 = x.float().chunk(2, dim=-1)
         out = torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1)
         return out.type_as(x)
@@ -65,13 +67,13 @@ class Attention(nn.Module):
 
     def forward(self, x, rotary, pos, cache=None, mask=None):
         B, T, C = x.shape
-        q, k, v = self.qkv(x).split(C, dim=2)
-        q, k, v = (t.view(B, T, self.n_heads, self.head_dim).transpose(1, 2)
-                   for t in (q, k, v))                                     # (B, H, T, dh)
+        qkv = self.qkv(x).view(B, T, 3, self.n_heads, self.head_dim)     # token-major
+        qk = qkv[:, :, :2]                                                 # (B, T, 2, H, dh)
         if self.qk_norm:
-            q, k = self.q_norm(q), self.k_norm(k)
+            qk = torch.stack([self.q_norm(qk[:, :, 0]), self.k_norm(qk[:, :, 1])], dim=2)
         if rotary is not None:
-            q, k = rotary(q, pos), rotary(k, pos)
+            qk = rotary(qk, pos)
+        q, k, v = (t.transpose(1, 2) for t in (qk[:, :, 0], qk[:, :, 1], qkv[:, :, 2]))
         if cache is not None:
             k, v = cache.extend(k, v)                                      # (B, H, S, dh)
         if mask is None:

@@ -191,3 +191,48 @@ def test_init_loops_refuses_what_counts_no_loop(bad):
     from depthbench.config import ConfigError
     with pytest.raises(ConfigError, match="init_loops"):
         ModelConfig(init_loops=bad)
+
+
+def naive_attention(attn, rotary, x, pos):
+    """Attention written out per head: projections, per-head RMS norm, rotary as a complex
+    rotation of each (first half, second half) pair by position x frequency, causal softmax."""
+    B, T, C = x.shape
+    H, dh = attn.n_heads, attn.head_dim
+    q, k, v = (x @ w.T for w in attn.qkv.weight.split(C))
+    out = torch.zeros(B, T, C)
+    inv = 1.0 / 10000.0 ** (torch.arange(0, dh, 2, dtype=torch.float32) / dh)
+    for b in range(B):
+        p = pos[b] if pos.dim() == 2 else pos
+        angle = torch.polar(torch.ones(T, dh // 2), p[:, None].float() * inv)      # (T, dh/2)
+        for h in range(H):
+            qh, kh, vh = (t[b, :, h * dh:(h + 1) * dh] for t in (q, k, v))
+            if attn.qk_norm:
+                qh, kh = attn.q_norm(qh), attn.k_norm(kh)
+            qh, kh = (torch.view_as_real(torch.complex(t[:, :dh // 2], t[:, dh // 2:]) * angle)
+                      .permute(2, 0, 1).reshape(2, T, dh // 2) for t in (qh, kh))
+            qh, kh = torch.cat([qh[0], qh[1]], -1), torch.cat([kh[0], kh[1]], -1)
+            s = (qh @ kh.T) / dh ** 0.5
+            s = s.masked_fill(~torch.ones(T, T, dtype=torch.bool).tril(), float("-inf"))
+            out[b, :, h * dh:(h + 1) * dh] = s.softmax(-1) @ vh
+    return out @ attn.proj.weight.T
+
+
+@pytest.mark.parametrize("qk_norm", [False, True])
+@pytest.mark.parametrize("batched_pos", [False, True])
+def test_attention_equals_a_per_head_oracle(qk_norm, batched_pos):
+    """The block's attention (queries and keys rotated together, token-major) against the
+    textbook per-head computation, with positions shared or per row (as the serving engine
+    gives them, with an explicit causal mask)."""
+    torch.manual_seed(0)
+    model = LoopedTransformer(ModelConfig(vocab_size=37, d_model=32, n_heads=4, max_seq_len=32,
+                                          qk_norm=qk_norm)).eval()
+    attn = model.core[0].attn
+    if qk_norm:   # weights other than one, so that a misplaced norm shows
+        for n in (attn.q_norm, attn.k_norm):
+            torch.nn.init.uniform_(n.weight, 0.5, 1.5)
+    x = torch.randn(2, 9, 32)
+    pos = torch.stack([torch.arange(3, 12), torch.arange(0, 9)]) if batched_pos else torch.arange(9)
+    mask = torch.ones(9, 9, dtype=torch.bool).tril()[None, None].expand(2, 1, 9, 9) \
+        if batched_pos else None
+    got = attn(x, model.rotary, pos, None, mask)
+    torch.testing.assert_close(got, naive_attention(attn, model.rotary, x, pos), rtol=1e-5, atol=1e-5)
