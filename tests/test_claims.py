@@ -213,7 +213,7 @@ def test_the_text_task_is_sized_so_depth_matters_and_its_calibration_is_text_tab
                                          abs=5.1e-6)   # the calibration rounds to 5 decimals
 
 
-@pytest.mark.parametrize("name", [n for n in ("quickstart", "table3", "table3-lengths", "table3-x4",
+@pytest.mark.parametrize("name", [n for n in ("quickstart", "table3", "table3-lengths", "table3-4x",
                                               "matched", "budgets", "fixed-depths")
                                   if n in SYNTHETIC])
 def test_every_arm_of_the_packaged_grids_passes_the_seed_spread_criteria(name):
@@ -226,7 +226,8 @@ def test_every_arm_of_the_packaged_grids_passes_the_seed_spread_criteria(name):
     assert (t["criteria"] == "pass").all(), t[t["criteria"] != "pass"].to_dict("records")
 
 
-@pytest.mark.parametrize("name", [n for n in ("table3", "table3-lengths") if n in SYNTHETIC])
+@pytest.mark.parametrize("name", [n for n in ("table3", "table3-lengths", "table3-4x")
+                                  if n in SYNTHETIC])
 def test_table3_fixed_first_recalls_less_than_uniform_at_its_own_lr(name):
     """table3 on the tiered task, each arm at its swept LR, at every training length run: both
     fixed-first arms read below uniform:1-16 on exact match averaged over depths, the paired 95%

@@ -88,6 +88,7 @@ BENCHMARKS = {   # docs/benchmarks.md's row -> (script, its committed rows)
     "`python benchmarks/bench_train.py --compile`": ("bench_train", "compile.json"),
     "`python benchmarks/bench_eval.py`": ("bench_eval", "eval.json"),
     "`python benchmarks/bench_grid.py --grid`": ("bench_grid", "grid.json"),
+    "`python benchmarks/bench_grid.py --threads 1 2`": ("bench_grid", "step.json"),
     "`python benchmarks/bench_grid.py --against 376558b`": ("bench_grid", "grid-376558b.json"),
 }
 
