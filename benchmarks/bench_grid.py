@@ -17,7 +17,8 @@ side by side in one process (ratios; this machine is shared and absolute times v
     thread (the pipeline's default on 2 cores) and 1 worker of 2 threads; the two grids' result
     rows are compared (clocks aside) and must be equal.
 
-    python benchmarks/bench_grid.py [--threads 1 2] [--steps 10]     (a) and (b)
+    python benchmarks/bench_grid.py [--threads 1 2] [--steps 10]     (a) and (b); with
+        --json-out docs/benchmarks/step.json the step's profile is kept with its rows
     python benchmarks/bench_grid.py --grid [--grid-steps 200] [--grid-seeds 8] [--workers 2 1]
     python benchmarks/bench_grid.py --shared-work [SPEC ...]   the share of each packaged spec's
         training work (loop-steps) that shared prefixes train once (planned, nothing trained)
@@ -316,7 +317,8 @@ SHARED_SPECS = ["quickstart", "table3", "matched", "budgets"]
 def readme_cell(res: dict) -> str:
     """The README's figures of a ``--grid`` run (``bench_rows``): the grid at each worker count,
     and the shared-prefix shares of the packaged specs' training work; of an ``--against`` run,
-    the two codes' seconds and their ratio."""
+    the two codes' seconds and their ratio; of the step sections, per thread count the eager
+    step, its fast paths' ratios, its matmuls against the peak and its top operators."""
     if "step" in res:
         parts = []
         for th, r in res["step"].items():
@@ -325,7 +327,10 @@ def readme_cell(res: dict) -> str:
                             for k, v in list(a["eager_profile"].items())[:6])
             parts.append(f"{th} thread{'s' if th != '1' else ''}: eager {a['eager_ms']:.1f} ms/step, "
                          f"compiled blocks {a['eager_ms'] / a['compile_blocks_ms']:.2f}x, bf16 "
-                         f"{a['eager_ms'] / a['bf16_autocast_ms']:.2f}x; self CPU time: {top}")
+                         f"{a['eager_ms'] / a['bf16_autocast_ms']:.2f}x; matmuls "
+                         f"{100 * a['matmul_share_of_eager']:.0f}% of the step at "
+                         f"{a['eager_matmul_gflops']:.0f} of a {a['peak_gflops']:.0f} GFLOP/s peak; "
+                         f"self CPU time: {top}")
         return "; ".join(parts)
     if "against" in res:
         a = res["against"]
