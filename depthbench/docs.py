@@ -54,7 +54,8 @@ EXPERIMENTS = (
                "depthbench run budgets"),
     Experiment("budgets-2threads", "Figure 1's 15% budget at 2 CPU threads per run "
                "(arithmetic check)", "depthbench run docs/threads/budgets-2threads.toml"),
-    Experiment("table3-2threads", "Table 3's seed 0 at 2 CPU threads per run (arithmetic check)",
+    Experiment("table3-2threads", "Table 3's seeds at 2 CPU threads per run, on a CPU whose "
+               "2-thread kernels round differently: do its verdicts depend on the thread count?",
                "depthbench run docs/threads/table3-2threads.toml"),
     Experiment("text-table3-2threads", "Table 3 on text, seed 0 at 2 CPU threads per run "
                "(arithmetic check)", "depthbench run docs/threads/text-table3-2threads.toml"),
