@@ -93,6 +93,15 @@ def step_profile(one, top: int = 12) -> tuple[float, dict]:
     return mm / total, {e.key: e.self_cpu_time_total / total for e in ev[:top]}
 
 
+def _top_ops(profile: dict, n: int) -> str:
+    """The first ``n`` operators of a step profile with their shares, as the output reads them."""
+    return ", ".join(f"{k.removeprefix('aten::')} {100 * v:.0f}%" for k, v in list(profile.items())[:n])
+
+
+def _stage_words(stages: dict) -> str:
+    return ", ".join(f"{k} {v:.0f}" for k, v in sorted(stages.items()))
+
+
 def peak(n: int = 1024) -> float:
     a, b = torch.randn(n, n), torch.randn(n, n)
     return 2 * n ** 3 / _timed(lambda: a @ b, 10)
@@ -278,7 +287,7 @@ def section_d(commit: str, steps: int, seeds: int, rounds: int) -> dict:
            "then_s": then, "now_s": now, "speedup": then / now, "now_stage_s": stages}
     print(f"(d) 3 schedules x {seeds} seeds x {steps} steps, 2 workers: the code at {commit} "
           f"{then:.1f} s, this code {now:.1f} s: {out['speedup']:.2f}x; this code's stage "
-          f"seconds {', '.join(f'{k} {v:.0f}' for k, v in sorted(stages.items()))}", flush=True)
+          f"seconds {_stage_words(stages)}", flush=True)
     return out
 
 
@@ -323,8 +332,7 @@ def readme_cell(res: dict) -> str:
         parts = []
         for th, r in res["step"].items():
             a = r["a"]
-            top = ", ".join(f"{k.removeprefix('aten::')} {100 * v:.0f}%"
-                            for k, v in list(a["eager_profile"].items())[:6])
+            top = _top_ops(a["eager_profile"], 6)
             parts.append(f"{th} thread{'s' if th != '1' else ''}: eager {a['eager_ms']:.1f} ms/step, "
                          f"compiled blocks {a['eager_ms'] / a['compile_blocks_ms']:.2f}x, bf16 "
                          f"{a['eager_ms'] / a['bf16_autocast_ms']:.2f}x; matmuls "
@@ -334,7 +342,7 @@ def readme_cell(res: dict) -> str:
         return "; ".join(parts)
     if "against" in res:
         a = res["against"]
-        stages = ", ".join(f"{k} {v:.0f}" for k, v in sorted(a.get("now_stage_s", {}).items()))
+        stages = _stage_words(a.get("now_stage_s", {}))
         return (f"{a['schedules']} schedules x {a['seeds']} seeds x {a['steps']} steps on 2 workers: "
                 f"{a['then_s']:.1f} s at {a['commit']}, {a['now_s']:.1f} s now, {a['speedup']:.2f}x"
                 + (f" (this code's stage seconds: {stages})" if stages else ""))
@@ -408,8 +416,7 @@ def main():
               f"{100 * a['matmul_share_of_eager']:.0f}% of the eager step at "
               f"{a['eager_matmul_gflops']:.0f} GFLOP/s against a {a['peak_gflops']:.0f} GFLOP/s "
               "peak", flush=True)
-        print("  eager step by operator (self CPU): " + ", ".join(
-            f"{k.removeprefix('aten::')} {100 * v:.0f}%" for k, v in a["eager_profile"].items()))
+        print("  eager step by operator (self CPU): " + _top_ops(a["eager_profile"], 12))
         for n, r in b.items():
             print(f"  (b) {n:>2} members stacked: elementwise {r['elementwise_us_per_member']:.1f} "
                   f"us/member, matmul {r['bmm_us_per_member']:.0f} us/member", flush=True)

@@ -12,24 +12,26 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT / "benchmarks") not in sys.path:   # the scripts import their shared helper
     sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from bench_grid import AGAINST_SPEC, _toml  # noqa: E402
+from bench_grid import AGAINST_SPEC, _run_argv  # noqa: E402
 
 from depthbench.runtime import compiles  # noqa: E402
 
 COMMIT = "376558b"
 
 
-def _plan(code: Path, spec: Path, out: Path) -> dict:
-    subprocess.run([sys.executable, "-m", "depthbench", "run", str(spec), "--out", str(out),
-                    "--plan"], check=True, cwd=spec.parent, capture_output=True,
+def _plan(code: Path, spec: dict, d: Path) -> dict:
+    """The stage configs ``depthbench run --plan`` of ``spec`` writes with the package at
+    ``code``, through the benchmark's own command line."""
+    subprocess.run([*_run_argv(spec, d), "--plan"], check=True, cwd=d, capture_output=True,
                    env={"PYTHONPATH": str(code), "PATH": "/usr/bin:/bin"})
-    return {p.stem: json.loads(p.read_text()) for p in (out / "plan").glob("*.json")}
+    return {p.stem: json.loads(p.read_text()) for p in (d / "exp" / "plan").glob("*.json")}
 
 
 def test_the_against_grid_trains_the_same_model_on_the_same_task_in_both_codes(tmp_path):
     have = subprocess.run(["git", "-C", str(ROOT), "cat-file", "-e", f"{COMMIT}^{{commit}}"],
                           capture_output=True).returncode == 0
     if not have:
+        # the earlier code comes from git history, which a shallow clone lacks
         pytest.skip(f"{COMMIT} is not in this clone's history (a shallow clone)")
     old = tmp_path / "old"
     old.mkdir()
@@ -38,9 +40,7 @@ def test_the_against_grid_trains_the_same_model_on_the_same_task_in_both_codes(t
     subprocess.run(["tar", "-x", "-C", str(old)], input=tar, check=True)
     spec = json.loads(json.dumps(AGAINST_SPEC))
     spec["train"].update(steps=200, seeds=[0, 1])
-    (tmp_path / "spec.toml").write_text(_toml({**spec, "report": {"out": str(tmp_path / "r")}}))
-    then = _plan(old, tmp_path / "spec.toml", tmp_path / "then")
-    now = _plan(ROOT, tmp_path / "spec.toml", tmp_path / "now")
+    then, now = _plan(old, spec, tmp_path / "then"), _plan(ROOT, spec, tmp_path / "now")
     assert sorted(then) == sorted(now) and any(k.startswith("train-") for k in now)
     for stage in (k for k in now if k.startswith("train-")):
         a, b = then[stage], now[stage]
