@@ -37,6 +37,7 @@ RATIO = 5.0      # the criterion: depth-1 minus depth-16 NLL >= RATIO seed SDs
 DATA = {"vocab_size": 1024, "val_fraction": 0.1, "seq_len": 64, "seed": 0}
 BASE = {"steps": 600, "batch_size": 16}      # the text-quickstart's recipe
 PAPER = {"init_loops": 1, "decay_frac": 0.1}  # the person task's Table 3 recipe (favours no depth)
+B32 = {**BASE, "batch_size": 32}
 
 # name -> (what it is, {"corpus": [...], "data": prepare-text overrides, "sets": --set pairs})
 RECIPES: dict[str, tuple[str, dict]] = {
@@ -59,6 +60,39 @@ RECIPES: dict[str, tuple[str, dict]] = {
     "pydocs-s1200-paper": ("pydocs-s1200 with the person task's Table 3 recipe",
                            {"corpus": ["python-docs"],
                             "sets": {**BASE, "steps": 1200, **PAPER}}),
+    # the recurrence itself (#67): with ``add`` injection and pre-norm the state accumulates the
+    # input once per loop, so the normalized input each loop sees settles within a few loops
+    "kjv-b32-paper": ("kjv-s600-b32-d10 with each layer counted once in the init (Table 3's)",
+                      {"corpus": ["kjv"], "sets": {**B32, **PAPER}}),
+    "kjv-b32-concat": ("kjv-b32-paper with concat injection (a linear adapter on [state, input])",
+                       {"corpus": ["kjv"], "sets": {**B32, **PAPER, "injection": "concat"}}),
+    "kjv-b32-sandwich": ("kjv-b32-paper with sandwich norm (each sublayer's output normalized)",
+                         {"corpus": ["kjv"], "sets": {**B32, **PAPER, "norm": "sandwich"}}),
+    "kjv-b32-cs": ("kjv-b32-paper with concat injection and sandwich norm",
+                   {"corpus": ["kjv"], "sets": {**B32, **PAPER, "injection": "concat",
+                                                 "norm": "sandwich"}}),
+    "kjv-b32-huginn": ("kjv-b32-cs from a random initial state (Huginn's recurrence)",
+                       {"corpus": ["kjv"], "sets": {**B32, **PAPER, "injection": "concat",
+                                                     "norm": "sandwich", "init_state": "random"}}),
+    "kjv-b32-residual": ("kjv-b32-paper with the residual stream renormalized after each "
+                         "sublayer (Huginn's core: the state keeps one scale over loops)",
+                         {"corpus": ["kjv"], "sets": {**B32, **PAPER, "norm": "residual"}}),
+    "kjv-b32-residual-concat": ("kjv-b32-residual with concat injection (Huginn's adapter)",
+                                {"corpus": ["kjv"], "sets": {**B32, **PAPER, "norm": "residual",
+                                                              "injection": "concat"}}),
+    "kjv-b32-residual-s1200": ("kjv-b32-residual at 1200 steps (two epochs of kjv)",
+                               {"corpus": ["kjv"], "sets": {**B32, **PAPER, "norm": "residual",
+                                                             "steps": 1200}}),
+    "kjv-b32-residual-random": ("kjv-b32-residual from a random initial state",
+                                {"corpus": ["kjv"], "sets": {**B32, **PAPER, "norm": "residual",
+                                                              "init_state": "random"}}),
+    "kjv-b32-residual-c2": ("kjv-b32-residual with two core layers a loop",
+                            {"corpus": ["kjv"], "sets": {**B32, **PAPER, "norm": "residual",
+                                                          "n_core": 2}}),
+    "kjv-b32-residual-small": ("kjv-b32-residual at the small preset's shape (d_model 128; 1 "
+                               "prelude, 2 core, 1 coda layers)",
+                               {"corpus": ["kjv"], "preset": "small",
+                                "sets": {**B32, **PAPER, "norm": "residual"}}),
 }
 
 
@@ -85,7 +119,7 @@ def run_one(recipe: str, schedule: str, seed: int, threads: int, work: str) -> d
     from depthbench.train.loop import train
     data = _dataset(recipe, Path(work))
     sets = {**RECIPES[recipe][1]["sets"], "seed": seed, "threads": threads, "ckpt_every": 0}
-    mcfg, tcfg = resolve_presets("tiny", sets)
+    mcfg, tcfg = resolve_presets(RECIPES[recipe][1].get("preset", "tiny"), sets)
     with tempfile.TemporaryDirectory(dir=work) as tmp:
         t0 = time.perf_counter()
         summary = train(data, Path(tmp) / "run", mcfg, tcfg, schedule, progress=False,

@@ -1,7 +1,8 @@
 """The cloze's floors without a model, on prepared text datasets: the six rules the eval rows
 carry (balanced by the cloze's construction, so each reads chance), and variants the
 construction does not balance (raw words, counts with repeats, length, the rarest word), each
-with its distance from chance in standard errors over items (binomial at chance).
+with its distance from chance in standard errors over items (binomial at chance); and apart,
+the n-gram references (word-trigram lookup and PMI), which read local continuation.
 
     python benchmarks/cloze_floors.py runs/text-table3/data [DATA ...]
 """
@@ -60,6 +61,8 @@ def main(argv=None) -> int:
         se = (0.25 * 0.75 / n) ** 0.5 if n else float("nan")
         row = {"data": d, "items": n, "se_at_chance": se, "rows": cloze_rules(ds),
                "variants": variants(ds) if n else {}}
+        from depthbench.evaluate.text import NGRAM_RULES
+        row["ngram_references"] = {k: row["rows"].pop(k) for k in NGRAM_RULES}
         row["largest_distance_se"] = max((abs(v - 0.25) / se for part in ("rows", "variants")
                                           for v in row[part].values()), default=float("nan"))
         print(json.dumps(row))

@@ -17,6 +17,11 @@ Design choices:
 - Truncated backprop: the first K - n_grad_loops loops run without autograd.
 - Attention takes an optional ``cache`` (anything with ``extend(k, v) -> (k_all, v_all)``) and
   an explicit mask, so the serving engine can run the same modules on KV-cached decode steps.
+- Norm placement: ``pre`` normalizes each sublayer's input; ``sandwich`` its output too;
+  ``residual`` (Huginn's core) also renormalizes the residual stream after each sublayer, so
+  the state keeps one scale however many loops run (under ``pre``, ``add`` injection puts the
+  input into the stream once per loop and the stream grows with K, so each later loop moves
+  its normalized input less).
 - ``qk_norm`` normalizes queries and keys per head, so attention logits stay bounded however
   large the recurrent state grows over many loops.
 - All initialization is in ``_init_weights``.
@@ -98,17 +103,20 @@ class MLP(nn.Module):
 class Block(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
-        self.sandwich = cfg.norm == "sandwich"
+        self.kind = cfg.norm
         self.norm1, self.norm2 = nn.RMSNorm(cfg.d_model), nn.RMSNorm(cfg.d_model)
         self.attn, self.mlp = Attention(cfg), MLP(cfg)
-        if self.sandwich:
+        if self.kind != "pre":
             self.post1, self.post2 = nn.RMSNorm(cfg.d_model), nn.RMSNorm(cfg.d_model)
 
     def forward(self, x, rotary, pos, cache=None, mask=None):
         a = self.attn(self.norm1(x), rotary, pos, cache, mask)
-        x = x + (self.post1(a) if self.sandwich else a)
+        if self.kind == "residual":      # the stream itself renormalized: its scale is fixed
+            x = self.post1(x + a)
+            return self.post2(x + self.mlp(self.norm2(x)))
+        x = x + (self.post1(a) if self.kind == "sandwich" else a)
         m = self.mlp(self.norm2(x))
-        return x + (self.post2(m) if self.sandwich else m)
+        return x + (self.post2(m) if self.kind == "sandwich" else m)
 
 
 class LoopedTransformer(LoopedMixin, nn.Module):

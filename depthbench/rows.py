@@ -47,7 +47,7 @@ RESERVED_COLUMNS = frozenset("""
     ideal_launches_per_token_start ideal_launches_per_token_core ideal_launches_per_token_finish
     bits_per_byte cloze_accuracy cloze_accuracy_mi cloze_items task acc acc_norm acc_mutual_info harness
     cloze_overlap_rule cloze_unigram_rule cloze_bigram_rule cloze_idf_overlap_rule
-    cloze_word_unigram_rule cloze_tfidf_rule
+    cloze_word_unigram_rule cloze_tfidf_rule cloze_trigram_rule cloze_trigram_pmi_rule
     stage command started finished stage_s workers peak_rss_mb
     item context choices label
 """.split())

@@ -17,6 +17,7 @@ VARIANTS = [
     dict(n_prelude=1, n_core=2, n_coda=1, injection="add", init_state="random"),
     dict(n_prelude=1, injection="none", init_state="prelude", norm="sandwich", rope=False),
     dict(n_core=2, tie_embeddings=True, exit_gate=True, n_grad_loops=2),
+    dict(n_prelude=1, n_coda=1, injection="add", norm="residual"),
 ]
 
 

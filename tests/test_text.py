@@ -418,6 +418,47 @@ def test_near_duplicates_are_dropped_so_none_straddles_the_split(tmp_path, seed)
     assert all(jaccard(v, t) < 0.8 for v in split["validation"] for t in split["train"])
 
 
+def _normal_ngrams(text: str, n: int) -> set[tuple[str, ...]]:
+    """The test's own reading of a text's word n-grams: lowercase runs of letters and digits."""
+    import re
+    w = re.findall(r"\w+", text.lower())
+    return {tuple(w[i:i + n]) for i in range(len(w) - n + 1)}
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_a_held_out_document_contained_in_training_is_dropped(tmp_path, seed):
+    """Property, against a naive oracle (every validation document's share of word 5-grams
+    found in the whole decoded training split): boilerplate documents, each stitched from
+    paragraphs of several training documents with one word edited (near no single one, so
+    MinHash keeps them), never stay held out at half or more contained; no document is left
+    out that the oracle does not find half contained, and the manifest counts what was
+    dropped."""
+    rng = np.random.default_rng(seed)
+    base = [" ".join(rng.choice(WORDS, size=60)) for _ in range(150)]
+    stitched = []
+    for _ in range(150):
+        parts = [base[i].split()[:30] for i in rng.choice(len(base), size=3, replace=False)]
+        w = [x for p in parts for x in p]
+        w[int(rng.integers(len(w)))] = "EDITED"
+        stitched.append(" ".join(w))
+    (tmp_path / "a.txt").write_text("\n\n".join(base + stitched) + "\n")
+    m = prepare_text([str(tmp_path / "a.txt")], tmp_path / "ds", vocab_size=300,
+                     val_fraction=0.3, seq_len=8, seed=seed)
+    split = _split_docs(TextDataset(tmp_path / "ds"))
+    train = set().union(*(_normal_ngrams(t, 5) for t in split["train"]))
+    shares = [len(_normal_ngrams(v, 5) & train) / len(_normal_ngrams(v, 5))
+              for v in split["validation"]]
+    assert max(shares) < 0.5
+    assert m["contained_in_training"]["documents"] >= 10
+    kept = {" ".join(x.split()) for x in split["train"] + split["validation"]}
+    for d in base + stitched:   # a document left out is one the oracle finds half contained
+        g = _normal_ngrams(d, 5)
+        assert " ".join(d.split()) in kept or len(g & train) / len(g) >= 0.5
+    assert (m["splits"]["train"]["documents"] + m["splits"]["validation"]["documents"]
+            + m["contained_in_training"]["documents"]
+            + m["near_duplicates_removed"]["documents"]) == 300
+
+
 @pytest.mark.parametrize("variant", ["NFD", "NFKC-ligature", "zero-width", "bom-inside"])
 def test_another_unicode_form_of_a_document_is_the_same_document(tmp_path, variant):
     """A copy in decomposed Unicode, with a ligature for its letters, or with invisible format
@@ -589,8 +630,9 @@ def test_a_corpus_edited_in_place_reruns_the_grid_and_bad_corpus_specs_are_refus
 def test_the_cloze_holds_no_training_text_and_only_the_context_tells_the_truth(tmp_path):
     """Every item's true choice is its document's own continuation; each distractor is an
     8-word run of another held-out document that shares as many words with the context
-    (distinct, and counted with repeats); no item's 24 words and no distractor share an 8-word
-    run with a training document (oracle: the decoded splits)."""
+    (distinct, and counted with repeats); no item's 24 words, no distractor and no choice read
+    after the context shares an 8-word run with a training document, case and punctuation
+    aside (oracle: the decoded splits)."""
     d, docs = corpus(tmp_path)
     # training documents that copy the start of some others, so the filter has work to do
     (d / "copies.txt").write_text("\n\n".join("prefix " + " ".join(x.split()[:24]) + " tail"
@@ -604,6 +646,7 @@ def test_the_cloze_holds_no_training_text_and_only_the_context_tells_the_truth(t
     for doc in _split_docs(ds)["train"]:
         w = doc.split()
         train_ngrams |= {tuple(w[i:i + 8]) for i in range(len(w) - 7)}
+    train_normal = set().union(*(_normal_ngrams(t, 8) for t in _split_docs(ds)["train"]))
     val = [x.split() for x in _split_docs(ds)["validation"]]
     for it in items:
         ctx, choices = it["context"].split(), [c.split() for c in it["choices"]]
@@ -616,6 +659,8 @@ def test_the_cloze_holds_no_training_text_and_only_the_context_tells_the_truth(t
             n = [w.rstrip(".") for w in words if w.rstrip(".") in {x.rstrip(".") for x in ctx}]
             return len(set(n)), len(n)
         for k, c in enumerate(choices):
+            # read after the context, no choice continues it as a training document does
+            assert not _normal_ngrams(" ".join(ctx + c), 8) & train_normal
             assert shared(c) == shared(truth)
             if k != it["label"]:
                 assert tuple(c) not in train_ngrams
@@ -648,8 +693,9 @@ def test_the_cloze_floors_read_chance_and_a_rule_that_can_tell_reads_above(tmp_p
              for it in items]
     assert max(np.bincount(ranks, minlength=4)) - min(np.bincount(ranks, minlength=4)) <= 3
     assert rules["cloze_unigram_rule"] == pytest.approx(ranks.count(0) / n)
-    for rule, value in rules.items():
-        assert abs(value - 0.25) <= 3 / n, (rule, value, n)
+    from depthbench.evaluate.text import RULES
+    for rule in RULES:   # the balanced floors (the n-gram references are not balanced)
+        assert abs(rules[rule] - 0.25) <= 3 / n, (rule, rules[rule], n)
 
     def overlap(it, c):
         return len(set(c.split()) & set(it["context"].split()))
@@ -742,3 +788,44 @@ def test_a_huge_held_out_document_gives_the_cloze_a_bounded_pool(monkeypatch):
     for it in items:
         for k, c in enumerate(it["choices"]):
             assert k == it["label"] or c in head_runs or c in small_runs
+
+
+def test_the_trigram_references_equal_a_naive_count_and_tell_a_trained_continuation():
+    """The n-gram references against a naive recount of the documents' word trigrams, bigrams
+    and unigrams: the lookup is the count of (last two context words, first choice word) and
+    the PMI is log of the interpolated trigram probability over the add-one unigram; on items
+    whose true continuation follows its context in training, both pick it."""
+    import math
+    from collections import Counter
+
+    from depthbench.data.cloze import TRIGRAM_MIX, Counts, needed, needed_trigrams
+    from depthbench.evaluate.text import _rule_accuracy
+    rng = np.random.default_rng(0)
+    docs = [" ".join(rng.choice(WORDS, size=40)) for _ in range(60)]
+    items = []
+    for d in docs[:20]:
+        w = d.split()
+        others = [" ".join(x.split()[20:28]) for x in docs[40:43]]
+        items.append({"context": " ".join(w[:16]),
+                      "choices": [" ".join(w[16:24]), *others], "label": 0})
+    c = Counts(docs, needed(items), trigrams=needed_trigrams(items))
+    tri, big, uni = Counter(), Counter(), Counter()
+    for d in docs:
+        w = d.split()
+        tri.update(zip(w, w[1:], w[2:]))
+        big.update(zip(w, w[1:]))
+        uni.update(w)
+    n, v = sum(uni.values()), len(uni) + 1
+    for it in items:
+        a, b = it["context"].split()[-2:]
+        for ch in it["choices"]:
+            x = ch.split()[0]
+            assert c.trigram(it, ch) == tri[(a, b, x)]
+            p1 = (uni[x] + 1) / (n + v)
+            p2 = big[(b, x)] / uni[b]
+            p3 = tri[(a, b, x)] / big[(a, b)] if big[(a, b)] else p2
+            want = math.log(TRIGRAM_MIX[0] * p3 + TRIGRAM_MIX[1] * p2 + TRIGRAM_MIX[2] * p1) \
+                - math.log(p1)
+            assert c.trigram_pmi(it, ch) == pytest.approx(want, abs=1e-8)
+    assert _rule_accuracy(items, c.trigram) > 0.7
+    assert _rule_accuracy(items, c.trigram_pmi) > 0.7

@@ -20,7 +20,7 @@ class ModelConfig(PlainConfig):
     n_coda: int = 0                # unshared layers after the loop
     injection: str = "concat"      # concat | add | none: how the prelude output enters each loop
     init_state: str = "zeros"      # zeros | random | prelude: the state before the first loop
-    norm: str = "pre"              # pre | sandwich
+    norm: str = "pre"              # pre | sandwich | residual (the stream renormalized)
     qk_norm: bool = False          # RMSNorm on queries and keys per head (bounds attention logits)
     rope: bool = True              # rotary positions; else learned absolute positions
     max_seq_len: int = 256
@@ -66,7 +66,8 @@ class ModelConfig(PlainConfig):
                f"must be zeros, random or prelude (got {self.init_state!r})")
         require(self.injection != "none" or self.init_state == "prelude", "injection",
                "'none' needs init_state='prelude', or the loop never sees the input")
-        require(self.norm in ("pre", "sandwich"), "norm", f"must be pre or sandwich (got {self.norm!r})")
+        require(self.norm in ("pre", "sandwich", "residual"), "norm",
+                f"must be pre, sandwich or residual (got {self.norm!r})")
         require(0 < self.init_std <= 1, "init_std", "must be in (0, 1]")
         require(self.init_loops <= 4096, "init_loops", "must be between 1 and 4096")
         bounded(self, {"d_model": 1 << 16, "n_heads": 1024, "d_ff": 1 << 20, "n_prelude": 1024,

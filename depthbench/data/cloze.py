@@ -17,8 +17,10 @@ are chosen so that the rules that read words without a model cannot tell them fr
 
 What is left to tell the truth from a distractor is whether it continues *this* context beyond
 shared words and word pairs: syntax across the boundary, sense, who does what. No item's
-context and continuation, and no distractor, shares an 8-word run with a training document
-(n-gram decontamination: the answer could be memorized, not predicted)."""
+context and continuation, no distractor, and no distractor read after the context (across the
+join) shares an 8-word run with a training document, words compared as ``dedup.words`` reads
+them, case and punctuation aside (n-gram decontamination: the answer could be memorized, not
+predicted)."""
 
 from __future__ import annotations
 
@@ -30,6 +32,8 @@ from collections.abc import Callable, Iterable
 
 import numpy as np
 
+from depthbench.data.dedup import Contained
+
 CONTEXT, CONT, NGRAM = 16, 8, 8    # words of context, of each choice; decontamination n-gram
 POOL_PER_ITEM = 400                # candidates scored per item at most (a seeded sample)
 POOL_RUNS, RUNS_PER_DOC = 200_000, 512   # distractor runs kept in all, and from one document
@@ -37,10 +41,7 @@ _STRIP = string.punctuation + "\u2018\u2019\u201c\u201d"
 # the scores whose rank of the truth is balanced: the unigram rule's (given to ``build``),
 # then ``Counts``' methods
 SCORES = ("unigram", "word_unigram", "bigram", "idf_overlap", "tfidf_cosine")
-
-
-def ngrams(words: list[str], n: int = NGRAM) -> set[tuple[str, ...]]:
-    return {tuple(words[i:i + n]) for i in range(len(words) - n + 1)}
+TRIGRAM_MIX = (0.9, 0.09, 0.01)      # the trigram model's weights: trigram, bigram, unigram
 
 
 def normalized(words: Iterable[str]) -> list[str]:
@@ -75,8 +76,10 @@ class Counts:
     ``bigrams``, and those whose first word is in ``lead``, where given, so memory is bounded by
     what will be scored) and the documents each normalized word occurs in."""
 
-    def __init__(self, docs: Iterable[str], bigrams: set | None = None, lead: set | None = None):
+    def __init__(self, docs: Iterable[str], bigrams: set | None = None, lead: set | None = None,
+                 trigrams: set | None = None):
         self.big: Counter = Counter()
+        self.tri: Counter = Counter()     # only ``trigrams`` (the n-gram references' needs)
         self.uni: Counter = Counter()     # every word (the vocabulary's size in memory)
         self.df: Counter = Counter()
         self.docs = self.words = 0
@@ -90,6 +93,8 @@ class Counts:
                 self.big.update(zip(w, w[1:]))
             else:
                 self.big.update(p for p in zip(w, w[1:]) if p in bigrams or p[0] in lead)
+            if trigrams:
+                self.tri.update(t for t in zip(w, w[1:], w[2:]) if t in trigrams)
             self.df.update(norm_words(doc))
         self.v = len(self.uni) + 1
 
@@ -99,6 +104,26 @@ class Counts:
         w = it["context"].split()[-1:] + c.split()
         return round(sum(math.log((self.big[(a, b)] + 1) / (self.uni[a] + self.v))
                          for a, b in zip(w, w[1:])), 9)
+
+    def trigram(self, it: dict, c: str) -> float:
+        """How often the choice's first word follows the context's last two in training (one
+        trigram lookup)."""
+        return float(self.tri[(*it["context"].split()[-2:], c.split()[0])])
+
+    def trigram_pmi(self, it: dict, c: str) -> float:
+        """The pointwise mutual information of the choice's first word and the context's last
+        two under a word-trigram model: log p(word | two before) - log p(word), p interpolating
+        the trigram, bigram and add-one unigram frequencies (weights ``TRIGRAM_MIX``). Read on
+        into the choice, the PMI mostly scores the choice's own coherence, which a distractor
+        (real text too) shares: on kjv's cloze the first word alone reads highest (0.71 against
+        0.69 for the whole trigram model's PMI of the choice)."""
+        a, b = it["context"].split()[-2:]
+        x = c.split()[0]
+        p1 = (self.uni[x] + 1) / (self.words + self.v)
+        p2 = self.big[(b, x)] / self.uni[b] if self.uni[b] else p1
+        p3 = self.tri[(a, b, x)] / self.big[(a, b)] if self.big[(a, b)] else p2
+        l3, l2, l1 = TRIGRAM_MIX
+        return round(math.log(l3 * p3 + l2 * p2 + l1 * p1) - math.log(p1), 9)
 
     def word_unigram(self, it: dict, c: str) -> float:
         """Summed log frequency of the choice's words (add-one smoothed)."""
@@ -120,14 +145,26 @@ class Counts:
 
 
 def needed(items: list[dict]) -> set[tuple[str, str]]:
-    """The word bigrams that ``Counts`` must count to score ``items``."""
+    """The word bigrams that ``Counts`` must count to score ``items`` (the bigram rule's, and
+    the trigram model's histories)."""
     bigrams = set()
     for it in items:
-        last = it["context"].split()[-1:]
+        last = it["context"].split()[-2:]
         for c in it["choices"]:
             w = last + c.split()
             bigrams.update(zip(w, w[1:]))
     return bigrams
+
+
+def needed_trigrams(items: list[dict]) -> set[tuple[str, str, str]]:
+    """The word trigrams that ``Counts`` must count for the trigram rules on ``items``."""
+    out = set()
+    for it in items:
+        last = it["context"].split()[-2:]
+        for c in it["choices"]:
+            w = last + c.split()
+            out.update(zip(w, w[1:], w[2:]))
+    return out
 
 
 def _cells(truth: tuple, scored: list[tuple[tuple, tuple[str, ...]]]) -> dict:
@@ -157,30 +194,17 @@ def _options(cells: dict, k: int) -> dict[tuple[int, ...], list[tuple[str, ...]]
     return out
 
 
-def _scan_training(docs: list[list[str]], pool: list[tuple[str, ...]], training: Iterable[str],
-                   bigrams: set):
-    """One pass over the ``training`` documents: the item documents (index into ``docs``)
-    whose first 24 words, and the pool runs, that share an 8-word run with one, and the word
-    rules' ``Counts``."""
-    index: dict[tuple[str, ...], list[int]] = {}
-    for i, w in enumerate(docs):
-        for g in ngrams(w[:CONTEXT + CONT]):
-            index.setdefault(g, []).append(i)
-    runs = set(pool)
-    bad_docs: set[int] = set()
-    bad_runs: set[tuple[str, ...]] = set()
+def _scan_training(training: Iterable[str], bigrams: set, lead: set):
+    """One pass over the ``training`` documents: their word 8-grams (``dedup.Contained``, words
+    as dedup reads them: case and punctuation aside) and the word rules' ``Counts``."""
+    seen = Contained(NGRAM)
 
     def scanned():
         for doc in training:
-            for g in ngrams(doc.split()):
-                if g in index:
-                    bad_docs.update(index[g])
-                if g in runs:
-                    bad_runs.add(g)
+            seen.add(doc)
             yield doc
-    # a distractor's first word after the context's last: every bigram led by a last word
-    lead = {w[CONTEXT - 1] for w in docs}
-    return bad_docs, bad_runs, Counts(scanned(), bigrams, lead)
+    counts = Counts(scanned(), bigrams, lead)
+    return seen, counts
 
 
 def _shared(words: Iterable[str], ctx: set[str]) -> tuple[int, int]:
@@ -217,11 +241,13 @@ def build(held_out: list[str], seed: int, score: Callable[[str], float],
     # first RUNS_PER_DOC, and the pool stops at POOL_RUNS)
     runs = [(tuple(w[p:p + CONT]), d) for d, w in enumerate(texts)
             for p in range(min(RUNS_PER_DOC, len(w) - CONT + 1))][:POOL_RUNS]
-    bad_docs, bad_runs, counts = _scan_training(
-        [texts[d] for d in docs], [r for r, _ in runs], training or (),
-        {p for r, _ in runs for p in zip(r, r[1:])}
-        | {p for d in docs for p in zip(texts[d][:CONTEXT + CONT], texts[d][1:CONTEXT + CONT])})
-    runs = [(r, d) for r, d in runs if r not in bad_runs]
+    # a distractor's first word after the context's last: every bigram led by a last word
+    seen, counts = _scan_training(
+        training or (), {p for r, _ in runs for p in zip(r, r[1:])}
+        | {p for d in docs for p in zip(texts[d][:CONTEXT + CONT], texts[d][1:CONTEXT + CONT])},
+        {texts[d][CONTEXT - 1] for d in docs})
+    bad_docs = {j for j, d in enumerate(docs) if seen.any(" ".join(texts[d][:CONTEXT + CONT]))}
+    runs = [(r, d) for r, d in runs if not seen.any(" ".join(r))]
     pool = [r for r, _ in runs]
     by_word: dict[str, list[int]] = {}
     for i, r in enumerate(pool):
@@ -237,7 +263,8 @@ def build(held_out: list[str], seed: int, score: Callable[[str], float],
         if j in bad_docs:
             continue
         ctx, cont = texts[d][:CONTEXT], tuple(texts[d][CONTEXT:CONTEXT + CONT])
-        cands = _candidates(pool, runs, by_word, ctx, cont, d, rng)
+        cands = [r for r in _candidates(pool, runs, by_word, ctx, cont, d, rng)
+                 if not seen.any(" ".join(ctx[-(NGRAM - 1):] + list(r)))]
         it = {"context": " ".join(ctx)}
 
         def scores(r, it=it):

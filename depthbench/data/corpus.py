@@ -2,7 +2,8 @@
 
 Documents are identified by content (exact copies, and near copies by MinHash of word 5-grams,
 dropped before the tokenizer is trained),
-split by a seeded draw from each document's digest, tokenized with a trained or given HF
+split by a seeded draw from each document's digest (a held-out document half contained in the
+training split, by word 5-grams, is dropped), tokenized with a trained or given HF
 tokenizer, and written with a cloze only the context can answer (``data.cloze``), whose items
 share no 8-word run with training."""
 
@@ -20,7 +21,7 @@ from data_gen.format import dataset_hash, sha256_file
 from depthbench.data.builtin import BUILTINS, builtin_digest, builtin_documents
 from depthbench.data.cloze import build as build_cloze
 from depthbench.data.cloze import unigram_logp, unigram_score
-from depthbench.data.dedup import NearCopies, NearDuplicates, content_key
+from depthbench.data.dedup import CONTAINED, Contained, NearCopies, NearDuplicates, content_key
 from depthbench.data.text import (
     EOT,
     FILES,
@@ -36,6 +37,8 @@ SUFFIXES = (".txt", ".jsonl", ".txt.gz", ".jsonl.gz")
 
 
 BATCH_DOCS = 512          # documents encoded and written together
+# what a held-out or repeated document can be dropped for, each counted in the manifest
+DROPPED = ("duplicates_removed", "near_duplicates_removed", "contained_in_training")
 
 
 # ---- reading documents ---------------------------------------------------------------------------
@@ -234,49 +237,72 @@ def _write_splits(tok, inputs: list[str], tmp: Path, val_fraction: float, seed: 
                   copies: NearCopies | None = None) -> tuple[dict, list[str]]:
     """Encode the corpus in batches of documents into ``tmp/{train,validation}.bin``, each
     document followed by end-of-text, once (an exact copy of an earlier document, whitespace
-    aside, is dropped and counted) and held out by ``in_validation`` of its content; the counts
-    per split (and of the copies dropped) and the first held-out documents (for the cloze
-    task). With ``check_coverage`` (a given tokenizer) a document the tokenizer cannot encode
-    whole is refused."""
+    aside, is dropped and counted) and held out by ``in_validation`` of its content. Held-out
+    documents wait in a spool file until the whole training split is written, then one whose
+    word 5-grams lie half or more in it (``dedup.Contained``) is dropped and counted. Returns
+    the counts per split (and of the documents dropped) and the first held-out documents (for
+    the cloze task). With ``check_coverage`` (a given tokenizer) a document the tokenizer
+    cannot encode whole is refused."""
     counts = {s: {"documents": 0, "tokens": 0, "bytes": 0} for s in SPLITS}
-    counts["duplicates_removed"] = {"documents": 0, "bytes": 0}
-    counts["near_duplicates_removed"] = {"documents": 0, "bytes": 0}
+    dropped = {k: {"documents": 0, "bytes": 0} for k in DROPPED}
     held_out: list[str] = []
+    contained = Contained()
     sinks = {s: open(tmp / f"{s}.bin", "wb") for s in SPLITS}
+    spool_path = tmp / "validation.spool"
 
-    def flush(batch: list[tuple[str, bytes]]) -> None:
-        docs = [d for d, _ in batch]
-        for (doc, key), enc in zip(batch, tok.encode_batch(docs)):
+    def flush(batch: list[str], split: str) -> None:
+        for doc, enc in zip(batch, tok.encode_batch(batch)):
             if check_coverage and (at := _uncovered(doc, enc)) is not None:
                 n = counts["train"]["documents"] + counts["validation"]["documents"] + 1
                 raise TextDataError(f"the tokenizer cannot encode {doc[at]!r} (document {n}, "
                                     f"character {at}): that text would be dropped silently; give "
                                     "a tokenizer that covers the corpus (byte-level BPE) or "
                                     "--vocab-size to train one")
-            v = in_validation(key, seed, val_fraction)
-            s = "validation" if v else "train"
             ids = np.asarray(enc.ids + [eot], dtype=dtype)
-            sinks[s].write(ids.tobytes())
-            c = counts[s]
+            sinks[split].write(ids.tobytes())
+            c = counts[split]
             c["documents"] += 1
             c["tokens"] += len(ids)
             c["bytes"] += len(doc.encode("utf-8"))
-            if v and len(held_out) < 2048:
+            if split == "validation" and len(held_out) < 2048:
                 held_out.append(doc)
-    try:
-        batch: list[tuple[str, bytes]] = []
-        for doc, key in unique_documents(inputs, counts["duplicates_removed"],
-                                         counts["near_duplicates_removed"], copies):
-            batch.append((doc, key))
+
+    def batched(docs, split: str) -> None:
+        batch: list[str] = []
+        for doc in docs:
+            batch.append(doc)
             if len(batch) == BATCH_DOCS:
-                flush(batch)
+                flush(batch, split)
                 batch = []
         if batch:
-            flush(batch)
+            flush(batch, split)
+    try:
+        with open(spool_path, "w", encoding="utf-8") as spool:
+            def training():
+                for doc, key in unique_documents(inputs, dropped["duplicates_removed"],
+                                                 dropped["near_duplicates_removed"], copies):
+                    if in_validation(key, seed, val_fraction):
+                        spool.write(json.dumps(doc) + "\n")
+                    else:
+                        contained.add(doc)
+                        yield doc
+            batched(training(), "train")
+
+        def validation():
+            with open(spool_path, encoding="utf-8") as spool:
+                for line in spool:
+                    doc = json.loads(line)
+                    if contained.share(doc) >= CONTAINED:
+                        dropped["contained_in_training"]["documents"] += 1
+                        dropped["contained_in_training"]["bytes"] += len(doc.encode("utf-8"))
+                    else:
+                        yield doc
+        batched(validation(), "validation")
     finally:
         for f in sinks.values():
             f.close()
-    return counts, held_out
+        spool_path.unlink(missing_ok=True)
+    return {**counts, **dropped}, held_out
 
 
 def _check_counts(counts: dict, val_fraction: float, seq_len: int) -> None:
@@ -341,6 +367,7 @@ def prepare_text(inputs: list[str], out: str | Path, vocab_size: int = 0,
                                          check_coverage=bool(tokenizer), copies=copies)
         removed = counts.pop("duplicates_removed")
         near = counts.pop("near_duplicates_removed")
+        inside = counts.pop("contained_in_training")
         _check_counts(counts, val_fraction, seq_len)
         # a second pass over the training documents leaves out cloze candidates they contain
         training = (d for d, key in unique_documents(inputs, copies=copies)
@@ -359,6 +386,7 @@ def prepare_text(inputs: list[str], out: str | Path, vocab_size: int = 0,
             "vocab_size": vocab, "eot_id": eot, "dtype": dtype.name, "seq_len": seq_len,
             "tokenizer_sha256": sha256_file(tmp / "tokenizer.json"),
             "splits": counts, "duplicates_removed": removed, "near_duplicates_removed": near,
+            "contained_in_training": inside,
             "cloze": {"items": len(items), "left_out_in_training": contaminated},
             "bytes_per_token": {s: c["bytes"] / max(1, c["tokens"]) for s, c in counts.items()},
             "files": {name: {"sha256": sha256_file(tmp / name), "bytes": (tmp / name).stat().st_size}

@@ -12,6 +12,11 @@ signature is cut into ``BANDS`` bands of 4 values, and a document that shares a 
 an earlier one is compared with it on the whole signature (a pair at J = 0.75 shares a band
 with probability 1 - (1 - 0.75^4)^32 > 0.9999).
 
+A held-out document can also be *contained* in the training split without being near any one
+training document (boilerplate shared by many documents, one paragraph of a long one, a few words
+edited): ``Contained`` holds the training split's word 5-grams and gives the share of a
+document's 5-grams found there; a held-out document at ``CONTAINED`` or more is not held out.
+
 Everything is a pure function of the text (no process-seeded ``hash``), so the same corpus gives
 the same decisions on every machine. The index keeps each kept document's signature (8 bytes
 per value) and its band keys: about 2 KB per document.
@@ -30,6 +35,7 @@ SHINGLE = 5
 PERMUTATIONS = 128
 BANDS = 32
 THRESHOLD = 0.75
+CONTAINED = 0.5      # a held-out document with half its word 5-grams in training is dropped
 _CHUNK = 8192   # shingles hashed at a time
 
 _WORD = re.compile(r"\w+")
@@ -76,17 +82,17 @@ def words(doc: str) -> list[str]:
     return _WORD.findall(normal_text(doc).lower())
 
 
-def shingles(doc: str) -> np.ndarray:
-    """The distinct 64-bit hashes of the document's word ``SHINGLE``-grams (a shorter document
+def shingles(doc: str, size: int = SHINGLE) -> np.ndarray:
+    """The distinct 64-bit hashes of the document's word ``size``-grams (a shorter document
     is one shingle of all its words)."""
     ws = words(doc)
     if not ws:
         return np.zeros(0, dtype=np.uint64)
     ids = np.array([_word_hash(w) for w in ws], dtype=np.uint64)
-    n = max(1, len(ids) - SHINGLE + 1)
+    n = max(1, len(ids) - size + 1)
     h = np.zeros(n, dtype=np.uint64)
     with np.errstate(over="ignore"):
-        for j in range(min(SHINGLE, len(ids))):    # an order-dependent combination of the words
+        for j in range(min(size, len(ids))):    # an order-dependent combination of the words
             h = _mix(h ^ ids[j:j + n])
     return np.unique(h)
 
@@ -145,3 +151,46 @@ class NearCopies:
     def __init__(self):
         self.keys: set[bytes] = set()
         self.found = False
+
+
+class Contained:
+    """The distinct word ``size``-grams of the documents ``add``-ed (the training split), as
+    one sorted array (8 bytes per distinct n-gram; merged every ``_MERGE`` new ones, so memory
+    stays near the index's own size), and ``share(doc)``: the fraction of ``doc``'s n-grams
+    among them (words as ``words`` reads them: case, punctuation and Unicode form aside)."""
+
+    _MERGE = 1 << 22
+
+    def __init__(self, size: int = SHINGLE):
+        self.size = size
+        self.index = np.zeros(0, dtype=np.uint64)
+        self.parts: list[np.ndarray] = []
+        self.pending = 0
+
+    def add(self, doc: str) -> None:
+        sh = shingles(doc, self.size)
+        self.parts.append(sh)
+        self.pending += len(sh)
+        if self.pending >= self._MERGE:
+            self._merge()
+
+    def _merge(self) -> None:
+        self.index = np.unique(np.concatenate([self.index, *self.parts]))
+        self.parts, self.pending = [], 0
+
+    def found(self, doc: str) -> np.ndarray:
+        """For each of ``doc``'s distinct n-grams, whether an added document has it."""
+        if self.parts:
+            self._merge()
+        sh = shingles(doc, self.size)
+        if not len(sh) or not len(self.index):
+            return np.zeros(len(sh), dtype=bool)
+        at = np.minimum(np.searchsorted(self.index, sh), len(self.index) - 1)
+        return self.index[at] == sh
+
+    def share(self, doc: str) -> float:
+        hit = self.found(doc)
+        return float(hit.mean()) if len(hit) else 0.0
+
+    def any(self, doc: str) -> bool:
+        return bool(self.found(doc).any())

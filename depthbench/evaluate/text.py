@@ -8,7 +8,14 @@ import math
 
 import numpy as np
 
-from depthbench.data.cloze import Counts, needed, overlap, unigram_logp, unigram_score
+from depthbench.data.cloze import (
+    Counts,
+    needed,
+    needed_trigrams,
+    overlap,
+    unigram_logp,
+    unigram_score,
+)
 from depthbench.data.text import FIX, TextDataError, TextDataset
 
 
@@ -93,6 +100,8 @@ def training_documents(ds: TextDataset):
 
 RULES = ("cloze_overlap_rule", "cloze_unigram_rule", "cloze_word_unigram_rule",
          "cloze_bigram_rule", "cloze_idf_overlap_rule", "cloze_tfidf_rule")
+# rules the construction does not balance: what local n-gram continuation reads without a model
+NGRAM_RULES = ("cloze_trigram_rule", "cloze_trigram_pmi_rule")
 
 
 def cloze_rules(ds: TextDataset) -> dict:
@@ -108,17 +117,23 @@ def cloze_rules(ds: TextDataset) -> dict:
     ``cloze_idf_overlap_rule``  the choice whose shared words are rarest in them (summed IDF);
     ``cloze_tfidf_rule``        the choice whose TF-IDF vector is closest to the context's (cosine).
     A reading of the model is worth something only above all six, by more than its standard
-    error over items (``cloze_items``)."""
+    error over items (``cloze_items``). Beside them, two references the construction does not
+    balance (``NGRAM_RULES``), which read what local n-gram continuation alone gets right:
+    ``cloze_trigram_rule``      the choice whose first word most often follows the context's
+                                last two words in training (one trigram lookup);
+    ``cloze_trigram_pmi_rule``  the choice of highest word-trigram PMI with the context's last
+                                two words (``Counts.trigram_pmi``).
+    A model at or below them reads n-gram continuation, not the context's sense."""
     items = cloze_items(ds)
     if not items:
-        return dict.fromkeys(RULES, float("nan"))
+        return dict.fromkeys(RULES + NGRAM_RULES, float("nan"))
     tok = ds.tokenizer()
     unigram = unigram_score(lambda t: tok.encode(t).ids,
                             unigram_logp(ds.tokens["train"], ds.vocab.size))
-    counts = Counts(training_documents(ds), needed(items))
-    return dict(zip(RULES, (_rule_accuracy(items, f) for f in (
+    counts = Counts(training_documents(ds), needed(items), trigrams=needed_trigrams(items))
+    return dict(zip(RULES + NGRAM_RULES, (_rule_accuracy(items, f) for f in (
         overlap, lambda it, c: unigram(c), counts.word_unigram, counts.bigram,
-        counts.idf_overlap, counts.tfidf_cosine))))
+        counts.idf_overlap, counts.tfidf_cosine, counts.trigram, counts.trigram_pmi))))
 
 
 def cloze_accuracy(model, ds: TextDataset, depths: list[int], device=None) -> dict[int, dict]:

@@ -118,7 +118,36 @@ def _cloze_floor_words(va: pd.DataFrame, per: pd.DataFrame) -> list[str]:
     return [f"Cloze floors without a model (from the dataset alone): {floors}; chance 0.25. "
             f"Every seed scores the same {n} items (`rows/item.csv`), so a reading's standard "
             f"error is over items: {se:.3f} (binomial at chance), not the spread of seeds. "
-            f"Mean over depths and seeds: {where}."]
+            f"Mean over depths and seeds: {where}."] + _ngram_words(va, per, se)
+
+
+NGRAM_RULES = (("cloze_trigram_rule", "one word-trigram lookup"),
+               ("cloze_trigram_pmi_rule", "word-trigram PMI"))
+
+
+def _ngram_words(va: pd.DataFrame, per: pd.DataFrame, se: float) -> list[str]:
+    """The n-gram references the cloze's construction does not balance, and what the cloze
+    measures where they read above chance: local n-gram continuation, not the context's sense
+    (unless a model reads above the strongest of them)."""
+    rules = [(c, words) for c, words in NGRAM_RULES if c in va.columns]
+    if not rules:
+        return []
+    top = max(va[c].iloc[0] for c, _ in rules)
+    refs = ", ".join(f"{words} {va[c].iloc[0]:.3f}" for c, words in rules)
+    if top - 0.25 <= 2 * se:
+        return [f"N-gram references (rules the construction does not balance): {refs}; each "
+                "within 2 SE of chance, so the cloze is not read by local n-gram continuation."]
+    best = per.groupby("schedule")["cloze_mi"].mean().max() if "cloze_mi" in per else np.nan
+    if best == best and best - top > 2 * se:
+        verdict = ("a model reads above the strongest reference, so that excess is read from "
+                   "the context beyond its last two words")
+    else:
+        verdict = ("no model reads above the strongest reference, so the cloze reads n-gram "
+                   "continuation, not knowledge of the context")
+    return [f"N-gram references (rules the construction does not balance): {refs}, "
+            f"{(top - 0.25) / se:.1f} SE above chance. This cloze measures local n-gram "
+            f"continuation: best model (mutual information, mean over depths and seeds) "
+            f"{best:.3f}, {(best - top) / se:+.1f} SE from the strongest reference; {verdict}."]
 
 
 def _text_figures(figs, va: pd.DataFrame, color: dict, cloze: bool, mi: bool) -> None:
