@@ -246,7 +246,8 @@ def run_cmd(spec, out, plan, rerun, executor, as_json):
 
     SPEC is a TOML file or the name of a packaged experiment (quickstart, table3, table3-lr,
     table3-x2, table3-x4, table3-x4b, budgets, matched, fixed-depths, text-quickstart, text-table3,
-    smoke, paper-200m, paper-1b, paper-1b-text); without SPEC, the quickstart. Finished stages are
+    text-table3-deep, text-table3-deep-lr, smoke, paper-200m, paper-1b, paper-1b-text); without
+    SPEC, the quickstart. Finished stages are
     skipped on a rerun, an interrupted one continues, a changed one is rerun only with --rerun.
 
     \b

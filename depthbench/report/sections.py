@@ -120,14 +120,23 @@ def _nll_section(re: pd.DataFrame, reference: str | None, tables: list,
     returns the comparisons."""
     nll = _nll_comparisons(re, reference)
     if not nll.empty:
+        asked = nll["metric"].iloc[0] == "value_nll"
         notes += _nll_words(nll)
         tables.append(("The paper's metric: each schedule against the reference on mean serving "
-                       "NLL (each run's NLL averaged over every serving depth), as a paired "
+                       "NLL (each run's NLL " + ("of the asked value, the fact asked from the "
+                                                 "name, " if asked else "")
+                       + "averaged over every serving depth), as a paired "
                        "relative difference per seed; 95% t-interval, two one-sided tests (TOST) "
                        f"against the paper's ±{100 * NLL_BAND:g}%, the verdict (within the band "
                        "only where the 95% interval lies inside it, outside only where it "
                        "excludes it, else not resolved, with the precision reached) and whether "
                        "it holds with each seed left out in turn", _nll_table(nll)))
+        if asked:   # the whole row's NLL, described under its own name
+            rec = _nll_comparisons(re.assign(record_nll=re["nll"]), reference, "record_nll")
+            tables.append(("Described, not a verdict: the same comparison on the whole record "
+                           "row's NLL (names, key order and the values after the asked one are "
+                           "most of its nats; a model that memorized more of its training orders "
+                           "reads a worse row)", _nll_table(rec)))
     plateau = _plateaus(re)
     if not plateau.empty:
         notes += _plateau_words(plateau)
