@@ -162,6 +162,13 @@ def _sd(xs: list[float]) -> float:
     return statistics.stdev(xs) if len(xs) > 1 else float("nan")
 
 
+def _gain(at: dict[int, list[float]], a: int, b: int) -> tuple[float, float]:
+    """The seed-mean NLL at depth ``a`` minus depth ``b``, and that over the larger seed SD."""
+    sd = max(_sd(at[a]), _sd(at[b]))
+    gap = statistics.fmean(at[a]) - statistics.fmean(at[b])
+    return gap, gap / sd if sd > 0 else float("nan")
+
+
 def summarize(rows: list[dict]) -> list[dict]:
     """One line per recipe x schedule: seed means at depths 1, 4 and 16, the depth where the
     mean is lowest, and two gains, each over its seed SD (the larger of its two depths' seed
@@ -176,11 +183,8 @@ def summarize(rows: list[dict]) -> list[dict]:
             at = {k: [r["nll"][k - 1] for r in g] for k in DEPTHS}
             mean = {k: statistics.fmean(v) for k, v in at.items()}
 
-            def ratio(a: int, b: int) -> tuple[float, float]:
-                sd = max(_sd(at[a]), _sd(at[b]))
-                gap = mean[a] - mean[b]
-                return gap, gap / sd if sd > 0 else float("nan")
-            (gap, r1), (gap4, r4), (_, r14) = ratio(1, 16), ratio(4, 16), ratio(1, 4)
+            (gap, r1), (gap4, r4), (_, r14) = (_gain(at, a, b) for a, b in ((1, 16), (4, 16),
+                                                                            (1, 4)))
             out.append({"recipe": rec, "schedule": sch, "seeds": len(g),
                         "nll1": mean[1], "nll4": mean[4], "nll16": mean[16],
                         "best_depth": min(DEPTHS, key=mean.get), "gap": gap,
@@ -260,8 +264,8 @@ def write_table(rows: list[dict], path: Path = TABLE) -> str:
              "`docs/calibration/text-runs.jsonl` (one row per trained run: recipe, schedule, "
              "seed, threads, steps,", "training time, and validation NLL and bits per byte at "
              "serving depths 1-16).", "",
-             f"Criterion (`passes`): the seed-mean NLL falls from depth 4 to depth 16, and from "
-             f"depth 1 to", f"depth 4, each by at least {RATIO:g} seed SDs (the larger of the "
+             "Criterion (`passes`): the seed-mean NLL falls from depth 4 to depth 16, and from "
+             "depth 1 to", f"depth 4, each by at least {RATIO:g} seed SDs (the larger of the "
              "two depths' seed SDs), judged on 8 seeds:", "the loop is used past depth 4. "
              "`d1-d16 (SDs)` is the older criterion's gap and ratio; `lowest at` the",
              "depth of the lowest seed-mean NLL. `train s` is one run's training time on one "
