@@ -128,7 +128,8 @@ def results_table(done: list[tuple[Experiment, dict]]) -> str:
     """The README's results block: one row per committed experiment."""
     lines = ["| experiment | reproduces | reading | seeds | verdict against uniform (exact match "
              "over depths, Holm-corrected) | mean serving NLL against uniform (the paper's "
-             "metric, ±0.5%; on people, of the asked value) | best reading, % of ceiling | time on 2 CPU cores |",
+             "metric, ±0.5%; on people, of the asked value) | best reading, % of ceiling | "
+             "time on 2 CPU cores |",
              "|---|---|---|---|---|---|---|---|"]
     for exp, s in done:
         reading = "natural text" if s["kind"] == "text" else s["reading"]
