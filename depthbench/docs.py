@@ -65,7 +65,15 @@ EXPERIMENTS = (
                "cloze through lm-eval", "depthbench run text-quickstart"),
     Experiment("text-table3", "the paper's Table 3 on natural text: uniform, fixed-first at two "
                "fixed phases, uniform matched to the shorter one's FLOPs, judged on mean serving "
-               "NLL", "depthbench run text-table3"),
+               "NLL (a recurrence whose loop is inert past depth 4: see text-table3-deep)",
+               "depthbench run text-table3"),
+    Experiment("text-table3-deep-lr", "the learning-rate sweep of Table 3 on text where the "
+               "loop is used past depth 4: each arm at four peak LRs on held-out seeds",
+               "depthbench run text-table3-deep-lr"),
+    Experiment("text-table3-deep", "the paper's Table 3 on natural text with Huginn's recurrence "
+               "(the stream renormalized, a random initial state), whose NLL falls past depth 4: "
+               "each arm at its swept LR, judged on mean serving NLL",
+               "depthbench run text-table3-deep"),
 )
 
 SPLIT_NAMES = {"eval_reordered": "name only, held-out position",

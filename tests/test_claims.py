@@ -87,7 +87,7 @@ def test_each_spec_runs_its_arms_at_the_lr_its_sweep_chose(name):
     arm in train.arm_set; the sweep's seeds are not the reported grid's."""
     import tomllib
     ev = final_eval(name)
-    ev = ev[ev["split"] == "eval_reordered"]
+    ev = ev[ev["split"].isin(["eval_reordered", "validation"])]   # the person task, text
     runs = ev.groupby("run").agg(arm=("schedule", "first"), lr=("lr_sweep", "first"),
                                  seed=("seed", "first"), nll=("nll", "mean"))
     runs["arm"] = runs["arm"].str.split(" @ ").str[0]
@@ -217,9 +217,10 @@ def test_the_committed_cloze_is_read_against_floors_at_chance_on_items_it_carrie
         assert (per_arm["cloze_accuracy_mi"].mean() > top + 2 * se).all()
 
 
-def test_the_text_task_is_sized_so_depth_matters_and_its_calibration_is_text_table3_s_uniform():
+def test_text_table3_meets_the_older_depth_1_to_16_sizing_and_its_calibration_is_its_uniform():
     """#42's sizing, from the committed rows: in text-table3, uniform:1-16's seed-mean NLL at
-    depth 16 lies below depth 1's by at least 5 seed SDs (the larger of the two depths'); the
+    depth 16 lies below depth 1's by at least 5 seed SDs (the larger of the two depths'; its
+    loop is inert past depth 4, which text-table3-deep's recurrence changes); the
     calibration's adopted recipe is that arm, run again by benchmarks/calibrate_text.py in other
     processes, and reads the same NLL on every seed and depth (rows rounded to 5 decimals)."""
     ev = pd.read_csv(ROOT / "reports" / "text-table3" / "rows" / "eval.csv")
