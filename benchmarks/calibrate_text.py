@@ -101,6 +101,10 @@ RECIPES: dict[str, tuple[str, dict]] = {
     "kjv-deep": ("kjv-b32-residual-random: Huginn's recurrence (the stream renormalized, a random "
                  "initial state) with add injection", {"corpus": ["kjv"], "sets": {
                      **B32, **PAPER, "norm": "residual", "init_state": "random"}}),
+    "kjv-deep-d32": ("kjv-deep at half the width (d_model 32)", {"corpus": ["kjv"], "sets": {
+        **B32, **PAPER, "norm": "residual", "init_state": "random", "d_model": 32}}),
+    "kjv-deep-d128": ("kjv-deep at twice the width (d_model 128)", {"corpus": ["kjv"], "sets": {
+        **B32, **PAPER, "norm": "residual", "init_state": "random", "d_model": 128}}),
     "kjv-b32-random": ("kjv-b32-paper from a random initial state (pre-norm, add injection)",
                        {"corpus": ["kjv"], "sets": {**B32, **PAPER, "init_state": "random"}}),
     "kjv-b32-residual-random-s1200": ("kjv-b32-residual-random at 1200 steps (two epochs)",
