@@ -686,12 +686,13 @@ def test_plateaus_read_the_change_in_mean_serving_nll_between_lengths(tmp_path):
     for x in (1, 2):
         for r in ev:
             f = factor[r["schedule"]](r["seed"]) if x == 2 else 1.0
-            rows.append({**r, "run": f"x{x}-{r['run']}", "length": x, "nll": r["nll"] * f})
+            rows.append({**r, "run": f"x{x}-{r['run']}", "length": x, "nll": r["nll"] * f,
+                         "value_nll": r["value_nll"] * f})
     (d / "eval.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     df = pd.DataFrame(rows)
     re = df[df["split"] == "eval_reordered"]
     p = _plateaus(re).set_index("schedule")
-    per = re.groupby(["schedule", "length", "seed"])["nll"].mean()
+    per = re.groupby(["schedule", "length", "seed"])["value_nll"].mean()   # the asked value's
     for s in factor:
         naive = np.mean([per[s, 2, seed] / per[s, 1, seed] - 1 for seed in (0, 1)])
         assert p.loc[s, "diff"] == pytest.approx(naive)

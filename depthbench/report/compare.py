@@ -300,12 +300,13 @@ def _plateau_verdict(lo: float, hi: float, n: int) -> str:
 
 def _plateaus(re: pd.DataFrame) -> pd.DataFrame:
     """Figure 2 left's curve read per schedule: between each pair of consecutive training
-    lengths, the paired relative change of each seed's mean serving NLL (NLL at the longer
+    lengths, the paired relative change of each seed's mean serving NLL (``nll_metric``: on the
+    person task the asked value's) (NLL at the longer
     length / NLL at the shorter - 1), its 95% t-interval and the plateau verdict. Empty unless
     the rows hold the training-length axis at two lengths or more."""
     if group_col(re) != "length":
         return pd.DataFrame()
-    per = re.groupby(["schedule", "length", "seed"])["nll"].mean()
+    per = re.groupby(["schedule", "length", "seed"])[nll_metric(re)].mean()
     lengths = sorted(re["length"].dropna().unique())
     rows = []
     for s in sorted(re["schedule"].unique()):

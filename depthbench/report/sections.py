@@ -26,6 +26,7 @@ from depthbench.report.compare import (
     _plateau_words,
     _plateaus,
     _verdict,
+    nll_metric,
 )
 from depthbench.report.figures import (
     _brackets,
@@ -142,7 +143,8 @@ def _nll_section(re: pd.DataFrame, reference: str | None, tables: list,
         notes += _plateau_words(plateau)
         tables.append(("Plateaus (Figure 2 left's curve per schedule): between consecutive "
                        "training lengths, the paired relative change of each seed's mean serving "
-                       "NLL with its 95% t-interval; on a plateau only where the interval lies "
+                       "NLL (" + ("of the asked value, " if nll_metric(re) == "value_nll"
+                                  else "") + "the verdict's metric) with its 95% t-interval; on a plateau only where the interval lies "
                        f"within ±{100 * PLATEAU_BAND:g}%, still improving only where it lies below "
                        "it", _plateau_table(plateau)))
     return nll
