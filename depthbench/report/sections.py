@@ -144,7 +144,8 @@ def _nll_section(re: pd.DataFrame, reference: str | None, tables: list,
         tables.append(("Plateaus (Figure 2 left's curve per schedule): between consecutive "
                        "training lengths, the paired relative change of each seed's mean serving "
                        "NLL (" + ("of the asked value, " if nll_metric(re) == "value_nll"
-                                  else "") + "the verdict's metric) with its 95% t-interval; on a plateau only where the interval lies "
+                                  else "") + "the verdict's metric) with its 95% "
+                       "t-interval; on a plateau only where the interval lies "
                        f"within ±{100 * PLATEAU_BAND:g}%, still improving only where it lies below "
                        "it", _plateau_table(plateau)))
     return nll
