@@ -244,11 +244,10 @@ def probe_update_cmd(config_file, as_json, **given):
 def run_cmd(spec, out, plan, rerun, executor, as_json):
     """Run an experiment grid: generate, train, eval, probe, serve-bench, report.
 
-    SPEC is a TOML file or the name of a packaged experiment (quickstart, table3, table3-lr,
-    table3-x2, table3-x4, table3-x4b, budgets, matched, fixed-depths, text-quickstart, text-table3,
-    text-table3-deep, text-table3-deep-lr, smoke, paper-200m, paper-1b, paper-1b-text); without
-    SPEC, the quickstart. Finished stages are
-    skipped on a rerun, an interrupted one continues, a changed one is rerun only with --rerun.
+    SPEC: a TOML file or a packaged experiment (quickstart, table3, table3-lr, table3-x2, table3-x4,
+    table3-x4b, budgets, matched, fixed-depths, text-quickstart, text-table3, text-table3-deep,
+    text-table3-deep-lr, smoke, paper-200m, paper-1b, paper-1b-text); without SPEC, the quickstart.
+    Finished stages are skipped on a rerun, an interrupted one continues, a changed one needs --rerun.
 
     \b
     Examples:
