@@ -232,77 +232,89 @@ def _uncovered(doc: str, enc) -> int | None:
     return int(bad[0]) if len(bad) else None
 
 
-def _write_splits(tok, inputs: list[str], tmp: Path, val_fraction: float, seed: int,
-                  dtype: np.dtype, eot: int, check_coverage: bool = False,
-                  copies: NearCopies | None = None) -> tuple[dict, list[str]]:
-    """Encode the corpus in batches of documents into ``tmp/{train,validation}.bin``, each
-    document followed by end-of-text, once (an exact copy of an earlier document, whitespace
-    aside, is dropped and counted) and held out by ``in_validation`` of its content. Held-out
-    documents wait in a spool file until the whole training split is written, then one whose
-    word 5-grams lie half or more in it (``dedup.Contained``) is dropped and counted. Returns
-    the counts per split (and of the documents dropped) and the first held-out documents (for
-    the cloze task). With ``check_coverage`` (a given tokenizer) a document the tokenizer
-    cannot encode whole is refused."""
-    counts = {s: {"documents": 0, "tokens": 0, "bytes": 0} for s in SPLITS}
-    dropped = {k: {"documents": 0, "bytes": 0} for k in DROPPED}
-    held_out: list[str] = []
-    contained = Contained()
-    sinks = {s: open(tmp / f"{s}.bin", "wb") for s in SPLITS}
-    spool_path = tmp / "validation.spool"
+class _Splits:
+    """The two split files being written: ``write(docs, split)`` encodes documents in batches,
+    each followed by end-of-text, and counts them; the first held-out documents are kept for
+    the cloze. With ``check_coverage`` (a given tokenizer) a document the tokenizer cannot
+    encode whole is refused."""
 
-    def flush(batch: list[str], split: str) -> None:
-        for doc, enc in zip(batch, tok.encode_batch(batch)):
-            if check_coverage and (at := _uncovered(doc, enc)) is not None:
-                n = counts["train"]["documents"] + counts["validation"]["documents"] + 1
-                raise TextDataError(f"the tokenizer cannot encode {doc[at]!r} (document {n}, "
-                                    f"character {at}): that text would be dropped silently; give "
-                                    "a tokenizer that covers the corpus (byte-level BPE) or "
-                                    "--vocab-size to train one")
-            ids = np.asarray(enc.ids + [eot], dtype=dtype)
-            sinks[split].write(ids.tobytes())
-            c = counts[split]
-            c["documents"] += 1
-            c["tokens"] += len(ids)
-            c["bytes"] += len(doc.encode("utf-8"))
-            if split == "validation" and len(held_out) < 2048:
-                held_out.append(doc)
+    def __init__(self, tok, tmp: Path, dtype: np.dtype, eot: int, check_coverage: bool):
+        self.tok, self.dtype, self.eot, self.check = tok, dtype, eot, check_coverage
+        self.counts = {s: {"documents": 0, "tokens": 0, "bytes": 0} for s in SPLITS}
+        self.held_out: list[str] = []
+        self.sinks = {s: open(tmp / f"{s}.bin", "wb") for s in SPLITS}
 
-    def batched(docs, split: str) -> None:
+    def write(self, docs, split: str) -> None:
         batch: list[str] = []
         for doc in docs:
             batch.append(doc)
             if len(batch) == BATCH_DOCS:
-                flush(batch, split)
+                self._flush(batch, split)
                 batch = []
         if batch:
-            flush(batch, split)
+            self._flush(batch, split)
+
+    def _flush(self, batch: list[str], split: str) -> None:
+        for doc, enc in zip(batch, self.tok.encode_batch(batch)):
+            if self.check and (at := _uncovered(doc, enc)) is not None:
+                n = sum(c["documents"] for c in self.counts.values()) + 1
+                raise TextDataError(f"the tokenizer cannot encode {doc[at]!r} (document {n}, "
+                                    f"character {at}): that text would be dropped silently; give "
+                                    "a tokenizer that covers the corpus (byte-level BPE) or "
+                                    "--vocab-size to train one")
+            ids = np.asarray(enc.ids + [self.eot], dtype=self.dtype)
+            self.sinks[split].write(ids.tobytes())
+            c = self.counts[split]
+            c["documents"] += 1
+            c["tokens"] += len(ids)
+            c["bytes"] += len(doc.encode("utf-8"))
+            if split == "validation" and len(self.held_out) < 2048:
+                self.held_out.append(doc)
+
+    def close(self) -> None:
+        for f in self.sinks.values():
+            f.close()
+
+
+def _write_splits(tok, inputs: list[str], tmp: Path, val_fraction: float, seed: int,
+                  dtype: np.dtype, eot: int, check_coverage: bool = False,
+                  copies: NearCopies | None = None) -> tuple[dict, list[str]]:
+    """Encode the corpus into ``tmp/{train,validation}.bin`` (``_Splits``), each document once
+    (an exact or near copy of an earlier one is dropped and counted) and held out by
+    ``in_validation`` of its content. Held-out documents wait in a spool file until the whole
+    training split is written; then one whose word 5-grams lie half or more in it
+    (``dedup.Contained``) is dropped and counted. Returns the counts per split and of the
+    documents dropped, and the first held-out documents (for the cloze task)."""
+    dropped = {k: {"documents": 0, "bytes": 0} for k in DROPPED}
+    contained = Contained()
+    splits = _Splits(tok, tmp, dtype, eot, check_coverage)
+    spool_path = tmp / "validation.spool"
+
+    def training(spool):
+        for doc, key in unique_documents(inputs, dropped["duplicates_removed"],
+                                         dropped["near_duplicates_removed"], copies):
+            if in_validation(key, seed, val_fraction):
+                spool.write(json.dumps(doc) + "\n")
+            else:
+                contained.add(doc)
+                yield doc
+
+    def validation():
+        with open(spool_path, encoding="utf-8") as spool:
+            for doc in map(json.loads, spool):
+                if contained.share(doc) < CONTAINED:
+                    yield doc
+                    continue
+                dropped["contained_in_training"]["documents"] += 1
+                dropped["contained_in_training"]["bytes"] += len(doc.encode("utf-8"))
     try:
         with open(spool_path, "w", encoding="utf-8") as spool:
-            def training():
-                for doc, key in unique_documents(inputs, dropped["duplicates_removed"],
-                                                 dropped["near_duplicates_removed"], copies):
-                    if in_validation(key, seed, val_fraction):
-                        spool.write(json.dumps(doc) + "\n")
-                    else:
-                        contained.add(doc)
-                        yield doc
-            batched(training(), "train")
-
-        def validation():
-            with open(spool_path, encoding="utf-8") as spool:
-                for line in spool:
-                    doc = json.loads(line)
-                    if contained.share(doc) >= CONTAINED:
-                        dropped["contained_in_training"]["documents"] += 1
-                        dropped["contained_in_training"]["bytes"] += len(doc.encode("utf-8"))
-                    else:
-                        yield doc
-        batched(validation(), "validation")
+            splits.write(training(spool), "train")
+        splits.write(validation(), "validation")
     finally:
-        for f in sinks.values():
-            f.close()
+        splits.close()
         spool_path.unlink(missing_ok=True)
-    return {**counts, **dropped}, held_out
+    return {**splits.counts, **dropped}, splits.held_out
 
 
 def _check_counts(counts: dict, val_fraction: float, seq_len: int) -> None:
