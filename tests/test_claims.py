@@ -193,7 +193,7 @@ def test_table3_at_2_threads_reaches_its_verdicts_but_the_smallest():
                 assert a[arm]["verdict"] == b[arm]["verdict"], (key, arm)
 
 
-@pytest.mark.parametrize("name", ["text-table3", "text-quickstart"])
+@pytest.mark.parametrize("name", ["text-table3", "text-quickstart", "text-table3-deep"])
 def test_the_committed_cloze_is_read_against_floors_at_chance_on_items_it_carries(name):
     """#42's cloze, from the committed rows: every rule without a model the rows carry reads
     within 2 standard errors (binomial at chance, over items) of 0.25, and the report carries
@@ -289,3 +289,45 @@ def test_table3_fixed_first_reads_higher_serving_nll_than_uniform(name):
             assert len(r) == 8, (length, arm)
             lo = r.mean() - stats.t.ppf(0.975, len(r) - 1) * r.std(ddof=1) / np.sqrt(len(r))
             assert lo > 0.005, (length, arm, r.mean(), lo)
+
+
+DEEP = "text-table3-deep-lr3e-3"   # Table 3 on text where the loop is used past depth 4
+
+
+def _deep_nll(name: str = DEEP) -> dict[str, pd.DataFrame]:
+    """(seed x depth) validation NLL of every arm of a text report: {arm: table}."""
+    ev = final_eval(name)
+    ev = ev[ev["split"] == "validation"]
+    return {arm: g.pivot_table(index="seed", columns="depth", values="nll")
+            for arm, g in ev.groupby("schedule")}
+
+
+def test_at_the_swept_lr_uniform_diverges_on_some_seeds_and_the_band_is_not_decided():
+    """text-table3-deep (every arm at the sweep's 0.006): uniform:1-16 reads a mean serving NLL
+    more than 0.3 nats above the worst fixed-first seed on some seeds (diverged) and its seeds
+    spread over ten times the fixed-first arms'; so the paired interval against uniform is far
+    wider than the ±0.5% band and the verdict is not resolved."""
+    from depthbench.report import summarize
+    nll = {arm: t.mean(axis=1) for arm, t in _deep_nll("text-table3-deep").items()}
+    worst_ff = max(nll["fixed-first:0.67:4:1-16"].max(), nll["fixed-first:0.8:4:1-16"].max())
+    assert (nll[UNIFORM] > worst_ff + 0.3).sum() >= 2
+    assert nll[UNIFORM].std() > 10 * nll["fixed-first:0.67:4:1-16"].std()
+    said = {c["schedule"]: c["verdict"] for c in
+            summarize(load_rows([ROOT / "reports" / "text-table3-deep" / "rows"]))["nll"]}
+    assert said["fixed-first:0.67:4:1-16"].startswith("not resolved")
+
+
+def test_the_trigram_references_read_the_cloze_as_n_gram_continuation():
+    """#67's cloze against what beats it, from the committed rows of text-table3-deep: the word-
+    trigram PMI reference reads more than 2 item-SEs above chance, so the report labels the cloze
+    n-gram continuation; no arm's mutual-information accuracy (mean over depths and seeds) lies
+    more than 2 item-SEs above that reference."""
+    ev = final_eval("text-table3-deep")
+    n = int(ev["cloze_items"].iloc[0])
+    se = (0.25 * 0.75 / n) ** 0.5
+    ref = ev["cloze_trigram_pmi_rule"].iloc[0]
+    assert ev["cloze_trigram_pmi_rule"].nunique() == 1 and ref - 0.25 > 2 * se
+    best = ev.groupby("schedule")["cloze_accuracy_mi"].mean().max()
+    assert best - ref <= 2 * se, (best, ref, se)
+    page = (ROOT / "reports" / "text-table3-deep" / "README.md").read_text()
+    assert "so the cloze reads n-gram continuation" in page
