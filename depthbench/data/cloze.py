@@ -157,14 +157,9 @@ def needed(items: list[dict]) -> set[tuple[str, str]]:
 
 
 def needed_trigrams(items: list[dict]) -> set[tuple[str, str, str]]:
-    """The word trigrams that ``Counts`` must count for the trigram rules on ``items``."""
-    out = set()
-    for it in items:
-        last = it["context"].split()[-2:]
-        for c in it["choices"]:
-            w = last + c.split()
-            out.update(zip(w, w[1:], w[2:]))
-    return out
+    """The word trigrams that ``Counts`` must count for the trigram rules on ``items``: the
+    context's last two words and each choice's first."""
+    return {(*it["context"].split()[-2:], c.split()[0]) for it in items for c in it["choices"]}
 
 
 def _cells(truth: tuple, scored: list[tuple[tuple, tuple[str, ...]]]) -> dict:
