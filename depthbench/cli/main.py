@@ -13,7 +13,7 @@ import click
 from depthbench.cli import support as cs
 from depthbench.cli.serve import lm_eval_cmd, serve_bench_cmd, serve_sim_cmd
 from depthbench.cli.support import build_config, default_of, emit_json, fail, parse_sets
-from depthbench.cli.text import echo_text_eval, prepare_text_cmd
+from depthbench.cli.text import echo_text_eval, prepare_text_cmd, scale_report_cmd
 from depthbench.config import EvalConfig, ProbeConfig, ReportConfig
 
 __all__ = ["main", "parse_sets"]
@@ -295,5 +295,5 @@ def report_cmd(config_file, as_json, **given):
         emit_json({"out": str(cfg.out), "files": [str(f) for f in files]})
 
 
-for _cmd in (serve_bench_cmd, serve_sim_cmd, lm_eval_cmd, prepare_text_cmd):
+for _cmd in (serve_bench_cmd, serve_sim_cmd, lm_eval_cmd, prepare_text_cmd, scale_report_cmd):
     main.add_command(_cmd)

@@ -1,4 +1,4 @@
-"""The natural-text commands: ``depthbench prepare-text``."""
+"""The natural-text commands: ``depthbench prepare-text`` and ``depthbench scale-report``."""
 
 from __future__ import annotations
 
@@ -52,6 +52,32 @@ def prepare_text_cmd(inputs, out, vocab_size, tokenizer, val_fraction, seq_len, 
     if as_json:
         emit_json({"out": str(out), "dataset_hash": m["dataset_hash"], "splits": sp,
                    "vocab_size": m["vocab_size"], "bytes_per_token": m["bytes_per_token"]})
+
+
+@click.command("scale-report")
+@click.argument("grids", nargs=-1, required=True, type=click.Path())
+@click.option("--out", required=True, type=click.Path(file_okay=False),
+              help="Report directory, e.g. reports/text-scale.")
+@click.option("--title", default="Table 3 across model sizes", show_default=True)
+@cs.json_option
+def scale_report_cmd(grids, out, title, as_json):
+    """Draw Table 3's gap against model size and training FLOPs from several text grids.
+
+    GRIDS are the rows of one text Table 3 grid each (a report's rows/ or a run's results/),
+    one per model size or training length, each compared with its own uniform:1-16 arm on
+    paired seeds. The report states the trend by a rule fixed in advance, whether each grid's
+    model uses its depth, and the paper's published gaps beside them.
+
+    \b
+    Examples:
+      depthbench scale-report reports/text-scale-d16/rows reports/text-table3-deep-lr3e-3/rows \\
+          reports/text-scale-d128/rows --out reports/text-scale
+    """
+    from depthbench.report.scale import build_scale_report
+    files = build_scale_report(list(grids), out, title)
+    click.echo(f"wrote {len(files)} files to {out}")
+    if as_json:
+        emit_json({"out": str(out), "files": [str(f) for f in files]})
 
 
 def echo_text_eval(res: dict, as_json: bool) -> None:
