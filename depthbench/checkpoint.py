@@ -302,6 +302,17 @@ def _check_belongs(ck: dict, rec: dict, path: Path, run_dir: Path) -> None:
                                   "checkpoints or give the checkpoint file on its own")
 
 
+def _check_finished(ck: dict, rec: dict, run: str | Path) -> None:
+    """A run directory is read as its result only once training reached its planned steps; a
+    run stopped early (killed, or still training) is refused, its checkpoint named instead."""
+    at, planned = ck.get("step"), rec["train"]["steps"]
+    if isinstance(at, int) and at < planned:
+        raise CheckpointError(f"run {run} stopped at step {at} of {planned} (killed, or still "
+                              f"training): finish it with `depthbench train --out {run} --resume`"
+                              f", or give the checkpoint file {ck.get('path', '')} to read that "
+                              "step as it is")
+
+
 def run_dir_of(run_or_ckpt: str | Path) -> Path | None:
     """The run directory of a run directory or of a checkpoint inside one (else None)."""
     p = Path(run_or_ckpt)
@@ -327,6 +338,8 @@ def open_run(run_or_ckpt: str | Path, step: int | None = None, data: str | Path 
     model, ck = load_model(run_or_ckpt, step, device=device)
     run_dir = run_dir_of(run_or_ckpt)
     meta = read_run(run_dir) if run_dir is not None else {}
+    if step is None and Path(run_or_ckpt).is_dir() and meta:
+        _check_finished(ck, meta, run_or_ckpt)
     data = data or meta.get("data")
     if not data:
         raise CheckpointError(f"{run_or_ckpt} records no dataset; pass --data")

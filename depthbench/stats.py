@@ -16,16 +16,22 @@ from scipy import stats
 
 
 def t_interval(values, level: float = 0.95) -> tuple[float, float, int]:
-    """(mean, half-width of the two-sided t-interval, n); the half-width is NaN below 2 values."""
+    """(mean, half-width of the two-sided t-interval, n); the half-width is NaN below 2 values
+    and where every value is the same (``no_interval`` says why)."""
     x = np.asarray(values, dtype=float)
     x = x[np.isfinite(x)]
     n = len(x)
     if n == 0:
         return float("nan"), float("nan"), 0
-    if n == 1:
-        return float(x[0]), float("nan"), 1
+    if n == 1 or np.ptp(x) == 0:   # one value, or identical ones (copies): no spread to bound
+        return float(x.mean()), float("nan"), n
     half = stats.t.ppf(0.5 + level / 2, n - 1) * x.std(ddof=1) / math.sqrt(n)
     return float(x.mean()), float(half), n
+
+
+def no_interval(n: int) -> str:
+    """Why ``t_interval`` of ``n`` values gave no interval."""
+    return "one seed" if n < 2 else f"{n} seeds, every one the same value: no spread to bound"
 
 
 def mean_ci(df: pd.DataFrame, by: list[str], value: str) -> pd.DataFrame:

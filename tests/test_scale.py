@@ -54,14 +54,13 @@ def _naive_diff(ev: pd.DataFrame, schedule: str, matched_to=None) -> tuple[float
     95% t half-width."""
     from scipy import stats
     ev = ev[(ev["split"] == "validation")]
-    ds = []
-    for seed in sorted(ev["seed"].unique()):
-        def mean(s, m):
-            g = ev[(ev["schedule"] == s) & (ev["seed"] == seed)]
-            g = g[g["matched_to"].isna()] if m is None else g[g["matched_to"] == m]
-            g = g[g["step"] == g["step"].max()]
-            return sum(g["nll"]) / len(g)
-        ds.append(mean(schedule, matched_to) / mean(UNIFORM, None) - 1)
+    def mean(s, m, seed):
+        g = ev[(ev["schedule"] == s) & (ev["seed"] == seed)]
+        g = g[g["matched_to"].isna()] if m is None else g[g["matched_to"] == m]
+        g = g[g["step"] == g["step"].max()]
+        return sum(g["nll"]) / len(g)
+    ds = [mean(schedule, matched_to, seed) / mean(UNIFORM, None, seed) - 1
+          for seed in sorted(ev["seed"].unique())]
     ds = np.array(ds)
     return ds.mean(), stats.t.ppf(0.975, len(ds) - 1) * ds.std(ddof=1) / np.sqrt(len(ds))
 

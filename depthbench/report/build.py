@@ -59,8 +59,9 @@ def _build(rows: dict, out: Path, title: str, reference: str | None, paths) -> l
         files = {**committed, **files}
     elif rows.get("eval") is not None:
         text = "bits_per_byte" in rows["eval"].columns
-        part = (_text_sections if text else _eval_sections)(figs, rows["eval"], color, reference,
-                                                             rows.get("curve"))
+        part = (_text_sections(figs, rows["eval"], color, reference, rows.get("curve"),
+                               rows.get("item")) if text else
+                _eval_sections(figs, rows["eval"], color, reference, rows.get("curve")))
         tables, notes, files = part.tables, part.notes, {**files, **part.files}
     if rows.get("curve") is not None:
         _fig_curves(figs, rows["curve"], color)

@@ -9,7 +9,7 @@ from scipy import stats
 
 from depthbench.report.figures import _reference
 from depthbench.report.load import _spans, group_col, group_short, group_words
-from depthbench.stats import holm, paired_differences, sign_flip_p, t_interval
+from depthbench.stats import holm, no_interval, paired_differences, sign_flip_p, t_interval
 
 # Where a comparison's 95% interval lies inside +-this on depth-averaged exact match, the two
 # schedules are called equivalent within it (decided before any run: 5 points of exact match).
@@ -78,7 +78,7 @@ def _verdict(r) -> str:
     if r["seeds"] == 0:
         return "not compared (the two share no seed, so nothing is paired)"
     if not np.isfinite(r["hi"]):
-        return "undecided (one seed)"
+        return f"undecided ({no_interval(r['seeds'])})"
     if r["p_holm"] < 0.05 and (r["lo"] > 0 or r["hi"] < 0):
         return "higher" if r["diff"] > 0 else "lower"
     if -EQUIVALENCE_MARGIN < r["lo"] and r["hi"] < EQUIVALENCE_MARGIN:
@@ -178,7 +178,7 @@ def _nll_verdict(lo: float, hi: float, n: int, band_: float = NLL_BAND) -> str:
     """The verdict on the relative difference's 95% interval [lo, hi] against ±band_."""
     band = f"±{100 * band_:g}%"
     if n < 2 or not np.isfinite(hi):
-        return "not resolved (one seed)"
+        return f"not resolved ({no_interval(n)})"
     if -band_ < lo and hi < band_:
         return f"within {band}"
     if lo > band_ or hi < -band_:
@@ -288,7 +288,7 @@ PLATEAU_BAND = 0.01
 def _plateau_verdict(lo: float, hi: float, n: int) -> str:
     band = f"±{100 * PLATEAU_BAND:g}%"
     if n < 2 or not np.isfinite(hi):
-        return "not resolved (one seed)"
+        return f"not resolved ({no_interval(n)})"
     if -PLATEAU_BAND < lo and hi < PLATEAU_BAND:
         return f"on a plateau (the change lies within {band})"
     if hi < -PLATEAU_BAND:

@@ -10,10 +10,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from data_gen.format import SPLITS as SYNTHETIC_SPLITS
 from depthbench.errors import UserError
-from depthbench.rows import ROW_KEYS, SCHEMA, TEXT_EVAL
-from depthbench.schedules import MAX_DEPTH, parse_schedule
+from depthbench.report.checks import _checked, _num, _refuse_item_counts
+from depthbench.rows import ROW_KEYS, SCHEMA
 
 
 def _cut_short(path: Path) -> bool:
@@ -97,8 +96,17 @@ def load_rows(paths: list[Path]) -> dict[str, pd.DataFrame]:
     for kind, df in out.items():
         _refuse_duplicates(df, kind)
     _refuse_mixed_datasets(out)
+    _refuse_item_counts(out)
+    ev = out.get("eval")
+    if ev is not None and "lr_sweep" in ev.columns and ev["lr_sweep"].isna().any() \
+            and ev["lr_sweep"].notna().any():
+        raise UserError("the rows mix an LR sweep's runs (rows with lr_sweep) with a grid's; "
+                        "a sweep only chooses LRs and its report compares no arms: report "
+                        "the sweep and the grid apart")
     if "eval" in out:
         _refuse_incomparable(out["eval"])
+        _refuse_unfinished(out["eval"], out.get("run"))
+        _refuse_seed_twice(out["eval"])
     return {k: df.drop(columns="_file") for k, df in out.items()}
 
 
@@ -120,6 +128,37 @@ def _refuse_incomparable(ev: pd.DataFrame) -> None:
             raise UserError(f"{split}: run {r1} is read over {t1[0]} tokens and run {r2} "
                             f"over {t2[0]}; runs compared must be read over the same "
                             "validation windows (the same dataset and --max-people)")
+
+
+def _refuse_unfinished(ev: pd.DataFrame, runs: pd.DataFrame | None) -> None:
+    """A run whose latest eval rows are from before the end its run row records (a run read
+    while it trained, or killed) is not read as its result."""
+    if runs is None or "steps" not in runs.columns or "step" not in ev.columns:
+        return
+    planned = runs.dropna(subset=["steps"]).drop_duplicates("run").set_index("run")["steps"]
+    last = ev.groupby("run")["step"].max()
+    both = last.index.intersection(planned.index)
+    early = both[(last[both] < planned[both]).to_numpy()]
+    if len(early):
+        r = early[0]
+        raise UserError(f"run {r} is read at step {_num(last[r])}, before its end at step "
+                        f"{_num(planned[r])}; evaluate it once it has finished (depthbench eval "
+                        "reads a run's final checkpoint), or leave its run row out")
+
+
+def _refuse_seed_twice(ev: pd.DataFrame) -> None:
+    """One arm's seed is one run: two runs of the same arm (schedule, matched reference, LR,
+    budget or length) and seed would be counted as two seeds."""
+    arm = [c for c in ("schedule", "matched_to", "lr_sweep", *GROUPS) if c in ev.columns]
+    if "seed" not in ev.columns or "run" not in ev.columns:
+        return
+    per = ev.drop_duplicates("run")[["run", "seed", *arm]].astype(str)
+    twice = per[per.duplicated(["seed", *arm], keep=False)]
+    if not twice.empty:
+        a, b = twice["run"].iloc[:2]
+        raise UserError(f"runs {a} and {b} are the same arm ({twice['schedule'].iloc[0]}) and "
+                        f"seed {twice['seed'].iloc[0]}, which would count one seed twice; give "
+                        "each seed's run once (runs of different experiments in separate reports)")
 
 
 def _unlike(g: pd.DataFrame, column: str):
@@ -177,135 +216,6 @@ def _kind(cols: set) -> str | None:
     return None
 
 
-def _a(kind: str) -> str:
-    return ("an " if kind[0] in "aeiou" else "a ") + kind
-
-
-def _checked(df: pd.DataFrame, kind: str, path: Path) -> pd.DataFrame:
-    _, required, numeric = SCHEMA[kind]
-    if kind == "eval" and "bits_per_byte" in df.columns:   # a text run's eval rows
-        required, numeric = TEXT_EVAL
-    missing = [c for c in required if c not in df.columns]
-    if missing:
-        raise UserError(f"result file {path} looks like {kind} rows but lacks the column(s) "
-                        f"{', '.join(missing)}; regenerate it with depthbench")
-    empty = [c for c in required if c not in numeric and c != "switch_step" and df[c].isna().any()]
-    if empty:
-        raise UserError(f"result file {path}: {_a(kind)} row has no {empty[0]}; regenerate it "
-                        "with depthbench")
-    for c in numeric:
-        if (not pd.api.types.is_numeric_dtype(df[c]) or pd.api.types.is_bool_dtype(df[c])
-                or not np.isfinite(df[c].astype(float)).all()):
-            raise UserError(f"result file {path}: column {c} must hold finite numbers; "
-                            "regenerate it with depthbench")
-    _check_ranges(df, kind, path)
-    if "schedule" in df.columns:
-        _check_schedules(df["schedule"], kind, path)
-    return df
-
-
-# kind -> column -> (least, greatest) a reading can be; a column named here is checked where the
-# rows hold it (None: unbounded on that side). Bits are bounded by the row's own ceiling below.
-RANGES = {
-    "eval": {"nll": (0, None), "value_nll": (0, None), "exact_match": (0, 1), "bits_per_person": (0, None),
-             "ceiling_bits": (0, None), "floor_bits_per_person": (0, None),
-             "name_blind_bits_per_person": (0, None), "floor_exact_match": (0, 1),
-             "name_blind_exact_match": (0, 1), "depth": (1, MAX_DEPTH), "step": (0, None),
-             "people": (1, None), "facts": (1, None),
-             "bits_per_byte": (0, None), "tokens": (1, None), "cloze_accuracy": (0, 1),
-             "cloze_accuracy_mi": (0, 1), "cloze_overlap_rule": (0, 1),
-             "cloze_unigram_rule": (0, 1), "cloze_items": (0, None),
-             "modeled_train_flops": (0, None)},
-    "probe": {"depth": (1, MAX_DEPTH), "depth_a": (1, MAX_DEPTH), "depth_b": (1, MAX_DEPTH),
-              "ci95": (0, None),
-              "step": (0, None), "batches": (1, None)},
-    "curve": {"loss": (0, None), "K": (1, None), "step": (0, None)},
-    "run": {"final_loss": (0, None), "modeled_train_flops": (0, None)},
-    "serve": {"tokens_per_s": (0, None), "speedup": (0, None), "ceiling": (0, None)},
-    "task": {"depth": (1, MAX_DEPTH), "acc": (0, 1), "acc_norm": (0, 1), "acc_mutual_info": (0, 1)},
-    "stage": {"stage_s": (0, None), "started": (0, None), "finished": (0, None),
-              "workers": (1, None), "peak_rss_mb": (0, None)},
-}
-# columns any kind of row may carry, checked wherever they appear: counts, clocks and sizes
-# cannot be negative, and a model has at least one parameter
-COMMON_RANGES = {"seed": (0, None), "wall_clock_s": (0, None), "train_cpu_s": (0, None),
-                 "params": (1, None), "people_trained": (0, None), "n_grad_loops": (0, None),
-                 "tokens_per_s": (0, None), "elapsed_s": (0, None)}
-
-
-# columns that count something (a depth, a step, people): whole numbers wherever they appear
-COUNTS = ("depth", "step", "seed", "people", "facts", "depth_a", "depth_b", "batches", "K",
-          "workers", "tokens", "params", "people_trained", "cloze_items")
-
-# the splits an eval row can read: the synthetic dataset's evaluation splits, a text dataset's
-EVAL_SPLITS = tuple(s for s in SYNTHETIC_SPLITS if s != "train") + ("validation",)
-
-
-def _num(x) -> str:
-    """A cell as the plain number a reader wrote (no numpy wrapper in an error line)."""
-    x = x.item() if hasattr(x, "item") else x
-    return str(int(x)) if isinstance(x, float) and x.is_integer() else str(x)
-
-
-def _check_ranges(df: pd.DataFrame, kind: str, path: Path) -> None:
-    """A reading that cannot be (a negative NLL, an exact match above 1, bits above the row's
-    ceiling, a fractional depth, a reading over no fact, a split no dataset has, a stage that
-    ends before it starts) is refused, not drawn."""
-    def refuse(what: str):
-        raise UserError(f"result file {path}: {what}, which no {kind} row can hold; "
-                        "regenerate it with depthbench")
-    for c, (lo, hi) in {**COMMON_RANGES, **RANGES.get(kind, {})}.items():
-        if c not in df.columns:
-            continue
-        col = df[c]   # a bool among numbers leaves the column of object dtype
-        if pd.api.types.is_bool_dtype(col) or (col.dtype == object
-                                               and col.map(lambda x: isinstance(x, bool)).any()):
-            refuse(f"column {c} holds true/false, not a number")
-        v = pd.to_numeric(df[c], errors="coerce").dropna()
-        if lo is not None and (v < lo).any():
-            refuse(f"column {c} holds {_num(v[v < lo].iloc[0])} (below {lo})")
-        if hi is not None and (v > hi).any():
-            refuse(f"column {c} holds {_num(v[v > hi].iloc[0])} (above {hi})")
-    for c in COUNTS:
-        if c in df.columns:
-            v = pd.to_numeric(df[c], errors="coerce").dropna()
-            frac = v != np.floor(v)
-            if frac.any():
-                refuse(f"column {c} holds {_num(v[frac].iloc[0])} (not a whole number)")
-    if kind == "eval" and "split" in df.columns:
-        odd = sorted(set(df["split"].astype(str)) - set(EVAL_SPLITS))
-        if odd:
-            refuse(f"split {odd[0]!r} (the splits are {', '.join(EVAL_SPLITS)})")
-    if kind == "eval" and "ceiling_bits" in df.columns:
-        ceiling = pd.to_numeric(df["ceiling_bits"], errors="coerce")
-        for c in ("bits_per_person", "unfloored_bits_per_person", "floor_bits_per_person",
-                  "name_blind_bits_per_person"):
-            if c in df.columns:
-                over = pd.to_numeric(df[c], errors="coerce") > ceiling * (1 + 1e-9) + 1e-9
-                if over.any():
-                    refuse(f"column {c} holds {_num(df.loc[over, c].iloc[0])}, above the "
-                           f"row's ceiling of {_num(ceiling[over].iloc[0])} bits")
-    if kind == "stage" and {"started", "finished"} <= set(df.columns):
-        a, b = (pd.to_numeric(df[c], errors="coerce") for c in ("started", "finished"))
-        if (b < a).any():
-            refuse(f"stage {df.loc[b < a, 'stage'].iloc[0]} ends before it starts")
-
-
-def _check_schedules(col: pd.Series, kind: str, path: Path) -> None:
-    """A schedule column holds schedule specs (a serve row of a random model: none)."""
-    for v in col.unique():
-        if v is None or (isinstance(v, float) and np.isnan(v)):
-            if kind == "serve":
-                continue
-            raise UserError(f"result file {path}: {_a(kind)} row has no schedule; regenerate it "
-                            "with depthbench")
-        try:
-            parse_schedule(v)
-        except UserError:
-            raise UserError(f"result file {path}: schedule {v!r} is not a schedule spec; "
-                            "regenerate it with depthbench") from None
-
-
 # a grid's axes whose arms are compared within each value: matched FLOP budgets (fractions of
 # the full budget) and training lengths (multiples of the spec's steps)
 GROUPS = ("budget", "length")
@@ -334,7 +244,9 @@ def _final(ev: pd.DataFrame) -> pd.DataFrame:
 def _fmt(mean: float, sd: float, digits: int = 3) -> str:
     if pd.isna(mean):
         return "n/a"
-    return f"{mean:.{digits}f} ± {0.0 if pd.isna(sd) else sd:.{digits}f}"
+    if pd.isna(sd):   # one seed: no spread to show (never "± 0")
+        return f"{mean:.{digits}f} (one seed)"
+    return f"{mean:.{digits}f} ± {sd:.{digits}f}"
 
 
 # the paper's terminal NLL: training NLL over the final 200 of about 4,800 updates

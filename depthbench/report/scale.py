@@ -182,7 +182,7 @@ def _fig_gap(figs, pts: pd.DataFrame, paper_x: float, x: str, xlabel: str, name:
     ax.axhline(0, color="black", lw=0.6)
     lengths = sorted(pts["steps"].unique())
     for r, g in pts.groupby("role", sort=False):
-        for i, (steps, h) in enumerate(g.groupby("steps")):
+        for steps, h in g.groupby("steps"):
             h = h.sort_values(x)
             style = "-o" if steps == max(lengths) else "--s"
             ax.errorbar(h[x], 100 * h["diff"], yerr=[100 * (h["diff"] - h["lo"]),

@@ -28,7 +28,8 @@ from depthbench.stats import mean_ci, paired_differences, t_interval
 
 
 def _text_sections(figs, ev: pd.DataFrame, color: dict, reference: str | None,
-                   curves: pd.DataFrame | None = None) -> Sections:
+                   curves: pd.DataFrame | None = None, items: pd.DataFrame | None = None
+                   ) -> Sections:
     """A text corpus's report: validation NLL and bits per byte against serving depth per
     schedule (the paper's Figure 8 style), the schedules' summary, the comparisons decided in
     advance on NLL averaged over serving depths, and the findings table."""
@@ -85,7 +86,7 @@ def _text_sections(figs, ev: pd.DataFrame, color: dict, reference: str | None,
         _fig_nll_minus_ref(figs, paired_differences(re, "nll", ref), ref, color)
         _fig_nll_flops(figs, re, color)
     if cloze:
-        notes += _cloze_floor_words(va, per)
+        notes += _cloze_floor_words(va, per, items is not None)
     files["findings.md"] = _text_findings(re, per, deepest, mi)
     return Sections(tables, notes, files)
 
@@ -97,15 +98,16 @@ RULES = (("cloze_overlap_rule", "word overlap with the context"),
          ("cloze_bigram_rule", "word bigrams"))
 
 
-def _cloze_floor_words(va: pd.DataFrame, per: pd.DataFrame) -> list[str]:
+def _cloze_floor_words(va: pd.DataFrame, per: pd.DataFrame, listed: bool = True) -> list[str]:
     """Where each schedule's cloze lies against the shortcut floors (rules with no model, from
     the dataset alone) and the standard error over the items every seed scores alike."""
     rules = [(c, words) for c, words in RULES if c in va.columns]
     if len(rules) < 2 or "cloze_items" not in va.columns:
         return []
-    n = int(va["cloze_items"].iloc[0])
-    if not n:
-        return []
+    counts = sorted(va["cloze_items"].dropna().astype(int).unique())
+    if len(counts) != 1 or not counts[0]:
+        return []   # runs that scored different item sets share no standard error
+    n = counts[0]
     se = float(np.sqrt(0.25 * 0.75 / n))
     top = max(0.25, *(va[c].iloc[0] for c, _ in rules))
     floors = ", ".join(f"{words} {va[c].iloc[0]:.3f}" for c, words in rules)
@@ -116,7 +118,9 @@ def _cloze_floor_words(va: pd.DataFrame, per: pd.DataFrame) -> list[str]:
         against(g, "cloze", "summed loglikelihood"),
         against(g, "cloze_mi", "mutual information")) if x) for sch, g in per.groupby("schedule"))
     return [f"Cloze floors without a model (from the dataset alone): {floors}; chance 0.25. "
-            f"Every seed scores the same {n} items (`rows/item.csv`), so a reading's standard "
+            f"Every seed scores the same {n} items"
+            f"{' (`rows/item.csv`)' if listed else ' (their rows are not among these)'}, so a "
+            "reading's standard "
             f"error is over items: {se:.3f} (binomial at chance), not the spread of seeds. "
             f"Mean over depths and seeds: {where}."] + _ngram_words(va, per, se)
 
