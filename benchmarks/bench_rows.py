@@ -36,6 +36,27 @@ def count(lo: int = 1, hi: int = 1 << 30) -> Callable[[str], int]:
     return parse
 
 
+def counts(lo: int = 1, hi: int = 1 << 30) -> Callable[[str], list[int]]:
+    """An argparse type: a comma-separated list of integers in lo..hi (``1,2``), every one
+    checked before anything runs."""
+    one = count(lo, hi)
+
+    def parse(text: str) -> list[int]:
+        parts = [t.strip() for t in text.split(",")]
+        if not all(parts):
+            raise argparse.ArgumentTypeError(f"{text!r} is not a list like 1,2")
+        return [one(t) for t in parts]
+    return parse
+
+
+def work_dir(text: str) -> str:
+    """An argparse type: a scratch directory, which may not exist yet but is not a file."""
+    p = Path(text)
+    if p.exists() and not p.is_dir():
+        raise argparse.ArgumentTypeError(f"{text} is a file; give a directory for scratch data")
+    return text
+
+
 def existing_file(text: str) -> Path:
     """An argparse type: kept rows, a file holding one JSON object."""
     p = Path(text)

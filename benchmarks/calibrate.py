@@ -28,7 +28,7 @@ import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
-from bench_rows import Parser, count
+from bench_rows import Parser, count, work_dir
 
 ROOT = Path(__file__).resolve().parents[1]
 ROWS = ROOT / "docs" / "calibration" / "runs.jsonl"
@@ -610,7 +610,8 @@ def main(argv=None) -> int:
     ap.add_argument("--threads", type=lambda t: _parse_ints(t, lo=1), default="1",
                     help="CPU threads per run, e.g. 1 or 1,2")
     ap.add_argument("--workers", type=count(), default=os.cpu_count() or 1)
-    ap.add_argument("--work", default=None, help="scratch directory (default: a temporary one)")
+    ap.add_argument("--work", type=work_dir, default=None,
+                    help="scratch directory (default: a temporary one)")
     ap.add_argument("--table-only", action="store_true")
     a = ap.parse_args(argv)
     if not a.table_only:

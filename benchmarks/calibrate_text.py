@@ -29,7 +29,7 @@ import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
-from bench_rows import Parser, count
+from bench_rows import Parser, count, work_dir
 from calibrate import _parse_ints
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -319,7 +319,8 @@ def main(argv=None) -> int:
     ap.add_argument("--seeds", type=_parse_ints, default="0-3")
     ap.add_argument("--threads", type=count(), default=1, help="CPU threads per run")
     ap.add_argument("--workers", type=count(), default=os.cpu_count() or 1)
-    ap.add_argument("--work", default=None, help="scratch directory (default: a temporary one)")
+    ap.add_argument("--work", type=work_dir, default=None,
+                    help="scratch directory (default: a temporary one)")
     ap.add_argument("--table-only", action="store_true")
     a = ap.parse_args(argv)
     if not a.table_only:

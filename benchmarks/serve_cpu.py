@@ -26,7 +26,7 @@ import sys
 import time
 from pathlib import Path
 
-from bench_rows import Parser, count
+from bench_rows import Parser, count, counts
 
 ROOT = Path(__file__).resolve().parents[1]
 ROWS = ROOT / "docs" / "serving" / "cpu_runs.jsonl"
@@ -130,7 +130,7 @@ def summary_lines(rows: list[dict], setting: str = "defaults") -> list[str]:
 def main(argv=None) -> int:
     ap = Parser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--settings", default=",".join(SETTINGS))
-    ap.add_argument("--threads", default="1,2")
+    ap.add_argument("--threads", type=counts(1, 1024), default="1,2")
     ap.add_argument("--repeats", type=count(), default=3)
     ap.add_argument("--beside", action="store_true", help="run a CPU-bound process beside it")
     ap.add_argument("--table-only", action="store_true")
@@ -143,7 +143,7 @@ def main(argv=None) -> int:
         ROWS.parent.mkdir(parents=True, exist_ok=True)
         batch = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())   # this invocation's rows
         for rep in range(a.repeats):         # repeats outermost: an interrupted run has every
-            for threads in (int(t) for t in a.threads.split(",")):   # setting's first repeats
+            for threads in a.threads:        # setting's first repeats
                 for setting in settings:
                     rows = run_one(setting, threads, a.beside, batch)
                     with open(ROWS, "a") as f:

@@ -274,6 +274,8 @@ def load_model(run_or_ckpt: str | Path, step: int | None = None, device="cpu"):
         model.load_state_dict(ck["model"])
     except RuntimeError as e:
         raise CheckpointError(f"{path}: weights do not fit the model config ({str(e)[:120]})") from None
+    from depthbench.models.config import check_finite
+    check_finite(model.named_parameters(), path)
     ck["path"] = str(path)
     return model.to(device).eval(), ck
 

@@ -85,12 +85,18 @@ SPLIT_NAMES = {"eval_reordered": "name only, held-out position",
 
 def summaries(root: Path = ROOT) -> list[tuple[Experiment, dict]]:
     """Each committed report's ``report.summarize``, read once, in the order of EXPERIMENTS."""
+    from depthbench.errors import UserError
     from depthbench.report import load_rows, summarize
     out = []
     for exp in EXPERIMENTS:
         rows_dir = root / "reports" / exp.name / "rows"
-        if rows_dir.is_dir():
+        if not rows_dir.is_dir():   # never a page that silently drops a report
+            raise UserError(f"{rows_dir} is missing; restore it (git checkout reports/{exp.name}) "
+                            "or remove the experiment from EXPERIMENTS in depthbench/docs.py")
+        try:
             out.append((exp, summarize(load_rows([rows_dir]))))
+        except UserError as e:
+            raise UserError(f"reports/{exp.name}: {e}") from None
     return out
 
 
@@ -193,14 +199,21 @@ def _fill(text: str, blocks: dict[str, str]) -> str:
     def sub(m):
         name = m.group("name")
         if name not in blocks:
-            raise KeyError(f"README block {name!r} has no generator; known: {', '.join(blocks)}")
+            from depthbench.errors import UserError
+            raise UserError(f"README.md's block {name!r} has no generator (known: "
+                            f"{', '.join(blocks)}); remove its markers or name a known block")
         return m.group(1) + blocks[name] + m.group(4)
     return BLOCK.sub(sub, text)
 
 
 def pages(root: Path = ROOT) -> dict[Path, str]:
     """Every generated file and its content."""
-    readme, done = root / "README.md", summaries(root)
+    from depthbench.errors import UserError
+    readme = root / "README.md"
+    if not readme.is_file():
+        raise UserError(f"{root} has no README.md; give --root the source tree (the folder with "
+                        "README.md, docs/ and reports/)")
+    done = summaries(root)
     quick = dict((e.name, s) for e, s in done).get("quickstart")
     blocks = {"results": results_table(done),
               "quickstart-findings": quick["findings"] if quick else ""}
@@ -214,8 +227,14 @@ def main(argv=None) -> int:
     ap.add_argument("--check", action="store_true", help="exit 1 if a page would change")
     ap.add_argument("--root", type=Path, default=ROOT, help="the source tree (default: this one)")
     a = ap.parse_args(argv)
+    from depthbench.errors import UserError
+    try:
+        generated = pages(a.root)
+    except UserError as e:   # one line, and no page is written
+        print(f"{ap.prog}: error: {e}", file=sys.stderr)
+        return 2
     stale = []
-    for path, text in pages(a.root).items():
+    for path, text in generated.items():
         if not path.is_file() or path.read_text() != text:
             stale.append(path)
             if not a.check:

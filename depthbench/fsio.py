@@ -206,6 +206,56 @@ class DirLock:
             self.fd = None
 
 
+def head_text(path: Path, size: int = 1 << 16) -> str:
+    """The first ``size`` bytes of a file as text ("" where they are not UTF-8)."""
+    with open(path, "rb") as f:
+        try:
+            return f.read(size).decode()
+        except UnicodeDecodeError:
+            return ""
+
+
+def refuse_foreign(paths, ours, flag: str = "--out") -> None:
+    """Refuse (UserError) to replace a file the user keeps: every existing, non-empty file among
+    ``paths`` must be one depthbench writes there (``ours(path)``: rows of a kind, a trace, a
+    record), so a rerun may replace its own outputs and nothing else."""
+    for p in map(Path, paths):
+        if p.is_dir():
+            raise UserError(f"{flag} would write {p}, which is a directory; choose another path")
+        if p.is_file() and p.stat().st_size and not ours(p):
+            raise UserError(f"{flag} would replace {p}, which is not a file depthbench wrote; "
+                            "move it or choose another path")
+
+
+@contextlib.contextmanager
+def writer_lock(out: str | Path, what: str):
+    """One writer at a time of an output directory that is replaced whole (a dataset): a lock
+    on ``.NAME.lock`` beside it (the directory itself is swapped in at the end, so it cannot hold
+    the lock), taken before anything is checked or written; a second writer is refused at once.
+    The lock file is removed when the writer is done."""
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    side = out.parent / f".{out.name}.lock"
+    fd = os.open(side, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as e:
+        holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
+        os.close(fd)
+        if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+            raise UserError(f"{what} {out} is being written by another depthbench process (pid "
+                            f"{holder}); wait for it to finish or choose another --out") from None
+        raise
+    try:
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        yield
+    finally:
+        side.unlink(missing_ok=True)
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
+
+
 def is_empty_dir(d: Path) -> bool:
     """No entries other than the lock file."""
     return not any(p.name != LOCK_NAME for p in Path(d).iterdir())

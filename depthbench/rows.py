@@ -49,6 +49,7 @@ RESERVED_COLUMNS = frozenset("""
     cloze_overlap_rule cloze_unigram_rule cloze_bigram_rule cloze_idf_overlap_rule
     cloze_word_unigram_rule cloze_tfidf_rule cloze_trigram_rule cloze_trigram_pmi_rule
     stage command started finished stage_s workers peak_rss_mb
+    admit_min min_coda_batch coda_wait pool prefill_chunk
     item context choices label
 """.split())
 # kind -> the columns that name one row; two rows with the same key are the same measurement
@@ -134,6 +135,22 @@ def items_base(out: str | Path) -> Path:
     return csv.with_name(csv.stem + ".items")
 
 
+def is_rows_file(path: Path) -> bool:
+    """Whether ``path`` holds depthbench rows (a ``kind`` column first, or JSON rows with a
+    ``kind``): the only files a writer of rows replaces."""
+    from depthbench.fsio import head_text
+    text = head_text(path)
+    if not text.strip():   # rows of none (a planned grid's stage rows): nothing to lose
+        return True
+    first = text.split("\n", 1)[0]
+    if path.suffix == ".csv":
+        return first.split(",", 1)[0].strip('"') == "kind"
+    try:
+        return "kind" in json.loads(first)
+    except (ValueError, TypeError):
+        return False
+
+
 def row_files(rows: list[dict], out: str | Path, kind: str) -> dict[Path, str]:
     """``{BASE.csv: text, BASE.jsonl: text}`` of ``rows`` with ``kind`` stamped on each, for
     writing together with a command's other outputs (``fsio.atomic_write_many``)."""
@@ -148,6 +165,8 @@ def row_files(rows: list[dict], out: str | Path, kind: str) -> dict[Path, str]:
             raise ValueError(f"a {kind} row lacks its column(s) {', '.join(missing)}")
     rows = [{"kind": kind, **{k: v for k, v in r.items() if k != "kind"}} for r in rows]
     csv, jsonl = row_paths(out)
+    from depthbench.fsio import refuse_foreign
+    refuse_foreign((csv, jsonl), is_rows_file)
     return {csv: pd.DataFrame(rows).to_csv(index=False),
             jsonl: "".join(json.dumps(r) + "\n" for r in rows)}
 

@@ -170,3 +170,280 @@ def test_the_refusals_name_no_traceback_from_the_console_script(tmp_path):
     assert r.returncode == 2 and "Traceback" not in r.stderr
     with pytest.raises(UserError):
         load_rows([TABLE3, ROOT / "reports" / "table3-lr" / "rows"])
+
+
+# ---- class 4: outputs never replace a user's file ---------------------------------------------
+
+def test_row_writers_replace_only_rows(tmp_path):
+    from depthbench.rows import write_rows
+    mine = tmp_path / "notes.jsonl"
+    mine.write_text('{"my": "notes"}\n')
+    row = {"run": "r", "schedule": "uniform:1-4", "switch_step": None, "step": 1, "K": 1,
+           "loss": 1.0}
+    with pytest.raises(UserError, match="not a file depthbench wrote"):
+        write_rows([row], tmp_path / "notes", "curve")
+    assert mine.read_text() == '{"my": "notes"}\n'
+    assert not (tmp_path / "notes.csv").exists()
+    # its own rows it replaces (a rerun)
+    write_rows([row], tmp_path / "rows", "curve")
+    write_rows([{**row, "step": 2}], tmp_path / "rows", "curve")
+    assert json.loads((tmp_path / "rows.jsonl").read_text())["step"] == 2
+
+
+def test_eval_and_serve_bench_refuse_to_replace_a_users_file(trained_run, small_data, tmp_path):
+    (tmp_path / "mine.jsonl").write_text("my notes\n")
+    r = _cli(["eval", trained_run, "--data", small_data, "--depths", "1", "--out",
+              tmp_path / "mine"])
+    _one_line_exit_2(r, "would replace")
+    assert (tmp_path / "mine.jsonl").read_text() == "my notes\n"
+    (tmp_path / "trace.txt").write_text("hello\n")
+    r = _cli(["serve-bench", "--random", "tiny", "--requests", "2", "--max-new-tokens", "2",
+              "--save-trace", tmp_path / "trace.txt"])
+    _one_line_exit_2(r, "--save-trace would replace")
+    assert (tmp_path / "trace.txt").read_text() == "hello\n"
+
+
+# ---- class 12 (and 4): one writer of a dataset at a time ---------------------------------------
+
+def test_a_second_writer_of_a_dataset_is_refused(tmp_path):
+    import fcntl
+    import os
+    out = tmp_path / "ds"
+    side = tmp_path / ".ds.lock"
+    fd = os.open(side, os.O_RDWR | os.O_CREAT)
+    fcntl.flock(fd, fcntl.LOCK_EX)     # another process writing ds
+    try:
+        (tmp_path / "c.txt").write_text("\n\n".join(f"doc {i} words here" for i in range(50)))
+        r = _cli(["prepare-text", tmp_path / "c.txt", "--out", out, "--vocab-size", "300"])
+        _one_line_exit_2(r, "is being written by another depthbench process")
+        r = _cli(["generate", "--out", out, "--preset", "tiny"])
+        _one_line_exit_2(r, "is being written by another depthbench process")
+    finally:
+        os.close(fd)
+    assert not out.exists()
+
+
+# ---- class 11: scripts check every option before they run -------------------------------------
+
+@pytest.mark.parametrize("args,needle", [
+    (["serve_cpu.py", "--threads", "x"], "'x' is not an integer"),
+    (["serve_cpu.py", "--threads", "1,x"], "'x' is not an integer"),
+    (["calibrate.py", "--work", "{file}", "--seeds", "0"], "is a file"),
+    (["calibrate_text.py", "--work", "{file}", "--seeds", "0"], "is a file"),
+])
+def test_benchmark_scripts_refuse_bad_options_first(tmp_path, args, needle):
+    f = tmp_path / "afile"
+    f.write_text("x")
+    rows = ROOT / "docs" / "serving" / "cpu_runs.jsonl"
+    before = rows.read_bytes() if rows.exists() else None
+    script, *rest = args
+    r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / script),
+                        *[a.format(file=f) for a in rest]], capture_output=True, text=True)
+    assert r.returncode == 2 and needle in r.stderr and "Traceback" not in r.stderr, r.stderr
+    assert (rows.read_bytes() if rows.exists() else None) == before
+
+
+# ---- classes 1, 2, 3, 5: model folders read as they are, or refused in one line ----------------
+
+GOLDEN = Path(__file__).parent / "golden"
+
+
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory):
+    """The golden Ouro and Huginn folders with a tokenizer, and a text dataset in it."""
+    from test_byo import WORDS, _tokenizer
+
+    from depthbench.data.corpus import prepare_text
+    root = tmp_path_factory.mktemp("r5")
+    for kind in ("ouro", "huginn"):
+        shutil.copytree(GOLDEN / kind, root / kind)
+        _tokenizer(root / kind / "tokenizer.json")
+    rng = np.random.default_rng(0)
+    (root / "corpus.txt").write_text("\n\n".join(" ".join(rng.choice(WORDS, 40))
+                                                 for _ in range(120)) + "\n")
+    prepare_text([str(root / "corpus.txt")], root / "text", val_fraction=0.2, seq_len=32,
+                 tokenizer=str(root / "ouro" / "tokenizer.json"))
+    return root
+
+
+def _edited(folders, kind: str, name: str, edit) -> Path:
+    d = folders / name
+    if not d.exists():
+        shutil.copytree(folders / kind, d)
+        c = json.loads((d / "config.json").read_text())
+        (d / "config.json").write_text(json.dumps(edit(c)))
+    return d
+
+
+@pytest.mark.parametrize("name,edit,needle", [
+    ("yarn", lambda c: {**c, "rope_parameters": {"rope_type": "yarn", "factor": 4}},
+     "rope_type='yarn'"),
+    ("ropelist", lambda c: {**c, "rope_parameters": [1, 2]}, "must be a JSON object"),
+    ("vocab40", lambda c: {**c, "vocab_size": 2 ** 40}, "vocab_size must be an integer in"),
+    ("vocab23", lambda c: {**c, "vocab_size": 2 ** 23}, "does not describe these weights"),
+    ("layers", lambda c: {**c, "num_hidden_layers": 100_000_000}, "num_hidden_layers must be"),
+    ("negative", lambda c: {**c, "hidden_size": -64}, "hidden_size must be an integer"),
+])
+def test_a_config_the_port_cannot_read_faithfully_is_refused(folders, name, edit, needle):
+    d = _edited(folders, "ouro", name, edit)
+    for args in (["eval", "--model", f"ouro:{d}", "--data", folders / "text", "--depths", "1",
+                  "--out", folders / f"out-{name}"], ["serve-sim", "--model", f"ouro:{d}"]):
+        _one_line_exit_2(_cli(args), needle)
+    assert not list(folders.glob(f"out-{name}*"))
+
+
+def test_a_spec_naming_a_file_or_with_spaces_says_so(folders):
+    _one_line_exit_2(_cli(["serve-sim", "--model", f"ouro:{folders / 'ouro' / 'config.json'}"]),
+                     "is a file; give the checkpoint folder")
+    assert _cli(["serve-sim", "--model", f"ouro: {folders / 'ouro'}", "--requests", "4"]
+                ).exit_code == 0
+
+
+def test_nan_weights_are_never_read_as_a_model(folders):
+    from safetensors.torch import load_file, save_file
+    d = folders / "nan"
+    shutil.copytree(folders / "ouro", d)
+    w = load_file(str(d / "model.safetensors"))
+    k = sorted(w)[0]
+    w[k] = w[k].clone()
+    w[k].view(-1)[0] = float("nan")
+    save_file(w, str(d / "model.safetensors"))
+    for args in (["eval", "--model", f"ouro:{d}", "--data", folders / "text", "--out",
+                  folders / "nan-out"],
+                 ["serve-bench", "--model", f"ouro:{d}", "--data", folders / "text",
+                  "--requests", "2", "--max-new-tokens", "2"]):
+        _one_line_exit_2(_cli(args), "holds NaN or infinite values")
+
+
+def test_a_dataset_of_other_merges_is_refused(folders):
+    t = json.loads((folders / "ouro" / "tokenizer.json").read_text())
+    t["model"]["merges"] = t["model"]["merges"][::-1]    # the same vocabulary, other merges
+    (folders / "rev.json").write_text(json.dumps(t))
+    from depthbench.data.corpus import prepare_text
+    prepare_text([str(folders / "corpus.txt")], folders / "text-rev", val_fraction=0.2,
+                 seq_len=32, tokenizer=str(folders / "rev.json"))
+    _one_line_exit_2(_cli(["eval", "--model", f"ouro:{folders / 'ouro'}", "--data",
+                           folders / "text-rev", "--out", folders / "rev-out"]),
+                     "the same vocabulary")
+
+
+def test_a_tokenizer_whose_ids_exceed_its_size_is_refused(folders):
+    t = json.loads((folders / "ouro" / "tokenizer.json").read_text())
+    t["model"]["vocab"][next(iter(t["model"]["vocab"]))] = 70_000
+    (folders / "sparse.json").write_text(json.dumps(t))
+    _one_line_exit_2(_cli(["prepare-text", folders / "corpus.txt", "--out", folders / "sp",
+                           "--tokenizer", folders / "sparse.json"]), "gives ids up to 70000")
+    assert not (folders / "sp").exists()
+
+
+def test_from_weights_keeps_the_architecture_its_weights_were_trained_in(folders):
+    import torch
+
+    import depthbench
+    from depthbench.config import ModelConfig
+    from depthbench.models.build import build_model, model_from
+    # Huginn's embedding scale travels with its weights: the starting model is the checkpoint
+    keys = model_from(f"huginn:{folders / 'huginn'}", True)
+    m = build_model(ModelConfig.from_dict({**ModelConfig().to_dict(), **keys}))
+    src = depthbench.load_model(f"huginn:{folders / 'huginn'}")
+    x = torch.randint(0, 100, (2, 12))
+    with torch.no_grad():
+        assert torch.equal(m(x, n_loops=3), src(x, n_loops=3))
+    for s in ("tie_embeddings=false", "d_model=64", "n_core=3", "vocab_size=200"):
+        r = _cli(["train", "--data", folders / "text", "--out", folders / "tw", "--model-from",
+                  f"huginn:{folders / 'huginn'}", "--from-weights", "--set", s, "--steps", "2"])
+        _one_line_exit_2(r, f"--set {s.split('=')[0]}=")
+        assert not (folders / "tw").exists()
+
+
+@pytest.mark.parametrize("edit,needle", [
+    ({"n_recurrent_loops": 0}, "n_recurrent_loops must be an integer"),
+    ({"n_recurrent_layers": 5}, "must sum to num_hidden_layers"),
+    ({"hidden_size": -32}, "hidden_size must be an integer"),
+])
+def test_dory_configs_name_the_field_that_is_wrong(tmp_path, edit, needle):
+    pytest.importorskip("transformers")
+    from depthbench.models.hf import tiny_dory
+    d = tmp_path / "dory"
+    tiny_dory().hf.save_pretrained(str(d))
+    c = json.loads((d / "config.json").read_text())
+    (d / "config.json").write_text(json.dumps({**c, **edit}))
+    _one_line_exit_2(_cli(["serve-sim", "--model", f"hf:{d}"]), needle)
+
+
+# ---- class 6: a built-in corpus name never shadows the user's folder --------------------------
+
+def test_a_builtin_name_that_is_also_a_folder_here_is_ambiguous(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "kjv").mkdir()
+    (tmp_path / "kjv" / "mine.txt").write_text("\n\n".join(f"my document {i} words" for i in
+                                                           range(50)))
+    _one_line_exit_2(_cli(["prepare-text", "kjv", "--out", "d", "--vocab-size", "300"]),
+                     "give ./kjv for yours or builtin:kjv")
+    _one_line_exit_2(_cli(["prepare-text", "builtin:nope", "--out", "d", "--vocab-size", "300"]),
+                     "no built-in corpus is called 'nope'")
+    from depthbench.data.corpus import input_files
+    assert [Path(f).name for f in input_files(["./kjv"])] == ["mine.txt"]
+    assert input_files(["builtin:python-docs"]) == ["python-docs"]
+
+
+# ---- class 8: the docs generator says what is wrong and writes nothing -------------------------
+
+def _tree(tmp: Path) -> Path:
+    root = tmp / "tree"
+    (root / "docs").mkdir(parents=True)
+    (root / "README.md").write_text((ROOT / "README.md").read_text())
+    shutil.copytree(ROOT / "reports", root / "reports",
+                    ignore=shutil.ignore_patterns("*.png", "*.html"))
+    return root
+
+
+@pytest.mark.parametrize("break_it,needle", [
+    (lambda r: shutil.rmtree(r / "reports" / "matched" / "rows"), "reports/matched/rows is missing"),
+    (lambda r: (r / "reports" / "matched" / "rows" / "eval.csv").write_text("kind,run\neval,x\n"),
+     "reports/matched:"),
+    (lambda r: [p.unlink() for p in (r / "reports" / "matched" / "rows").iterdir()],
+     "reports/matched: no result files"),
+    (lambda r: (r / "README.md").unlink(), "has no README.md"),
+    (lambda r: (r / "README.md").write_text("<!-- generated: nope -->\nx\n<!-- end -->\n"),
+     "block 'nope' has no generator"),
+])
+def test_the_docs_generator_refuses_in_one_line(tmp_path, break_it, needle):
+    root = _tree(tmp_path)
+    break_it(root)
+    readme = (root / "README.md").read_text() if (root / "README.md").exists() else None
+    r = subprocess.run([sys.executable, "-m", "depthbench.docs", "--root", str(root)],
+                       capture_output=True, text=True, cwd=ROOT)
+    assert r.returncode == 2 and needle in r.stderr and "Traceback" not in r.stderr, r.stderr
+    assert not (root / "docs" / "results.md").exists()
+    assert ((root / "README.md").read_text() if (root / "README.md").exists() else None) == readme
+
+
+# ---- class 9: a spec axis that rounds to another value is refused ------------------------------
+
+@pytest.mark.parametrize("axis,needle", [
+    ("lengths = [0.01, 1]", "train.lengths: 0.01 x"),
+    ("budgets = [0.01, 1.0]\nbudget_schedule = \"uniform:1-4\"", "train.budgets: 0.01 of the FLOP"),
+])
+def test_axes_that_round_to_nothing_are_refused(tmp_path, axis, needle):
+    spec = tmp_path / "s.toml"
+    spec.write_text(f'name = "ax"\n[data]\npreset = "tiny"\n[train]\npreset = "tiny"\nschedules = '
+                    f'["uniform:1-4"]\nseeds = [0]\nsteps = 6\n{axis}\n[serve]\nenabled = false\n'
+                    '[probe]\nenabled = false\n')
+    _one_line_exit_2(_cli(["run", spec, "--plan", "--out", tmp_path / "o"]), needle)
+
+
+# ---- serving: what a record names is what ran ----------------------------------------------------
+
+def test_serving_refuses_knobs_that_cannot_run_and_records_those_that_did(tmp_path):
+    _one_line_exit_2(_cli(["serve-bench", "--random", "tiny", "--rate", "0.000001"]),
+                     "--rate 1e-06 requests/s spreads 256 requests")
+    _one_line_exit_2(_cli(["serve-bench", "--random", "tiny", "--pool", "8", "--width", "64"]),
+                     "at least width=64")
+    r = _cli(["serve-bench", "--random", "tiny", "--requests", "6", "--max-new-tokens", "3",
+              "--width", "64", "--out", tmp_path / "sb"])
+    assert r.exit_code == 0, r.output
+    rows = pd.read_csv(tmp_path / "sb.csv")
+    assert (rows["width"] == 6).all() and (rows["pool"] <= 6).all()
+    for knob in ("admit_min", "min_coda_batch", "coda_wait", "prefill_chunk"):
+        assert rows[knob].notna().all(), knob

@@ -110,7 +110,7 @@ def train(preset, steps, seed, sets, config_file, as_json, model_from, from_weig
     if steps is not None and given["match_flops"]:
         fail("give either --steps or --match-flops, not both")
     file = read_config_file(config_file, ("model", "train")) if config_file else {}
-    given_sets = {**arch_keys(model_from, from_weights), **parse_sets(sets),
+    given_sets = {**arch_keys(model_from, from_weights, parse_sets(sets)), **parse_sets(sets),
                   **{f"train.{k}": v for k, v in (("steps", steps), ("seed", seed)) if v is not None}}
     mcfg, tcfg = resolve_presets(preset or "tiny", given_sets, file.get("model"), file.get("train"))
     base = {"model": mcfg.to_dict(), "train": tcfg.to_dict()}

@@ -39,6 +39,7 @@ class ModelConfig(PlainConfig):
     norm_eps: float = 1e-6         # ports: RMSNorm eps
     rope_base: float = 10000.0     # ports: the rotary base (Ouro's rope_theta, Huginn's rope_base)
     init_from: str = ""            # ports: start from this checkpoint's weights (ouro:DIR, ...)
+    embed_scale: float = 0.0       # huginn: embeddings multiplied by this (0: none), as its source
 
     def to_dict(self) -> dict:
         d = super().to_dict()
@@ -78,7 +79,8 @@ class ModelConfig(PlainConfig):
         require(self.arch in ARCHS, "arch", f"must be one of {', '.join(ARCHS)} (got {self.arch!r})")
         if self.arch == "looped":
             require(all(getattr(self, k) == v for k, v in PORT_DEFAULTS.items()), "arch",
-                    "n_kv_heads, norm_eps, rope_base and init_from apply to a port (arch ouro or huginn)")
+                    "n_kv_heads, norm_eps, rope_base, init_from and embed_scale apply to a port "
+                    "(arch ouro or huginn)")
             return
         kv = self.n_kv_heads or self.n_heads
         require(kv >= 1 and self.n_heads % kv == 0, "n_kv_heads", f"must divide n_heads={self.n_heads}")
@@ -87,6 +89,8 @@ class ModelConfig(PlainConfig):
                 f"{self.arch} trains without exit_gate and n_grad_loops (full backprop)")
         require(self.arch == "huginn" or (self.n_prelude == 0 and self.n_coda == 0), "arch",
                 "ouro loops every layer: n_prelude and n_coda must be 0")
+        require(self.embed_scale >= 0 and (self.arch == "huginn" or not self.embed_scale),
+                "embed_scale", "is Huginn's embedding scale: a number >= 0 on arch huginn")
 
     @property
     def ff(self) -> int:
@@ -134,7 +138,7 @@ ARCHS = ("looped", "ouro", "huginn")
 # the key existed stay valid
 QUIET_DEFAULTS = {"init_loops": 4}
 PORT_DEFAULTS = {"arch": "looped", "n_kv_heads": 0, "norm_eps": 1e-6, "rope_base": 10000.0,
-                 "init_from": ""}
+                 "init_from": "", "embed_scale": 0.0}
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -166,6 +166,10 @@ class ServeConfig(PlainConfig):
                "must be 0 (the dataset's sequence) or at least 2: the first token comes from the "
                "prompt's forward, so 1 leaves no decode step to batch or exit early")
         require(0 <= self.rate <= 1e9, "rate", "must be in [0, 1e9]")
+        require(not self.pool or self.pool >= self.width, "pool",
+                f"must be 0 (the device's default) or at least width={self.width}: a pool of "
+                f"{self.pool} resident requests never fills a core launch of {self.width} rows, "
+                "so the record would name a width that did not run")
         require(0 <= self.length_spread < 1, "length_spread", "must be in [0, 1)")
         require(self.min_depth <= self.max_depth, "min_depth", "must be <= max_depth")
         if self.random:

@@ -46,8 +46,15 @@ def input_files(inputs: list[str]) -> list[str | Path]:
     """The corpus files of ``inputs`` in order (a directory: its files, sorted, recursively)."""
     out: list[str | Path] = []
     for item in inputs:
-        if item in BUILTINS:
-            out.append(item)
+        named = item.removeprefix("builtin:") if item.startswith("builtin:") else None
+        if named is not None and named not in BUILTINS:
+            raise TextDataError(f"{item}: no built-in corpus is called {named!r}; the built-in "
+                                f"corpora are {' and '.join(BUILTINS)}")
+        if item in BUILTINS and Path(item).exists():
+            raise TextDataError(f"{item} names both a built-in corpus and ./{item} here; give "
+                                f"./{item} for yours or builtin:{item} for the built-in one")
+        if item in BUILTINS or named:
+            out.append(named or item)
             continue
         p = Path(item)
         if p.is_dir():
@@ -354,11 +361,18 @@ def prepare_text(inputs: list[str], out: str | Path, vocab_size: int = 0,
                  tokenizer: str | None = None, val_fraction: float = 0.01, seed: int = 0,
                  seq_len: int = 128, force: bool = False, log=None) -> dict:
     """Tokenize a corpus into a text dataset at ``out`` (see the module docstring); returns its
-    manifest. Nothing is left at ``out`` unless every file was written."""
-    from depthbench.fsio import check_replaceable, replaced_dir
+    manifest. Nothing is left at ``out`` unless every file was written; one writer at a time."""
+    from depthbench.fsio import writer_lock
     _check_settings(vocab_size, tokenizer, val_fraction, seq_len)
-    out = Path(out)
     files = input_files(inputs)   # every input exists before anything is written
+    with writer_lock(out, "text dataset"):
+        return _prepare_text(inputs, files, Path(out), vocab_size, tokenizer, val_fraction, seed,
+                             seq_len, force, log)
+
+
+def _prepare_text(inputs, files, out: Path, vocab_size, tokenizer, val_fraction, seed, seq_len,
+                  force, log) -> dict:
+    from depthbench.fsio import check_replaceable, replaced_dir
     if out.is_dir() and any(p.name != ".lock" for p in out.iterdir()) and not force:
         raise TextDataError(f"{out} is not empty; pass --force to replace it or choose another "
                             "--out")

@@ -17,8 +17,17 @@ from depthbench.fsio import check_replaceable, replaced_dir
 
 def generate(cfg: GenConfig, out: str | Path, *, force: bool = False,
              progress: Callable[[int], None] | None = None) -> dict:
-    """Write the dataset of ``cfg`` to ``out`` and return its manifest (with ``seconds``)."""
+    """Write the dataset of ``cfg`` to ``out`` and return its manifest (with ``seconds``); one
+    writer at a time."""
+    from depthbench.fsio import writer_lock
     out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise FileExistsError(f"{out} exists and is not a directory; choose another --out")
+    with writer_lock(out, "dataset"):
+        return _generate(cfg, out, force, progress)
+
+
+def _generate(cfg: GenConfig, out: Path, force: bool, progress) -> dict:
     if out.exists() and not out.is_dir():
         raise FileExistsError(f"{out} exists and is not a directory; choose another --out")
     if out.is_dir() and any(p.name != ".lock" for p in out.iterdir()) and not force:

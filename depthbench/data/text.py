@@ -62,7 +62,22 @@ def _load_tokenizer(path: str | Path):
                             f"({str(e).splitlines()[0][:100]})") from None
     if tok.token_to_id(EOT) is None:
         tok.add_special_tokens([EOT])
+    ids = tok.get_vocab(with_added_tokens=True).values()
+    size = tok.get_vocab_size(with_added_tokens=True)
+    if max(ids, default=-1) >= size:
+        raise TextDataError(f"tokenizer {path} gives ids up to {max(ids)} but holds {size} tokens; "
+                            "a tokenizer's ids must run from 0 to its size - 1 (renumber it, or "
+                            "use the model's own tokenizer.json)")
     return tok
+
+
+def tokenizer_model(tok) -> str:
+    """What decides how a tokenizer splits text (its model with vocabulary and merges, its
+    normalizer and pre-tokenizer) as canonical JSON: two tokenizers with the same vocabulary but
+    other merges tokenize the same text differently."""
+    d = json.loads(tok.to_str())
+    return json.dumps({k: d.get(k) for k in ("model", "normalizer", "pre_tokenizer")},
+                      sort_keys=True)
 
 
 def _dtype(vocab: int) -> np.dtype:

@@ -159,11 +159,20 @@ def _model_eval(cfg: EvalConfig, rt):
     refuse_inside(row_paths(cfg.out), cfg.model)
     ds = open_dataset(cfg.data)
     refuse_over_inputs(row_paths(cfg.out), None, ds.path, [])
+    _refuse_foreign_rows(cfg.out)
     model = load_model(cfg.model, rt.device)
     check_text_dataset(model, ds, cfg.model)
     ck = {"step": None, "path": model.source, "schedule": None}
     rows = _text_eval(cfg, model, ck, {}, model.source, ds, parse_depths(cfg.depths), rt)
     return rows, ck, Path(cfg.out), ds
+
+
+def _refuse_foreign_rows(out) -> None:
+    """Before any work: eval's outputs replace only rows depthbench wrote (its own rows and
+    items from an earlier eval), never a user's file of the same name."""
+    from depthbench.fsio import refuse_foreign
+    from depthbench.rows import is_rows_file
+    refuse_foreign([*row_paths(out), *row_paths(items_base(out))], is_rows_file)
 
 
 def _run_rows(cfg: EvalConfig, rt, depths: list[int], splits: list[str]):
@@ -173,6 +182,7 @@ def _run_rows(cfg: EvalConfig, rt, depths: list[int], splits: list[str]):
     out = cfg.out or Path(run_dir_of(cfg.run) or Path(cfg.run).parent) / "eval" / \
         f"step_{ck['step']:07d}"
     refuse_over_inputs(row_paths(out), run_dir_of(cfg.run), ds.path, [cfg.run])
+    _refuse_foreign_rows(out)
     if ds.kind == "text":
         return _text_eval(cfg, model.to(rt.device), ck, meta, name, ds, depths, rt), ck, out, ds
     splits = _nonempty(ds, splits, named=bool(cfg.splits))

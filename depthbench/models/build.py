@@ -29,7 +29,7 @@ def port_dict(cfg: ModelConfig) -> dict:
     return {**common, "n_embd": cfg.d_model, "n_prelude": cfg.n_prelude, "n_core": cfg.n_core,
             "n_coda": cfg.n_coda, "rope_base": cfg.rope_base, "bias": False,
             "qk_bias": heads["n_kv_heads"] == h, "tie_embeddings": cfg.tie_embeddings,
-            "embed_scale": None}
+            "embed_scale": cfg.embed_scale or None}
 
 
 def build_model(cfg: ModelConfig):
@@ -79,6 +79,8 @@ def model_from(spec: str, weights: bool = False) -> dict:
             "rope_base": c["rope_theta" if kind == "ouro" else "rope_base"],
             "tie_embeddings": c["tie_word_embeddings" if kind == "ouro" else "tie_embeddings"],
             "vocab_size": c["vocab_size"] if weights else 0}
+    if c.get("embed_scale"):
+        keys["embed_scale"] = c["embed_scale"]
     if weights:
         keys["init_from"] = f"{kind}:{path.resolve()}"
     return keys

@@ -22,8 +22,10 @@ def parse_spec(spec: str) -> tuple[str, Path]:
     spec = str(spec).strip()
     kind, sep, rest = spec.partition(":")
     if sep and kind in KINDS:
-        if not rest:
+        if not rest.strip():
             raise ModelSpecError(f"model spec {spec!r} names no directory; use {MODEL_SPEC_HELP}")
+        if rest != rest.strip() and not Path(rest).exists():   # "ouro: DIR" from a shell
+            rest = rest.strip()
         return kind, Path(rest)
     if sep and kind.isalpha() and len(kind) > 1:
         raise ModelSpecError(f"unknown model kind {kind!r} in {spec!r}; use {MODEL_SPEC_HELP}")
@@ -31,9 +33,15 @@ def parse_spec(spec: str) -> tuple[str, Path]:
 
 
 def read_config(d: Path) -> dict:
+    if d.is_file():
+        raise ModelSpecError(f"{d} is a file; give the checkpoint folder that holds it "
+                             f"({d.parent}), not one of its files")
     if not d.is_dir():
-        raise ModelSpecError(f"checkpoint directory {d} does not exist; give the folder that "
-                             "holds config.json and the *.safetensors weights")
+        near = d.with_name(d.name.strip())
+        hint = (f" (the path has spaces around it: did you mean {near}?)"
+                if str(d) != str(d).strip() or near != d else "")
+        raise ModelSpecError(f"checkpoint directory {str(d)!r} does not exist{hint}; give the "
+                             "folder that holds config.json and the *.safetensors weights")
     f = d / "config.json"
     if not f.is_file():
         raise ModelSpecError(f"{d} has no config.json; give the checkpoint folder as saved by "
@@ -91,6 +99,7 @@ def load_strict(model, weights: dict, d: Path, optional=()) -> None:
         raise ModelSpecError(f"{d}: the checkpoint holds {len(unexpected)} tensor(s) the "
                              f"{model.kind} model does not have: {_few(unexpected)}; its "
                              "config.json does not describe these weights")
+    check_finite(weights.items(), d)
     for k, t in weights.items():
         if tuple(t.shape) != tuple(want[k].shape):
             raise ModelSpecError(f"{d}: tensor {k} has shape {tuple(t.shape)} but config.json "
@@ -105,6 +114,55 @@ def load_strict(model, weights: dict, d: Path, optional=()) -> None:
 MODEL_TYPES = {"ouro": ("ouro",), "huginn": ("huginn_raven",)}
 
 
+# the largest value a config.json field can hold here (any other integer field: 2^24): layer
+# counts past these are a corrupt config, not a model, and would hang building it
+FIELD_LIMITS = {k: 4096 for k in ("num_hidden_layers", "n_layers", "n_layers_in_prelude",
+                                  "n_layers_in_recurrent_block", "n_layers_in_coda",
+                                  "n_input_layers", "n_output_layers", "n_recurrent_layers",
+                                  "num_attention_heads", "num_key_value_heads", "n_heads",
+                                  "total_ut_steps", "mean_recurrence", "n_recurrent_loops")}
+FIELD_LIMITS.update({k: 1 << 17 for k in ("hidden_size", "n_embd", "head_dim")})
+
+
+def check_finite(tensors, where) -> None:
+    """Every weight a finite number: a NaN or infinite weight (a diverged run, a corrupt file)
+    would be read into NaN losses, accuracies and speedups that look like results."""
+    import torch
+    for name, t in tensors:
+        if t.is_floating_point() and not bool(torch.isfinite(t).all()):
+            raise ModelSpecError(f"{where}: weight {name} holds NaN or infinite values (a run "
+                                 "that diverged, or a corrupt file); it cannot be read as a model")
+
+
+def weight_elements(d: Path) -> int | None:
+    """The number of weight elements in a folder's *.safetensors, from their headers alone
+    (None where it holds none)."""
+    from safetensors import SafetensorError, safe_open
+    files, n = sorted(d.glob("*.safetensors")), 0
+    for f in files:
+        try:
+            with safe_open(str(f), "pt") as h:
+                for k in h.keys():
+                    size = 1
+                    for x in h.get_slice(k).get_shape():
+                        size *= x
+                    n += size
+        except (SafetensorError, OSError, ValueError) as e:
+            raise ModelSpecError(f"{f} is not a readable safetensors file ({str(e)[:80]}); "
+                                 "download it again") from None
+    return n if files else None
+
+
+def check_size(described: int, d: Path) -> None:
+    """A config that describes far more parameters than its folder's weights hold (a vocabulary
+    of 2^40 beside 128-row weights) is refused before anything is allocated."""
+    held = weight_elements(d)
+    if held is not None and described > 2 * held + (1 << 20):
+        raise ModelSpecError(f"{d}/config.json describes a model of about {described:,} "
+                             f"parameters but its *.safetensors hold {held:,}; the config does "
+                             "not describe these weights")
+
+
 class Fields:
     def __init__(self, c: dict, path: Path):
         self.c, self.f = c, path / "config.json"
@@ -116,8 +174,9 @@ class Fields:
         v = self.c.get(key, default)
         if v is None:
             raise self.bad(key, "is missing")
-        if type(v) is not int or v < lo:
-            raise self.bad(key, f"must be an integer >= {lo} (got {v!r})")
+        hi = FIELD_LIMITS.get(key, 1 << 24)
+        if type(v) is not int or not lo <= v <= hi:
+            raise self.bad(key, f"must be an integer in {lo}..{hi} (got {v!r})")
         return v
 
     def num(self, key: str, default=None) -> float:
@@ -150,13 +209,30 @@ def _heads(F: Fields, d: int, heads: str, kv: str) -> dict:
     return {"n_heads": h, "n_kv_heads": n_kv, "head_dim": dh}
 
 
+def _rope_parameters(F: Fields) -> dict:
+    """transformers 5's ``rope_parameters`` (the rotary base and any scaling): a JSON object
+    whose ``rope_type`` is the plain one, or the port would silently read scaled positions as
+    unscaled; its ``rope_theta``, where given, is the base."""
+    rp = F.c.get("rope_parameters")
+    if rp is None:
+        return {}
+    if not isinstance(rp, dict):
+        raise F.bad("rope_parameters", f"must be a JSON object (got {type(rp).__name__})")
+    kind = rp.get("rope_type", rp.get("type", "default"))
+    if kind != "default":
+        raise ModelSpecError(f"{F.f}: rope_parameters.rope_type={kind!r} (scaled rotary "
+                             "positions) is not supported by depthbench's port (it implements "
+                             "'default')")
+    return rp
+
+
 def ouro_config(F: Fields) -> dict:
     d = F.int("hidden_size")
     F.only("hidden_act", ("silu",), "silu")
     F.only("rope_scaling", (None,))
     F.only("use_sliding_window", (False,), False)
     F.only("attention_bias", (False,), False)
-    theta = F.c.get("rope_theta", (F.c.get("rope_parameters") or {}).get("rope_theta"))
+    theta = F.c.get("rope_theta", _rope_parameters(F).get("rope_theta"))
     c = {"hidden_size": d, "vocab_size": F.int("vocab_size"), "n_layers": F.int("num_hidden_layers"),
          "intermediate_size": F.int("intermediate_size"), "eps": F.num("rms_norm_eps"),
          "rope_theta": F.num("rope_theta", theta), "max_seq_len": F.int("max_position_embeddings"),
@@ -180,6 +256,8 @@ def _embed_scale(F: Fields) -> float | None:
 
 def huginn_config(F: Fields) -> dict:
     d = F.int("n_embd")
+    F.only("rope_scaling", (None,))
+    _rope_parameters(F)
     F.only("injection_type", ("linear",), "linear")
     F.only("block_class_name", ("SandwichBlock",), "SandwichBlock")
     F.only("mlp_class_name", ("GatedMLP",), "GatedMLP")
@@ -211,8 +289,19 @@ def build(kind: str, raw: dict, path: Path):
         raise ModelSpecError(f"{path}/config.json has model_type {mt!r}; {kind}:DIR loads "
                              f"model_type {', '.join(map(repr, MODEL_TYPES[kind]))}{hint}")
     F = Fields(raw, path)
+    c = ouro_config(F) if kind == "ouro" else huginn_config(F)
+    check_size(_described(kind, c), path)
     if kind == "ouro":
         from depthbench.models.ouro import OuroLM
-        return OuroLM(ouro_config(F))
+        return OuroLM(c)
     from depthbench.models.huginn import HuginnLM
-    return HuginnLM(huginn_config(F))
+    return HuginnLM(c)
+
+
+def _described(kind: str, c: dict) -> int:
+    """About how many parameters a port's config describes (matmuls and embeddings)."""
+    d = c["hidden_size" if kind == "ouro" else "n_embd"]
+    q, kv = c["n_heads"] * c["head_dim"], c["n_kv_heads"] * c["head_dim"]
+    layer = d * (2 * q + 2 * kv) + 3 * d * c["intermediate_size"]
+    layers = c["n_layers"] if kind == "ouro" else c["n_prelude"] + c["n_core"] + c["n_coda"]
+    return layers * layer + c["vocab_size"] * d

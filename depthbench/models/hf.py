@@ -69,6 +69,29 @@ class HFLooped(nn.Module):
             yield k, self.forward(idx, k, attention_mask)
 
 
+def dory_fields(raw: dict, path: Path, defaults) -> None:
+    """The fields a Dory config.json holds (or leaves at ``defaults``, DoryConfig's), each of its
+    type and range, and layer counts that add up, said in one line naming the field
+    (transformers' own messages do not)."""
+    from depthbench.models.config import Fields
+    F = Fields(raw, path)
+    for key in ("hidden_size", "vocab_size", "intermediate_size", "num_attention_heads",
+                "num_key_value_heads", "head_dim", "num_hidden_layers",
+                "max_position_embeddings", "n_recurrent_loops"):
+        F.int(key, getattr(defaults, key))
+    total, n_in, n_out = (F.int("num_hidden_layers", defaults.num_hidden_layers),
+                          F.int("n_input_layers", defaults.n_input_layers, lo=0),
+                          F.int("n_output_layers", defaults.n_output_layers, lo=0))
+    rec = raw.get("n_recurrent_layers")
+    if rec is None:
+        if total - n_in - n_out < 1:
+            raise F.bad("num_hidden_layers", f"leaves no recurrent layer ({total} layers, "
+                        f"{n_in} input and {n_out} output)")
+    elif F.int("n_recurrent_layers") + n_in + n_out != total:
+        raise F.bad("n_recurrent_layers", f"with {n_in} input and {n_out} output layers must sum "
+                    f"to num_hidden_layers={total} (got {rec})")
+
+
 def build_hf(path: Path, config=None):
     """The wrapped class of ``path``'s config.json, untrained."""
     tf = _transformers()
@@ -79,6 +102,7 @@ def build_hf(path: Path, config=None):
                              f"{', '.join(SUPPORTED)} (ouro and huginn_raven load as ouro:DIR and "
                              "huginn:DIR)")
     if config is None:
+        dory_fields(raw, path, tf.DoryConfig)
         try:
             config = tf.AutoConfig.from_pretrained(str(path))
         except Exception as e:  # transformers' own validation errors
@@ -108,6 +132,8 @@ def load_hf(path: Path) -> HFLooped:
         if keys:
             raise ModelSpecError(f"{path}: the checkpoint {what} tensor(s) {_few(keys)} "
                                  f"({len(keys)} in all); config.json and the weights differ")
+    from depthbench.models.config import check_finite
+    check_finite(hf.named_parameters(), path)
     return HFLooped(hf)
 
 

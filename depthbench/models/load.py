@@ -92,9 +92,14 @@ def check_text_dataset(model, ds, spec: str) -> None:
         raise ModelSpecError(f"{path} has no tokenizer.json; a ported model is evaluated on text "
                              "tokenized its own way: put the checkpoint's tokenizer.json in the "
                              "folder")
-    from depthbench.data.text import _load_tokenizer
-    mine, theirs = _load_tokenizer(tok_file).get_vocab(), ds.tokenizer().get_vocab()
+    from depthbench.data.text import _load_tokenizer, tokenizer_model
+    tok, ds_tok = _load_tokenizer(tok_file), ds.tokenizer()
+    mine, theirs = tok.get_vocab(), ds_tok.get_vocab()
     differ = [t for t, i in mine.items() if theirs.get(t) != i]
+    if not differ and tokenizer_model(tok) != tokenizer_model(ds_tok):
+        raise ModelSpecError(f"dataset {ds.path} was tokenized with the same vocabulary as "
+                             f"{tok_file} but other merges or normalization, so the same text "
+                             f"becomes other tokens; {fix}")
     if differ or len(theirs) > model.shape.vocab_size:
         raise ModelSpecError(f"dataset {ds.path} was tokenized with another tokenizer than "
                              f"{tok_file} ({len(differ)} of its tokens differ; {len(theirs)} ids "

@@ -44,7 +44,7 @@ from depthbench.pipeline.stages import (
     run_stage,
     slug,
 )
-from depthbench.pipeline.steps import _share_prefixes, budget_steps, matched_steps_of
+from depthbench.pipeline.steps import _share_prefixes, budget_steps, length_steps, matched_steps_of
 from depthbench.rows import items_base, row_paths, write_rows
 
 
@@ -127,7 +127,7 @@ class Pipeline:
         by_cost = sorted(t.schedules, key=lambda s: -parse_schedule(s).depths(base.steps, 0).mean())
         # the grid's axis: (run-name prefix, row tags, peak LR, steps) of each of its values
         sweep = ([(lr_tag(lr), {"lr_sweep": lr}, lr, base.steps) for lr in t.lrs]
-                 or [(length_tag(x), {"length": x}, None, max(1, round(x * base.steps)))
+                 or [(length_tag(x), {"length": x}, None, length_steps(x, base.steps))
                      for x in t.lengths] or [("", {}, None, base.steps)])
         if t.budgets:
             steps_of = budget_steps(gen_cfg, mcfg, base, t.budget_schedule)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from depthbench.config import (
     TrainJob,
 )
+from depthbench.pipeline.spec import SpecError
 from depthbench.pipeline.stages import Stage
 
 
@@ -88,5 +89,28 @@ def budget_steps(gen_cfg, mcfg, tcfg, budget_schedule: str):
     full = schedule_flops(fm, parse_schedule(budget_schedule), tcfg.steps, 0, tps)
 
     def steps_of(schedule: str, fraction: float, seed: int) -> int:
-        return match_steps(fm, parse_schedule(schedule), fraction * full, tcfg.steps, seed, tps)
+        sched = parse_schedule(schedule)
+        n = match_steps(fm, sched, fraction * full, tcfg.steps, seed, tps)
+        got = schedule_flops(fm, sched, n, seed, tps) / full
+        if abs(got - fraction) > AXIS_TOLERANCE * fraction:
+            raise SpecError(f"train.budgets: {fraction:g} of the FLOP budget is {n} step(s) of "
+                            f"{schedule}, {got:.3g} of it, not {fraction:g}; give more "
+                            "train.steps or larger budgets")
+        return n
     return steps_of
+
+
+# an axis value (a training length, a FLOP budget) is what its runs get to within this share,
+# else the spec is refused: a report must not say "at 1% of the budget" of a run of 1 step
+AXIS_TOLERANCE = 0.05
+
+
+def length_steps(x: float, steps: int) -> int:
+    """The steps of training length ``x`` (a multiple of ``steps``): a whole number of at least
+    one step within AXIS_TOLERANCE of x * steps, else the spec is refused."""
+    n = max(1, round(x * steps))
+    if abs(n - x * steps) > AXIS_TOLERANCE * x * steps:
+        raise SpecError(f"train.lengths: {x:g} x {steps} steps is {x * steps:g} steps, which "
+                        f"would train {n}; give lengths that are whole numbers of steps "
+                        "(or more train.steps)")
+    return n

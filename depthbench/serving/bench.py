@@ -193,6 +193,11 @@ def run_bench(cfg: ServeConfig, log=None) -> dict:
     if sum(map(bool, (cfg.run, cfg.random, cfg.model))) != 1:
         raise UserError("give one model: a RUN directory (or checkpoint), --random PRESET or "
                         "--model SPEC (ouro:DIR, huginn:DIR, hf:DIR)")
+    if cfg.rate and cfg.requests / cfg.rate > MAX_ARRIVAL_S:
+        raise UserError(f"--rate {cfg.rate:g} requests/s spreads {cfg.requests} requests over "
+                        f"about {cfg.requests / cfg.rate:.3g} s of arrivals, which serve-bench "
+                        f"waits through; give a rate of at least {cfg.requests / MAX_ARRIVAL_S:.3g}"
+                        f" (arrivals within {MAX_ARRIVAL_S // 60} minutes) or fewer --requests")
     outs = _outputs(cfg)
     if len(set(map(Path.resolve, outs))) < len(outs):
         raise UserError("--save-trace names a file --out also writes; choose another path")
@@ -209,6 +214,7 @@ def run_bench(cfg: ServeConfig, log=None) -> dict:
                 "schedule": ck.get("schedule")}
     else:
         model, requests, seq_len, source, keys = _model_and_workload(cfg, rt, outs, replay)
+    _refuse_foreign_outputs(cfg)
     check_gate(model, parse_exit(cfg.exit, cfg.min_depth, cfg.max_depth))   # before any output
     if log:
         log(f"device: {rt.reason}; model {source}: {sum(p.numel() for p in model.parameters()):,} "
@@ -232,6 +238,35 @@ def run_bench(cfg: ServeConfig, log=None) -> dict:
         files[Path(cfg.save_trace)] = json.dumps(res["depth_traces"][mode]) + "\n"
     atomic_write_many(files)
     return summary
+
+
+# serve-bench waits through its arrivals in real time: a rate that spreads them over more than
+# this many seconds is refused (a typo such as 1e-6 would wait for days); serve-sim simulates
+# its clock and takes any rate
+MAX_ARRIVAL_S = 3600
+
+
+def _is_record_or_trace(path: Path) -> bool:
+    """A serve record (a JSON object with ``results``) or an exit trace (request id -> the
+    depths of its tokens): the JSON files serve-bench writes."""
+    from depthbench.fsio import head_text
+    try:
+        d = json.loads(head_text(path, 1 << 26))
+    except ValueError:
+        return False
+    return isinstance(d, dict) and ("results" in d or all(
+        isinstance(v, list) and all(isinstance(x, int) for x in v) for v in d.values()))
+
+
+def _refuse_foreign_outputs(cfg: ServeConfig) -> None:
+    """Before any work: serve-bench replaces only files it wrote (rows, its record, a trace)."""
+    from depthbench.fsio import refuse_foreign
+    from depthbench.rows import is_rows_file
+    if cfg.out:
+        refuse_foreign(row_paths(cfg.out), is_rows_file)
+        refuse_foreign([row_paths(cfg.out)[1].with_suffix(".json")], _is_record_or_trace)
+    if cfg.save_trace:
+        refuse_foreign([cfg.save_trace], _is_record_or_trace, "--save-trace")
 
 
 def _outputs(cfg: ServeConfig) -> list[Path]:

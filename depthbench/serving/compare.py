@@ -330,6 +330,8 @@ def compare_modes(engines, mcfg, requests: list[Request], cfg: ServeConfig, seq_
     for k, r in results.items():
         add_bounds(r, done[k], results["full_depth"], results["static"], fm, fm_params,
                    cfg.max_depth, costs, n_max)
+        ran_with = keys.get(k, keys["static"])[1]   # the knobs this mode ran with, resolved
+        r.update(width=ran_with.width, **{knob: getattr(ran_with, knob) for knob in KNOBS})
     same = None
     adaptive = [m for m in ADAPTIVE if m in cfg.modes]
     if len(adaptive) > 1:

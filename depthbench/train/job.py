@@ -111,11 +111,29 @@ def run_train(job: TrainJob, log=print, progress: bool = True) -> dict:
     return summary
 
 
-def arch_keys(spec: str | None, weights: bool = False) -> dict:
-    """``train --model-from SPEC [--from-weights]``: the model keys of SPEC's architecture."""
+def arch_keys(spec: str | None, weights: bool = False, sets: dict | None = None) -> dict:
+    """``train --model-from SPEC [--from-weights]``: the model keys of SPEC's architecture,
+    checked against the ``--set`` pairs that would change it under its weights."""
     if not spec:
         if weights:
             raise UserError("--from-weights needs --model-from ouro:DIR or huginn:DIR")
         return {}
     from depthbench.models.build import model_from
-    return model_from(spec, weights)
+    arch = model_from(spec, weights)
+    check_sets_fit_weights(arch, sets or {})
+    return arch
+
+
+def check_sets_fit_weights(arch: dict, sets: dict) -> None:
+    """``--from-weights`` starts from a checkpoint's weights, so no ``--set`` may change the
+    architecture they were trained in (a width, a layer count, tied embeddings, the vocabulary):
+    refused in one line naming the key, before anything is written."""
+    if not arch.get("init_from"):
+        return
+    from depthbench.config.train import split_sets
+    model_sets, _ = split_sets(sets)
+    for k, v in model_sets.items():
+        if k in arch and k != "init_from" and v != arch[k]:
+            raise UserError(f"--set {k}={v} changes the architecture whose weights --from-weights "
+                            f"starts from ({arch['init_from']} has {k}={arch[k]}); drop --set "
+                            f"{k}, or --from-weights to train that architecture from scratch")
