@@ -349,6 +349,11 @@ def test_from_weights_keeps_the_architecture_its_weights_were_trained_in(folders
     x = torch.randint(0, 100, (2, 12))
     with torch.no_grad():
         assert torch.equal(m(x, n_loops=3), src(x, n_loops=3))
+    # the same refusal wherever the config comes from (a --config file's init_from)
+    from depthbench.models.config import ModelSpecError
+    with pytest.raises(ModelSpecError, match="tie_embeddings=False is not the checkpoint's"):
+        build_model(ModelConfig.from_dict({**ModelConfig().to_dict(), **keys,
+                                           "tie_embeddings": False}))
     for s in ("tie_embeddings=false", "d_model=64", "n_core=3", "vocab_size=200"):
         r = _cli(["train", "--data", folders / "text", "--out", folders / "tw", "--model-from",
                   f"huginn:{folders / 'huginn'}", "--from-weights", "--set", s, "--steps", "2"])

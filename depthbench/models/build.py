@@ -55,6 +55,15 @@ def build_model(cfg: ModelConfig):
     if cfg.init_from:   # the checkpoint's weights, read strictly (its own port, then copied)
         kind, path = parse_spec(cfg.init_from)
         src = build(kind, read_config(path), path)
+        mine = port_dict(cfg)
+        differ = [k for k in mine if k in src.c and k not in ("default_depth", "exit_threshold",
+                                                               "max_seq_len")
+                  and mine[k] != src.c[k]]
+        if differ:   # its weights start only the architecture they were trained in
+            k = differ[0]
+            raise ModelSpecError(f"init_from {cfg.init_from}: the model's {k}={mine[k]} is not "
+                                 f"the checkpoint's {k}={src.c[k]}; train its own architecture "
+                                 "(train --model-from SPEC --from-weights) or drop init_from")
         load_strict(src, read_weights(path), path, optional=src.optional_keys())
         model.load_state_dict(src.state_dict())
     return model
