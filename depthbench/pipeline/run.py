@@ -57,6 +57,12 @@ def _folder_digest(folder: Path) -> str:
     return h.hexdigest()
 
 
+def _clock(seconds: float) -> str:
+    """12m03s, 1h02m."""
+    m = int(round(seconds)) // 60
+    return f"{m // 60}h{m % 60:02d}m" if m >= 60 else f"{m}m{int(round(seconds)) % 60:02d}s"
+
+
 class Pipeline:
     def __init__(self, spec: ExperimentSpec, out: Path, log=print, rerun=(), executor="local",
                  report_dir: Path | None = None):
@@ -372,16 +378,28 @@ class Pipeline:
             self.log(line)
         return {"plan": True, "commands": lines}
 
+    def _done(self, st: Stage) -> None:
+        """``done [k/N] STAGE (elapsed, ETA)``: the grid's progress, the ETA from the stages
+        this invocation finished (their mean time, over the workers that run them)."""
+        self.finished += 1
+        k, n = self.finished, self.todo_count
+        spent = time.time() - self.t_start
+        eta = spent / k * (n - k) if k < n else 0.0
+        self.log(f"done [{k}/{n}] {st.id} ({_clock(spent)} elapsed, ETA {_clock(eta)})")
+
     def _execute(self, todo: list[Stage]) -> None:
         if not todo:
             return
+        self.finished, self.todo_count, self.t_start = 0, len(todo), time.time()
         if self.executor != "local":
-            return self._submit(todo)
+            from depthbench.pipeline.cluster import submit
+            return submit(self, todo)
         workers = min(self.workers, len(todo))
         if workers == 1:
             for st in todo:
                 self._start(st)
                 self._mark(st, run_stage(st.command, st.config))
+                self._done(st)
             return
         waiting, running = list(todo), {}
         with ProcessPoolExecutor(max_workers=workers) as pool:
@@ -396,50 +414,4 @@ class Pipeline:
                 for fut in [f for f in running if f in done]:
                     st = running.pop(fut)
                     self._mark(st, fut.result())
-                    self.log(f"done {st.id}")
-
-    def _submit(self, todo: list[Stage]) -> None:
-        """One submitit job per stage (SLURM, or submitit's local executor); waits for all."""
-        try:
-            import submitit
-        except ImportError:
-            raise UserError("--executor slurm needs submitit: pip install submitit") from None
-        folder = self.out / "submitit"
-        level: dict[str, int] = {}   # a stage is submitted once the stages it waits for are done
-        for st in todo:   # (todo lists a stage after those it waits for)
-            level[st.id] = 1 + max((level[w] for w in st.waits if w in level), default=-1)
-        for wave in range(max(level.values()) + 1):
-            self._submit_wave([st for st in todo if level[st.id] == wave], submitit, folder)
-
-    def _submit_wave(self, todo: list[Stage], submitit, folder: Path) -> None:
-        jobs = []
-        for st in todo:
-            # the executors directly: AutoExecutor's plugin lookup needs pkg_resources
-            if self.executor == "slurm":
-                ex = submitit.SlurmExecutor(folder=folder)
-                params = {"time": 60 * 24, **self.spec.run.slurm}
-                if st.gpus:
-                    params.update(gpus_per_node=st.gpus, ntasks_per_node=st.gpus)
-                try:
-                    ex.update_parameters(job_name=f"depthbench-{st.id}", **params)
-                except (ValueError, TypeError) as e:
-                    raise UserError(f"[run] slurm: {str(e).splitlines()[0][:200]}") from None
-            else:
-                ex = submitit.LocalExecutor(folder=folder)
-                ex.update_parameters(timeout_min=60 * 24)
-            try:
-                self.started[st.id] = time.time()
-                jobs.append((ex.submit(run_stage, st.command, st.config, os.getcwd(), 1), st))
-            except Exception as e:  # sbatch refused the job (a partition, a time limit...)
-                first = (str(e).strip().splitlines() or [type(e).__name__])[0]
-                raise UserError(f"submitting stage {st.id} failed: {first[:200]}; check "
-                                "[run] slurm in the spec") from None
-            self.log(f"submitted {st.id} (job {jobs[-1][0].job_id})")
-        for job, st in jobs:
-            try:
-                rss = job.result()
-            except Exception as e:  # a failed job: its own log holds the traceback
-                last = str(e).strip().splitlines()[-1] if str(e).strip() else type(e).__name__
-                raise UserError(f"stage {st.id} failed ({last[:200]}); see {job.paths.stderr}") from None
-            self._mark(st, rss)
-            self.log(f"done {st.id}")
+                    self._done(st)
