@@ -27,6 +27,7 @@ class Experiment:
     name: str            # reports/NAME
     reproduces: str      # one line, no digit a rerun could change
     command: str
+    in_readme: bool = True   # a row of the README's table (else docs/results.md only)
 
 
 EXPERIMENTS = (
@@ -77,6 +78,21 @@ EXPERIMENTS = (
     Experiment("text-table3-deep-lr3e-3", "text-table3-deep with every arm at the calibration's "
                "LR (every arm's second choice in the sweep), where the loop is used past depth 4 "
                "and no seed diverges", "depthbench run docs/specs/text-table3-deep-lr3e-3.toml"),
+    Experiment("text-scale-d16-lr", "the learning-rate sweep of the scale axis at d_model 16: "
+               "each arm at six peak LRs on held-out seeds",
+               "depthbench run docs/specs/text-scale-d16-lr.toml", in_readme=False),
+    Experiment("text-scale-d16", "text-table3-deep-lr3e-3's four arms at d_model 16, each at "
+               "the LR its sweep chose", "depthbench run docs/specs/text-scale-d16.toml",
+               in_readme=False),
+    Experiment("text-scale-d16-s300", "text-scale-d16 at half its steps (the scale axis's "
+               "second training length)", "depthbench run docs/specs/text-scale-d16-s300.toml",
+               in_readme=False),
+    Experiment("text-scale-d128-lr", "the learning-rate sweep of the scale axis at d_model 128: "
+               "each arm at four peak LRs on held-out seeds",
+               "depthbench run docs/specs/text-scale-d128-lr.toml", in_readme=False),
+    Experiment("text-scale-d128", "text-table3-deep-lr3e-3's four arms at d_model 128, each at "
+               "the LR its sweep chose", "depthbench run docs/specs/text-scale-d128.toml",
+               in_readme=False),
 )
 
 SPLIT_NAMES = {"eval_reordered": "name only, held-out position",
@@ -149,6 +165,8 @@ def results_table(done: list[tuple[Experiment, dict]]) -> str:
              "time on 2 CPU cores |",
              "|---|---|---|---|---|---|---|---|"]
     for exp, s in done:
+        if not exp.in_readme:
+            continue
         reading = "natural text" if s["kind"] == "text" else s["reading"]
         lines.append(f"| [{exp.name}](reports/{exp.name}/README.md) | {exp.reproduces} | "
                      f"{reading} | {s['seeds']} | {_verdicts(s)} | {_verdicts(s, 'nll')} | {_best(s)} | "
@@ -192,6 +210,62 @@ def results_page(done: list[tuple[Experiment, dict]]) -> str:
     return "\n".join(out).rstrip() + "\n"
 
 
+@dataclass(frozen=True)
+class Scale:
+    """The scale report: committed text grids, one per model size or training length, read
+    together by ``depthbench scale-report`` (``report.scale``)."""
+    name: str
+    grids: tuple[str, ...]
+    command: str
+
+
+SCALE = Scale("text-scale", ("text-scale-d16", "text-table3-deep-lr3e-3", "text-scale-d128",
+                             "text-scale-d16-s300"),
+              "depthbench scale-report reports/text-scale-d16/rows "
+              "reports/text-table3-deep-lr3e-3/rows reports/text-scale-d128/rows "
+              "reports/text-scale-d16-s300/rows --out reports/text-scale")
+
+
+def scale_reading(root: Path = ROOT):
+    """(points, trend) of SCALE, from the grids' committed rows."""
+    from depthbench.errors import UserError
+    from depthbench.report.scale import scale_points, trend
+    missing = [g for g in SCALE.grids if not (root / "reports" / g / "rows").is_dir()]
+    if missing:
+        raise UserError(f"reports/{missing[0]}/rows is missing; restore it or remove it from "
+                        "SCALE in depthbench/docs.py")
+    pts = scale_points([root / "reports" / g / "rows" for g in SCALE.grids])
+    return pts, trend(pts)
+
+
+def scale_block(pts, tr) -> str:
+    """The README's answer on text: each arm's gap at each size and the trend, with seeds."""
+    out = []
+    for arm, g in pts.groupby("role", sort=False):
+        main = g[g["steps"] == tr["steps"].iloc[0]].sort_values("params")
+        gaps = "; ".join(f"{p / 1e3:.0f}k parameters {100 * d:+.2f}% [{100 * lo:+.2f}, "
+                         f"{100 * hi:+.2f}] ({n} seeds, {_short_nll(v)}"
+                         f"{'' if used else '; its loop unused past depth 4'})"
+                         for p, d, lo, hi, n, v, used in zip(
+                             main["params"], main["diff"], main["lo"], main["hi"],
+                             main["seeds"], main["verdict"], main["depth_used"]))
+        t = tr.set_index("arm").loc[arm, "verdict"]
+        out.append(f"- `{arm}` against uniform on mean serving NLL (verdicts against ±0.5%): "
+                   f"{gaps}; with size: **{t}**.")
+    return "\n".join(out) + "\n"
+
+
+def scale_page(pts, tr) -> list[str]:
+    """docs/results.md's scale section."""
+    from depthbench.report.scale import TREND_RULE, depth_table, points_table, scale_words
+    return [f"## {SCALE.name}", "", "Table 3 on text across model sizes and training lengths: "
+            f"`{SCALE.command}`; report: [reports/{SCALE.name}](../reports/{SCALE.name}/"
+            f"README.md). The trend is {TREND_RULE}.", "",
+            *[f"- {w}" for w in scale_words(pts, tr)], "", points_table(pts).to_markdown(
+                index=False), "", depth_table(pts).drop(columns="grid").to_markdown(index=False),
+            ""]
+
+
 BLOCK = re.compile(r"(<!-- generated: (?P<name>[a-z-]+) -->\n)(?P<body>.*?)(<!-- end -->)", re.S)
 
 
@@ -214,11 +288,14 @@ def pages(root: Path = ROOT) -> dict[Path, str]:
         raise UserError(f"{root} has no README.md; give --root the source tree (the folder with "
                         "README.md, docs/ and reports/)")
     done = summaries(root)
+    pts, tr = scale_reading(root)
     quick = dict((e.name, s) for e, s in done).get("quickstart")
     blocks = {"results": results_table(done),
-              "quickstart-findings": quick["findings"] if quick else ""}
+              "quickstart-findings": quick["findings"] if quick else "",
+              "text-scale": scale_block(pts, tr)}
+    page = results_page(done).rstrip("\n") + "\n\n" + "\n".join(scale_page(pts, tr))
     return {readme: _fill(readme.read_text(), blocks),
-            root / "docs" / "results.md": results_page(done)}
+            root / "docs" / "results.md": page.rstrip("\n") + "\n"}
 
 
 def main(argv=None) -> int:

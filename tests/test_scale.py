@@ -143,3 +143,15 @@ def test_roles_and_the_paper_point():
     d = 1280
     hand = 6 * (4 + 8.5 * 6) * 12 * d * d * 20_000 * 512 * 512
     assert 1.0 <= paper_flops() / hand <= 1.15
+
+
+def test_the_committed_scale_report_is_rebuilt_from_the_committed_grids(tmp_path, monkeypatch):
+    """reports/text-scale is what ``depthbench scale-report`` draws from the grids' committed
+    rows (docs.SCALE): its tables and sentences, line for line, and its points file."""
+    from depthbench.docs import SCALE
+    committed = ROOT / "reports" / SCALE.name
+    out = tmp_path / "rebuilt"
+    monkeypatch.chdir(ROOT)   # the report names its grids as the command that drew it did
+    build_scale_report([f"reports/{g}/rows" for g in SCALE.grids], out)
+    assert (out / "README.md").read_text() == (committed / "README.md").read_text()
+    assert (out / "scale.csv").read_text() == (committed / "scale.csv").read_text()

@@ -135,7 +135,7 @@ def trend(pts: pd.DataFrame) -> pd.DataFrame:
             verdict = "not resolved (the intervals overlap)"
         rows.append({"arm": r, "steps": int(length), "sizes": len(g),
                      "smallest": int(small["params"]), "largest": int(large["params"]),
-                     "span": large["params"] / small["params"],
+                     "span": round(large["params"] / small["params"], 1),
                      "at smallest": _pct(small), "at largest": _pct(large), "verdict": verdict})
     return pd.DataFrame(rows)
 
