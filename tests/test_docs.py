@@ -34,12 +34,13 @@ def test_readme_is_short_and_every_generated_block_is_filled():
     text = (ROOT / "README.md").read_text()
     assert len(text.splitlines()) <= 220
     blocks = docs.BLOCK.findall(text)
-    assert {b[1] for b in blocks} == {"results", "quickstart-findings"}
+    assert {b[1] for b in blocks} == {"results", "quickstart-findings", "text-scale"}
     assert all(b[2].strip() for b in blocks), "an empty generated block"
 
 
 def test_generator_check_mode_reports_a_stale_page(tmp_path):
     (tmp_path / "docs").mkdir()
+    (tmp_path / "reports").symlink_to(ROOT / "reports")   # every report's rows, as committed
     (tmp_path / "README.md").write_text("x\n<!-- generated: results -->\nold\n<!-- end -->\n")
     assert docs.main(["--root", str(tmp_path), "--check"]) == 1
     assert (tmp_path / "README.md").read_text().count("old") == 1   # --check writes nothing
