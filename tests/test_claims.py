@@ -93,9 +93,11 @@ def test_each_spec_runs_its_arms_at_the_lr_its_sweep_chose(name):
     runs["arm"] = runs["arm"].str.split(" @ ").str[0]
     chosen = {a: g.groupby("lr")["nll"].mean().idxmin() for a, g in runs.groupby("arm")}
     assert json.loads((ROOT / "reports" / name / "lr_sweep.json").read_text())["chosen_lr"] == chosen
-    users = [p for p in (ROOT / "depthbench" / "experiments").glob("*.toml")
-             if p.stem != name and f"run {name}" in p.read_text()]
-    assert users, f"no packaged spec takes its LRs from {name}"
+    specs = [*(ROOT / "depthbench" / "experiments").glob("*.toml"),
+             *(ROOT / "docs" / "specs").glob("*.toml")]
+    users = [p for p in specs if p.stem != name
+             and (f"run {name}" in p.read_text() or f"{name}.toml" in p.read_text())]
+    assert users, f"no spec takes its LRs from {name}"
     for p in users:
         train = tomllib.loads(p.read_text())["train"]
         assert {a: v["lr"] for a, v in train["arm_set"].items()} == chosen, p.name
