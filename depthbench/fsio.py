@@ -166,6 +166,24 @@ def replaced_dir(out: str | Path, kind: str):
         raise
 
 
+def _hold(lock: Path, what: str, other: str) -> int:
+    """An exclusive ``flock`` on ``lock`` (created if missing) stamped with this pid; a second
+    holder is refused at once with the holder's pid. The open descriptor is returned."""
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as e:
+        holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
+        os.close(fd)
+        if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+            raise UserError(f"{what} is being written by another depthbench process (pid "
+                            f"{holder}); wait for it to finish or choose {other}") from None
+        raise
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    return fd
+
+
 class DirLock:
     """An exclusive lock on a run or experiment directory: a second writer is refused at once
     with the holder's pid. The lock is ``flock`` on ``DIR/.lock``, so the kernel releases it
@@ -180,20 +198,8 @@ class DirLock:
             raise UserError(f"{self.dir} is a file; choose a directory for the {self.what}")
         self.dir.mkdir(parents=True, exist_ok=True)
         self.created = not (self.dir / LOCK_NAME).exists()
-        fd = os.open(self.dir / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as e:
-            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
-            os.close(fd)
-            if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-                raise UserError(f"{self.what} {self.dir} is being written by another depthbench "
-                                f"process (pid {holder}); wait for it to finish or choose "
-                                "another output directory") from None
-            raise
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-        self.fd = fd
+        self.fd = _hold(self.dir / LOCK_NAME, f"{self.what} {self.dir}",
+                        "another output directory")
         return self
 
     def __exit__(self, exc_type, *exc) -> None:
@@ -236,19 +242,8 @@ def writer_lock(out: str | Path, what: str):
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     side = out.parent / f".{out.name}.lock"
-    fd = os.open(side, os.O_RDWR | os.O_CREAT, 0o644)
+    fd = _hold(side, f"{what} {out}", "another --out")
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError as e:
-        holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
-        os.close(fd)
-        if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-            raise UserError(f"{what} {out} is being written by another depthbench process (pid "
-                            f"{holder}); wait for it to finish or choose another --out") from None
-        raise
-    try:
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         yield
     finally:
         side.unlink(missing_ok=True)
