@@ -44,16 +44,8 @@ def _text_sections(figs, ev: pd.DataFrame, color: dict, reference: str | None,
     _text_figures(figs, va, color, cloze, mi)
     ref = _reference(va["schedule"], reference)
     re, clock = _with_train_time(va)
-    term = _terminal_nll(curves)
     deepest = int(re["depth"].max())
-    per = re.groupby(["run", "schedule"]).apply(lambda g: pd.Series({
-        "mean_nll": g["nll"].mean(), "deep_nll": g.loc[g["depth"].idxmax(), "nll"],
-        "best_depth": g.loc[g["nll"].idxmin(), "depth"], "bpb": g["bits_per_byte"].mean(),
-        "cloze": g["cloze_accuracy"].mean() if cloze else np.nan,
-        "cloze_mi": g["cloze_accuracy_mi"].mean() if mi else np.nan,
-        "flops": g["modeled_train_flops"].iloc[0], "time": g["train_time"].iloc[0]}),
-        include_groups=False).reset_index()
-    per["terminal"] = [term.get(r, np.nan) for r in per["run"]]
+    per = _per_run(re, curves, cloze, mi)
     ref_flops = per.loc[per["schedule"] == ref, "flops"].mean() if ref else np.nan
     summary = _text_summary(per, ref, ref_flops, deepest, clock, cloze, mi)
     tables.append(("Schedules on the validation split (mean ± SD over seeds, final checkpoints)",
@@ -89,6 +81,22 @@ def _text_sections(figs, ev: pd.DataFrame, color: dict, reference: str | None,
         notes += _cloze_floor_words(va, per, items is not None)
     files["findings.md"] = _text_findings(re, per, deepest, mi)
     return Sections(tables, notes, files)
+
+
+def _per_run(re: pd.DataFrame, curves: pd.DataFrame | None, cloze: bool, mi: bool
+             ) -> pd.DataFrame:
+    """One row per run: its mean serving NLL, NLL at the deepest depth, lowest-NLL depth, bits
+    per byte, cloze accuracies, modeled FLOPs, training time and terminal training NLL."""
+    term = _terminal_nll(curves)
+    per = re.groupby(["run", "schedule"]).apply(lambda g: pd.Series({
+        "mean_nll": g["nll"].mean(), "deep_nll": g.loc[g["depth"].idxmax(), "nll"],
+        "best_depth": g.loc[g["nll"].idxmin(), "depth"], "bpb": g["bits_per_byte"].mean(),
+        "cloze": g["cloze_accuracy"].mean() if cloze else np.nan,
+        "cloze_mi": g["cloze_accuracy_mi"].mean() if mi else np.nan,
+        "flops": g["modeled_train_flops"].iloc[0], "time": g["train_time"].iloc[0]}),
+        include_groups=False).reset_index()
+    per["terminal"] = [term.get(r, np.nan) for r in per["run"]]
+    return per
 
 
 RULES = (("cloze_overlap_rule", "word overlap with the context"),
