@@ -26,13 +26,15 @@ KINDS = ("eval", "probe", "serve", "curve", "run", "task", "stage", "item")
 
 # Every column a stage writes itself (key and measured columns of every kind). A tag (a
 # config's ``tags``: extra columns of every row) may not take one of these names, nor contain
-# "/" (per-attribute columns), so no tag can replace a measured value or relabel a row.
+# "/" or "@" (per-attribute, per-token-type and per-tier columns), so no tag can replace a
+# measured value or relabel a row.
 RESERVED_COLUMNS = frozenset("""
     kind run schedule seed step split depth checkpoint dataset_hash source mode exit kv_policy
     width lookahead rate profile switch_step
     K flops loss lr tokens wall_clock
     bits_per_person unfloored_bits_per_person ceiling_bits exact_match facts people
     floor_bits_per_person floor_exact_match name_blind_bits_per_person name_blind_exact_match
+    structure_blind_bits_per_person structure_blind_exact_match
     modeled_train_flops n_grad_loops nll params
     people_trained value_nll wall_clock_s final_loss steps cpu_clock cpu_s train_cpu_s
     batches ci95 depth_a depth_b nll_diff updates_after_switch
@@ -98,7 +100,7 @@ def tags_problem(tags) -> str:
     if not isinstance(tags, dict):
         return f"must be a table of name = value (got {type(tags).__name__})"
     for name, value in tags.items():
-        if isinstance(name, str) and (name in RESERVED_COLUMNS or "/" in name):
+        if isinstance(name, str) and (name in RESERVED_COLUMNS or "/" in name or "@" in name):
             return (f"tag {name!r} would replace a column the toolkit measures or keys rows by; "
                     "rename the tag")
         if not isinstance(name, str) or not _TAG_NAME.fullmatch(name):

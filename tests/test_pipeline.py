@@ -609,8 +609,9 @@ def test_schedules_that_share_no_seed_are_not_compared(tmp_path):
 
 def test_lr_sweep_report_chooses_each_arm_by_mean_serving_nll(tmp_path):
     """A sweep's report: each arm's chosen LR is the naive argmin of its seeds' mean serving NLL
-    (final checkpoints only, an earlier checkpoint ignored), written to lr_sweep.json and drawn;
-    the curves name each run's arm at its LR."""
+    of the asked value (the person task's verdict metric, not the whole row's NLL, which here
+    ranks the LRs the other way; final checkpoints only, an earlier checkpoint ignored),
+    written to lr_sweep.json and drawn; the curves name each run's arm at its LR."""
     rng = np.random.default_rng(1)
     ev, curves, naive = [], [], {}
     for arm, matched in (("uniform:1-16", None), ("fixed-first:0.67:4:1-16", None),
@@ -626,8 +627,9 @@ def test_lr_sweep_report_chooses_each_arm_by_mean_serving_nll(tmp_path):
                 for step, flip in ((50, True), (100, False)):   # step 50: not final, reversed
                     for depth, x in enumerate(nll, 1):
                         ev.append({"run": run, "schedule": arm, "seed": seed, "step": step,
-                                   "depth": depth, "split": "eval_reordered", "nll": 4.5 - x if flip else x,
-                                   "value_nll": 3.0, "exact_match": rng.random(),
+                                   "depth": depth, "split": "eval_reordered", "nll": 4.5 - x,
+                                   "value_nll": 4.5 - x if flip else x,
+                                   "exact_match": rng.random(),
                                    "bits_per_person": 1.0, "ceiling_bits": 70.0,
                                    "modeled_train_flops": 1e12, "lr_sweep": lr,
                                    "matched_to": matched})
@@ -646,6 +648,7 @@ def test_lr_sweep_report_chooses_each_arm_by_mean_serving_nll(tmp_path):
     assert chosen == naive
     md = (tmp_path / "rep" / "README.md").read_text()
     assert "Learning-rate sweep" in md and md.count("| yes ") == 3
+    assert "NLL of the asked value" in md
     # rebuilt from the report's own rows: the same choice
     build_report([tmp_path / "rep" / "rows"], tmp_path / "rep2", title="sweep")
     assert json.loads((tmp_path / "rep2" / "lr_sweep.json").read_text())["chosen_lr"] == naive

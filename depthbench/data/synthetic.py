@@ -135,6 +135,29 @@ class Dataset:
         other true values of its person and could be completed without reading the name."""
         return np.full((order.shape[0], 1), 1 + self.name_tokens), order[:, :1]
 
+    def token_types(self, order: np.ndarray) -> np.ndarray:
+        """(N, seq_len - 1) the ``metrics.TOKEN_TYPES`` index of the token each position of rows
+        with orders (N, A) predicts (slot 0: the asked fact)."""
+        from depthbench.evaluate.metrics import token_types
+        return token_types(self.name_tokens, self.key_positions(order), self.value_tokens[order],
+                           self.seq_len)
+
+    @property
+    def tiers(self) -> tuple[int, ...]:
+        """Each exposure tier's exposure (times its people's orders are written), in tier
+        order; empty where every trained person is seen alike."""
+        e = tuple(self.config.exposure)
+        return e if len(e) > 1 else ()
+
+    def tier_of(self, person: np.ndarray) -> np.ndarray:
+        """The exposure tier of each person id (-1: an unseen person, or a dataset without
+        tiers)."""
+        person = np.asarray(person, dtype=np.int64)
+        if not self.tiers:
+            return np.full(person.shape, -1, dtype=np.int64)
+        M = int(self.n_values[0])
+        return np.where(person < self.config.n_people, (person // M) % len(self.tiers), -1)
+
     @property
     def rows_per_person(self) -> int:
         """Evaluation rows (name-only questions) per person."""

@@ -17,6 +17,16 @@ files alone, with no model, and scored by one function (the definitions of DESIG
   shown). On the name-only reading nothing is shown, so it can only read the floor; on record
   completion (every later fact of a row, teacher-forced after the earlier ones) one shown value
   narrows the person to a handful and it reads most of the ceiling.
+- ``StructureBlind`` (the **structural shortcut**): name-blind too, but it knows each training
+  record's structure, whether attribute ``a`` ever opens one of that person's training orders,
+  and how often the asked facts of a split are of each kind (the held-out split asks only
+  attributes that never open an order, the seen-order control only ones that do). Asked ``a``
+  it predicts the values of ``a`` among the records of each kind, weighted by the split's
+  share of that kind. With each value held once per tier the values of the records that hold
+  ``a`` out are not uniform, so this reads about a bit per person on the tiered task without
+  knowing anyone; every reading is bracketed by it as by the others. (The finer structure, the
+  slot at which ``a`` sits in each order, names the asked people themselves: it would read the
+  split's own answers, not a shortcut a model could take.)
 - ``know_everything`` (the **ceiling** side): a model that memorized every training fact. It puts
   probability 1 on a trained person's value and ``1 / M_a`` on anything else, so it reads the
   ceiling on trained people and 0 on unseen ones.
@@ -239,6 +249,54 @@ class NameBlind:
                 hit[i] = (greedy == values[i]).all()
             return _mixed_nll(n_true, total, self.n_people, M), hit
         return _reading(self.ds, split, score, slots)
+
+
+class StructureBlind(NameBlind):
+    """The structural shortcut (see the module): the name-blind records, split by whether each
+    attribute ever opens the person's training orders."""
+
+    def __init__(self, ds: Dataset):
+        super().__init__(ds)
+        tr = ds.split("train")
+        opens = np.zeros((self.n_people, len(ds.attributes)), dtype=bool)   # a opens an order
+        opens[np.asarray(tr.person, dtype=np.int64), np.asarray(tr.order[:, 0], dtype=np.int64)] = True
+        self.opens = opens
+
+    def _weights(self, a: int, kinds: np.ndarray) -> np.ndarray:
+        """Per training record, its weight in the prediction for attribute ``a``: the split's
+        share of the asked facts of the record's kind (``kinds``: 1 opens, 0 never, -1 an
+        unseen person, who falls back to every record alike), spread over that kind's records."""
+        w = np.zeros(self.n_people)
+        for kind, share in zip(*np.unique(kinds, return_counts=True)):
+            on = np.ones(self.n_people, bool) if kind < 0 else self.opens[:, a] == bool(kind)
+            if on.any():
+                w[on] += share / len(kinds) / on.sum()
+            else:
+                w += share / len(kinds) / self.n_people
+        return w
+
+    def reading(self, split: str, slots: str = "asked") -> dict:
+        if slots != "asked":
+            raise ValueError("the structural shortcut reads the name-only question (slots='asked')")
+        person = np.asarray(self.ds.split(split).person, dtype=np.int64)
+
+        def score(a, rows, values):
+            p = person[rows]
+            trained = p < self.n_people
+            kinds = np.where(trained, self.opens[np.minimum(p, self.n_people - 1), a], -1)
+            w = self._weights(a, kinds.astype(np.int64))
+            mass = np.bincount(self.records[:, a], weights=w, minlength=len(self.tables[a]))
+            true = self._lookup(a, values)
+            n_true = np.where(true >= 0, mass[np.maximum(true, 0)], 0.0)
+            greedy = _greedy(self.tables[a], mass)
+            nll = _mixed_nll(n_true, 1.0, self.n_people, int(self.ds.n_values[a]))
+            return nll, (values == greedy[None, :]).all(axis=1)
+        return _reading(self.ds, split, score, slots)
+
+
+def structure_blind(ds: Dataset, split: str) -> dict:
+    """The structural shortcut's reading on ``split``'s name-only questions."""
+    return StructureBlind(ds).reading(split)
 
 
 def name_blind(ds: Dataset, split: str, slots: str = "asked") -> dict:

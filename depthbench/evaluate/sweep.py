@@ -18,7 +18,7 @@ from depthbench.config import EVAL_SPLITS, EvalConfig
 from depthbench.data.synthetic import Dataset
 from depthbench.errors import UserError
 from depthbench.evaluate.metrics import EvalSums, FactIndex
-from depthbench.evaluate.reference import NameBlind, PersonAgnostic
+from depthbench.evaluate.reference import NameBlind, PersonAgnostic, StructureBlind
 from depthbench.fsio import atomic_write_many, refuse_over_inputs
 from depthbench.rows import items_base, row_files, row_paths, tag_rows
 from depthbench.runtime import Runtime, shard_range
@@ -33,7 +33,8 @@ def _batches(ds: Dataset, split: str, batch_size: int, rt: Runtime | None, max_r
         b = min(a + batch_size, hi)
         tokens = torch.as_tensor(np.asarray(s.tokens[a:b], dtype=np.int64), device=device)
         order = np.asarray(s.order[a:b], dtype=np.int64)
-        facts = FactIndex(*ds.asked(order), ds.value_tokens, device=device)
+        facts = FactIndex(*ds.asked(order), ds.value_tokens, device=device,
+                          types=ds.token_types(order), tier=ds.tier_of(s.person[a:b]))
         yield tokens[:, :-1], tokens[:, 1:], facts
 
 
@@ -50,7 +51,7 @@ def sweep(model, ds: Dataset, split: str, depths: list[int], rt: Runtime | None 
           batch_size: int = 64, max_rows: int | None = None) -> dict[int, EvalSums]:
     """Metrics at every depth in ``depths`` from one forward of max(depths) loops per batch."""
     model.eval()
-    sums = {k: EvalSums(ds.n_values, ds.rows_per_person) for k in depths}
+    sums = {k: EvalSums(ds.n_values, ds.rows_per_person, ds.tiers) for k in depths}
     ac = rt.autocast() if rt else torch.autocast("cpu", enabled=False)
     for x, y, facts in _batches(ds, split, batch_size, rt, max_rows):
         with ac:
@@ -64,7 +65,7 @@ def sweep_per_depth(model, ds: Dataset, split: str, depths: list[int], rt: Runti
                     batch_size: int = 64, max_rows: int | None = None) -> dict[int, EvalSums]:
     """The naive oracle: a separate full forward for every depth."""
     model.eval()
-    sums = {k: EvalSums(ds.n_values, ds.rows_per_person) for k in depths}
+    sums = {k: EvalSums(ds.n_values, ds.rows_per_person, ds.tiers) for k in depths}
     ac = rt.autocast() if rt else torch.autocast("cpu", enabled=False)
     for x, y, facts in _batches(ds, split, batch_size, rt, max_rows):
         for k in depths:
@@ -74,11 +75,14 @@ def sweep_per_depth(model, ds: Dataset, split: str, depths: list[int], rt: Runti
 
 
 def result_rows(ck: dict, run_meta: dict, run_name: str, ds: Dataset, split: str,
-                sums: dict[int, EvalSums], floor: dict, blind: dict, params: int) -> list[dict]:
+                sums: dict[int, EvalSums], floor: dict, blind: dict, params: int,
+                shortcut: dict | None = None) -> list[dict]:
     """Tidy rows, one per depth, with the grouping keys of DESIGN.md section 2, each with the
     split's ``floor`` (its ``reference.PersonAgnostic`` reading), its name-blind record
-    completer's reading (``reference.NameBlind``) and the model's parameter count, so that a
-    reader of the rows alone can bracket and size every reading."""
+    completer's reading (``reference.NameBlind``), its structural shortcut's
+    (``reference.StructureBlind``) and the model's parameter count, so that a reader of the
+    rows alone can bracket and size every reading."""
+    shortcut = shortcut or {}
     rows = []
     for depth, s in sorted(sums.items()):
         rows.append({
@@ -89,6 +93,8 @@ def result_rows(ck: dict, run_meta: dict, run_name: str, ds: Dataset, split: str
             "floor_exact_match": floor["exact_match"],
             "name_blind_bits_per_person": blind["bits_per_person"],
             "name_blind_exact_match": blind["exact_match"],
+            "structure_blind_bits_per_person": shortcut.get("bits_per_person"),
+            "structure_blind_exact_match": shortcut.get("exact_match"),
             "params": params, "people_trained": ds.config.n_people,
             "n_grad_loops": int(ck.get("model_config", {}).get("n_grad_loops", 0)),
             "modeled_train_flops": ck.get("flops"), "wall_clock_s": ck.get("wall_clock"),
@@ -194,13 +200,13 @@ def _run_rows(cfg: EvalConfig, rt, depths: list[int], splits: list[str]):
         rows = _adapter().harness_sweep(cfg.run, str(ds.path), depths, splits, cfg.checkpoint,
                                         limit, cfg.batch_size)
         return rows, ck, out, ds
-    rows, floors, blind = [], PersonAgnostic(ds), NameBlind(ds)
+    rows, floors, blind, structure = [], PersonAgnostic(ds), NameBlind(ds), StructureBlind(ds)
     params = sum(p.numel() for p in model.parameters())
     for split in splits:
         sums = sweep(model.to(rt.device), ds, split, depths, rt, cfg.batch_size,
                      cfg.max_people and cfg.max_people * ds.rows_per_person)
         rows += result_rows(ck, meta, name, ds, split, sums, floors.reading(split),
-                            blind.reading(split), params)
+                            blind.reading(split), params, structure.reading(split))
     return rows, ck, out, ds
 
 

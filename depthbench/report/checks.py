@@ -76,7 +76,8 @@ RANGES = {
     "eval": {"nll": (0, None), "value_nll": (0, None), "exact_match": (0, 1), "bits_per_person": (0, None),
              "ceiling_bits": (0, None), "floor_bits_per_person": (0, None),
              "name_blind_bits_per_person": (0, None), "floor_exact_match": (0, 1),
-             "name_blind_exact_match": (0, 1), "depth": (1, MAX_DEPTH), "step": (0, None),
+             "name_blind_exact_match": (0, 1), "structure_blind_bits_per_person": (0, None),
+             "structure_blind_exact_match": (0, 1), "depth": (1, MAX_DEPTH), "step": (0, None),
              "people": (1, None), "facts": (1, None),
              "bits_per_byte": (0, None), "tokens": (1, None), "cloze_accuracy": (0, 1),
              "cloze_accuracy_mi": (0, 1), "cloze_overlap_rule": (0, 1),
@@ -104,7 +105,8 @@ COMMON_RANGES = {"seed": (0, None), "wall_clock_s": (0, None), "train_cpu_s": (0
 # the brackets a synthetic eval row is read against: where a file has the column, every row
 # holds a number in it
 BRACKETS = ("ceiling_bits", "floor_bits_per_person", "name_blind_bits_per_person",
-            "floor_exact_match", "name_blind_exact_match")
+            "floor_exact_match", "name_blind_exact_match", "structure_blind_bits_per_person",
+            "structure_blind_exact_match")
 
 
 # columns that count something (a depth, a step, people): whole numbers wherever they appear
@@ -158,7 +160,7 @@ def _check_ranges(df: pd.DataFrame, kind: str, path: Path) -> None:
     if kind == "eval" and "ceiling_bits" in df.columns:
         ceiling = pd.to_numeric(df["ceiling_bits"], errors="coerce")
         for c in ("bits_per_person", "unfloored_bits_per_person", "floor_bits_per_person",
-                  "name_blind_bits_per_person"):
+                  "name_blind_bits_per_person", "structure_blind_bits_per_person"):
             if c in df.columns:
                 over = pd.to_numeric(df[c], errors="coerce") > ceiling * (1 + 1e-9) + 1e-9
                 if over.any():

@@ -70,13 +70,18 @@ def _floor(re: pd.DataFrame, col: str) -> float | None:
 
 def _floor_line(ax, re: pd.DataFrame, col: str) -> None:
     """The lower oracles of the split as lines: the person-agnostic floor (dotted) and the
-    name-blind record completer (dash-dot), where the rows carry them."""
+    name-blind record completer (dash-dot) and the structural shortcut (red dots), where the
+    rows carry them."""
     f = _floor(re, col)
     if f is not None:
         ax.axhline(f, ls=":", color="k", lw=1.2, label=f"floor (person-agnostic, {f:.2g})")
     b = _floor(re, col.replace("floor_", "name_blind_"))
     if b is not None:
         ax.axhline(b, ls="-.", color="0.4", lw=1.0, label=f"name-blind record completer ({b:.2g})")
+    c = _floor(re, col.replace("floor_", "structure_blind_"))
+    if c is not None:
+        ax.axhline(c, ls=(0, (1, 3)), color="tab:red", lw=1.2,
+                   label=f"structural shortcut, name-blind ({c:.2g})")
 
 
 def _control_line(ax, ctrl: pd.DataFrame | None, col: str) -> None:
@@ -100,7 +105,8 @@ def _fig_bits(figs, re: pd.DataFrame, color: dict, ctrl: pd.DataFrame | None = N
               "(eval_reordered, final checkpoints). Lines: mean over seeds; bands: 95% confidence "
               "intervals over seeds (t-interval); dashed black: the task ceiling; dotted: the "
               "floor (every value's training frequency, no person); dash-dot: the name-blind "
-              "record completer (every training record, no name); dashed grey: the same models "
+              "record completer (every training record, no name); red dots: the structural shortcut "
+              "(no name, but which attributes open each record's training orders); dashed grey: the same models "
               "on unseen people, the metric's bias.")
 
 
@@ -115,8 +121,9 @@ def _fig_exact(figs, re: pd.DataFrame, color: dict, ctrl: pd.DataFrame | None = 
     ax.legend(fontsize=8)
     figs.save(fig, "exact_match_vs_depth.png", "Exact-match recall (greedy decoding of every "
               "value token) at every serving depth, eval_reordered, final checkpoints; mean over "
-              "seeds with 95% confidence intervals (t-interval); dotted and dash-dot: the floor's "
-              "and the name-blind completer's greedy answers; dashed grey: unseen people.")
+              "seeds with 95% confidence intervals (t-interval); dotted, dash-dot and red dots: the "
+              "floor's, the name-blind completer's and the structural shortcut's greedy answers; "
+              "dashed grey: unseen people.")
 
 
 def _brackets(fin: pd.DataFrame) -> pd.DataFrame | None:
@@ -130,6 +137,12 @@ def _brackets(fin: pd.DataFrame) -> pd.DataFrame | None:
         if "name_blind_bits_per_person" in g.columns and g["name_blind_bits_per_person"].notna().any():
             row["name-blind bits/person"] = round(float(g["name_blind_bits_per_person"].dropna().iloc[0]), 2)
             row["name-blind exact match"] = round(float(g["name_blind_exact_match"].dropna().iloc[0]), 4)
+        if "structure_blind_bits_per_person" in g.columns \
+                and g["structure_blind_bits_per_person"].notna().any():
+            row["structural shortcut bits/person"] = round(
+                float(g["structure_blind_bits_per_person"].dropna().iloc[0]), 2)
+            row["structural shortcut exact match"] = round(
+                float(g["structure_blind_exact_match"].dropna().iloc[0]), 4)
         row["ceiling bits/person"] = round(float(g["ceiling_bits"].iloc[0]), 2)
         if split != "eval_unseen_people" and "params" in g.columns and g["params"].notna().any():
             bits = float(g["ceiling_bits"].iloc[0]) * float(g["people_trained"].iloc[0])

@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 
 from depthbench.errors import UserError
+from depthbench.report.breakdown import breakdown_section
 from depthbench.report.compare import (
     EQUIVALENCE_MARGIN,
     NLL_BAND,
@@ -94,14 +95,17 @@ def _eval_sections(figs, ev: pd.DataFrame, color: dict, reference: str | None,
                            "(per seed, then mean and 95% CI over seeds)", _paired_mean_em(re, ref)))
     _fig_fixed(figs, re, color)
     _fig_nll_flops(figs, by_length if axis == "length" else re, color)
+    tables += breakdown_section(figs, re, ref, color)
     tables[:0] = _summary_tables(re, ref, curves)
     brackets = _brackets(fin)
     if brackets is not None:
         tables.insert(0, ("Brackets: the person-agnostic floor (training value frequencies, no "
                           "name, no model), the name-blind record completer (every training "
-                          "record, no name: the strongest shortcut that does not read the "
-                          "name), the task ceiling, and the task's size (trained people x "
-                          "ceiling bits per model parameter)", brackets))
+                          "record, no name), the structural shortcut (no name, but which "
+                          "attributes open each record's training orders, and the split's share "
+                          "of each kind: the strongest shortcut that does not read the name), "
+                          "the task ceiling, and the task's size (trained people x ceiling bits "
+                          "per model parameter)", brackets))
     if "n_grad_loops" in fin.columns and (fin["n_grad_loops"].fillna(0) > 0).any():
         trunc = fin[fin["n_grad_loops"].fillna(0) > 0].groupby("schedule")["n_grad_loops"].first()
         notes.append("Truncated backprop: " + "; ".join(

@@ -1,7 +1,8 @@
 """A learning-rate sweep's report (``train.lrs``): each arm's mean serving NLL at each peak LR on
-its seeds, the LR it is run at (the lowest mean serving NLL: the paper's metric), a figure of
-NLL against LR, and ``lr_sweep.json`` with each arm's chosen LR, which the spec that uses it
-names in ``train.arm_set``."""
+its seeds, the LR it is run at (the lowest mean serving NLL on the metric the grid's NLL verdicts
+are decided on, ``compare.nll_metric``: the asked value's NLL on the person task, the
+validation NLL per token on text), a figure of NLL against LR, and ``lr_sweep.json`` with each
+arm's chosen LR, which the spec that uses it names in ``train.arm_set``."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import json
 import numpy as np
 import pandas as pd
 
+from depthbench.report.compare import nll_metric
 from depthbench.report.load import _final, _fmt
 
 SWEEP_SPLITS = ("eval_reordered", "validation")  # the split a sweep reads: person task, text
@@ -21,15 +23,16 @@ def is_sweep(ev: pd.DataFrame | None) -> bool:
 
 def sweep_runs(ev: pd.DataFrame) -> pd.DataFrame:
     """One row per run of a sweep: its arm (``schedule`` without the LR), LR, seed, mean serving
-    NLL (its NLL averaged over every serving depth, final checkpoint) and, on the person task,
-    exact match averaged over depths. ``ev`` holds raw or labelled rows."""
+    NLL (its ``nll_metric`` averaged over every serving depth, final checkpoint) and, on the
+    person task, exact match averaged over depths. ``ev`` holds raw or labelled rows."""
     fin = _final(ev[ev["lr_sweep"].notna()])
     split = next((s for s in SWEEP_SPLITS if (fin["split"] == s).any()), None)
     if split is None:
         return pd.DataFrame(columns=["arm", "lr", "seed", "nll", "exact_match"])
     fin = fin[fin["split"] == split]
     aggs = {"schedule": ("schedule", "first"), "lr": ("lr_sweep", "first"),
-            "seed": ("seed", "first"), "nll": ("nll", "mean"), "depths": ("depth", "nunique")}
+            "seed": ("seed", "first"), "nll": (nll_metric(fin), "mean"),
+            "depths": ("depth", "nunique")}
     if "exact_match" in fin.columns:
         aggs["exact_match"] = ("exact_match", "mean")
     per = fin.groupby("run").agg(**aggs).reset_index()
@@ -40,8 +43,8 @@ def sweep_runs(ev: pd.DataFrame) -> pd.DataFrame:
 
 
 def best_lrs(ev: pd.DataFrame) -> dict[str, float]:
-    """Each arm's LR with the lowest mean serving NLL, mean over its seeds (seeds every LR of the
-    arm has, so the LRs are compared on the same seeds)."""
+    """Each arm's LR with the lowest mean serving NLL (the verdicts' metric), mean over its seeds
+    (seeds every LR of the arm has, so the LRs are compared on the same seeds)."""
     per = sweep_runs(ev)
     out = {}
     for arm, g in per.groupby("arm"):
@@ -59,6 +62,13 @@ def _arm_lr_means(ev: pd.DataFrame) -> pd.DataFrame:
         em=("exact_match", "mean"), em_sd=("exact_match", "std")).reset_index()
 
 
+def metric_words(ev: pd.DataFrame) -> str:
+    """What a sweep's "mean serving NLL" is of, in words."""
+    fin = _final(ev[ev["lr_sweep"].notna()])
+    return ("mean serving NLL of the asked value" if nll_metric(fin) == "value_nll"
+            else "mean serving NLL")
+
+
 def sweep_notes(ev: pd.DataFrame) -> list[str]:
     """One sentence per arm: its chosen LR and the NLL at the others (report and results page)."""
     g = _arm_lr_means(ev)
@@ -66,7 +76,7 @@ def sweep_notes(ev: pd.DataFrame) -> list[str]:
     for arm, lr in best_lrs(ev).items():
         a = g[g["arm"] == arm].sort_values("nll")
         rest = "; ".join(f"{r.nll:.4f} at {r.lr:g}" for r in a.iloc[1:].itertuples())
-        notes.append(f"Learning-rate sweep: `{arm}` has its lowest mean serving NLL at peak LR "
+        notes.append(f"Learning-rate sweep: `{arm}` has its lowest {metric_words(ev)} at peak LR "
                      f"{lr:g} ({a['nll'].iloc[0]:.4f}, mean of {int(a['seeds'].iloc[0])} "
                      f"held-out seeds; {rest or 'no other LR'}).")
     return notes
@@ -79,23 +89,24 @@ def sweep_section(figs, ev: pd.DataFrame, color: dict):
     g = _arm_lr_means(ev)
     table = pd.DataFrame({
         "arm": g["arm"], "peak LR": [f"{x:g}" for x in g["lr"]], "seeds": g["seeds"],
-        "mean serving NLL (mean ± SD over seeds)": [_fmt(m, s, 4) for m, s in zip(g["nll"], g["nll_sd"])],
+        f"{metric_words(ev)} (mean ± SD over seeds)": [_fmt(m, s, 4) for m, s in zip(g["nll"], g["nll_sd"])],
         "exact match, mean over depths": [_fmt(m, s) for m, s in zip(g["em"], g["em_sd"])],
         "chosen": ["yes" if best.get(a) == lr else "" for a, lr in zip(g["arm"], g["lr"])]})
     if g["em"].isna().all():
         table = table.drop(columns=["exact match, mean over depths"])
-    _fig_sweep(figs, g, color, best)
-    title = ("Learning-rate sweep: each arm's mean serving NLL (NLL averaged over every serving "
-             "depth, final checkpoints) at each peak LR, on seeds the reported grid does not "
-             "use; the chosen LR is the lowest mean serving NLL (the paper's metric)")
+    words = metric_words(ev)
+    _fig_sweep(figs, g, color, best, words)
+    title = (f"Learning-rate sweep: each arm's {words} (averaged over every serving depth, final "
+             "checkpoints) at each peak LR, on seeds the reported grid does not use; the chosen "
+             f"LR is the lowest {words} (the metric the grid's NLL verdicts are decided on)")
     findings = f"{title}.\n\n{table.to_markdown(index=False)}\n"
     files = {"lr_sweep.json": json.dumps({"chosen_lr": best}, indent=2, sort_keys=True) + "\n",
              "findings.md": findings}
     return [(title, table)], sweep_notes(ev), files
 
 
-def _fig_sweep(figs, g: pd.DataFrame, color: dict, best: dict) -> None:
-    fig, ax = figs.new("Learning-rate sweep", "peak learning rate", "mean serving NLL (nats)")
+def _fig_sweep(figs, g: pd.DataFrame, color: dict, best: dict, words: str) -> None:
+    fig, ax = figs.new("Learning-rate sweep", "peak learning rate", f"{words} (nats)")
     palette = list(dict.fromkeys(color.values())) or ["k"]
     for i, (arm, a) in enumerate(g.groupby("arm")):
         a = a.sort_values("lr")
@@ -107,5 +118,5 @@ def _fig_sweep(figs, g: pd.DataFrame, color: dict, best: dict) -> None:
                     color=c, ms=14, ls="none")
     ax.set_xscale("log", base=2)
     ax.legend(fontsize=8)
-    figs.save(fig, "lr_sweep.png", "Mean serving NLL against peak learning rate per arm (mean "
+    figs.save(fig, "lr_sweep.png", f"{words.capitalize()} against peak learning rate per arm (mean "
               "and SD over the sweep's seeds); a star marks each arm's chosen LR.")
