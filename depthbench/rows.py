@@ -53,6 +53,7 @@ RESERVED_COLUMNS = frozenset("""
     stage command started finished stage_s workers peak_rss_mb
     admit_min min_coda_batch coda_wait pool prefill_chunk
     item context choices label
+    depthbench_version git_commit torch_version accelerator cpu_model threads
 """.split())
 # kind -> the columns that name one row; two rows with the same key are the same measurement
 # given twice (or two runs of one name), which would count as two seeds
@@ -154,10 +155,13 @@ def is_rows_file(path: Path) -> bool:
 
 
 def row_files(rows: list[dict], out: str | Path, kind: str) -> dict[Path, str]:
-    """``{BASE.csv: text, BASE.jsonl: text}`` of ``rows`` with ``kind`` stamped on each, for
-    writing together with a command's other outputs (``fsio.atomic_write_many``)."""
+    """``{BASE.csv: text, BASE.jsonl: text}`` of ``rows`` with ``kind`` stamped on each, and
+    every result row's provenance (``provenance.COLUMNS``; a row that has them keeps its own;
+    ``item`` rows are questions, not results), for writing together with a command's other
+    outputs (``fsio.atomic_write_many``)."""
     import pandas as pd
 
+    from depthbench.provenance import provenance
     if kind not in KINDS:
         raise ValueError(f"unknown row kind {kind!r}")
     for r in rows:   # every writer's rows hold their kind's columns (the report reads them)
@@ -165,7 +169,9 @@ def row_files(rows: list[dict], out: str | Path, kind: str) -> dict[Path, str]:
         missing = [c for c in required if c not in r]
         if missing:
             raise ValueError(f"a {kind} row lacks its column(s) {', '.join(missing)}")
-    rows = [{"kind": kind, **{k: v for k, v in r.items() if k != "kind"}} for r in rows]
+    stamp = {} if kind == "item" else provenance()
+    rows = [{"kind": kind, **{k: v for k, v in r.items() if k != "kind"},
+             **{k: v for k, v in stamp.items() if k not in r}} for r in rows]
     csv, jsonl = row_paths(out)
     from depthbench.fsio import refuse_foreign
     refuse_foreign((csv, jsonl), is_rows_file)
