@@ -22,6 +22,10 @@ from pathlib import Path
 
 from depthbench.fsio import atomic_write_many
 
+# the kinds of token a person-task row's NLL is split by (eval columns row_nll/TYPE; slot 0 of a
+# row is the asked fact, the rest its record)
+TOKEN_TYPES = ("name", "asked_key", "asked_value", "later_keys", "later_values", "end")
+
 KINDS = ("eval", "probe", "serve", "curve", "run", "task", "stage", "item")
 
 # Every column a stage writes itself (key and measured columns of every kind). A tag (a

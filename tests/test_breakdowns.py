@@ -17,7 +17,7 @@ from depthbench.data.generate import generate
 from depthbench.data.synthetic import Dataset
 from depthbench.evaluate.metrics import TOKEN_TYPES, EvalSums, FactIndex
 from depthbench.evaluate.reference import NameBlind, StructureBlind, structure_blind
-from depthbench.evaluate.sweep import sweep
+from depthbench.evaluate.sweep import row_token_types, sweep
 from depthbench.config import ModelConfig
 from depthbench.model import LoopedTransformer
 
@@ -57,7 +57,7 @@ def _naive_types(ds: Dataset, row_order) -> list[str]:
 def test_token_types_match_the_row_walked_by_hand(tiered):
     s = tiered.split("eval_reordered")
     order = np.asarray(s.order, dtype=np.int64)
-    got = tiered.token_types(order)
+    got = row_token_types(tiered, order)
     for i in range(len(order)):
         assert [TOKEN_TYPES[t] for t in got[i]] == _naive_types(tiered, order[i]), i
 

@@ -760,3 +760,35 @@ def test_two_grids_stage_rows_combine_but_one_grid_twice_is_refused(tmp_path):
     shutil.copytree(tmp_path / "a", tmp_path / "a2")
     with pytest.raises(UserError, match="stage generate"):
         load_rows([d, tmp_path / "a", tmp_path / "a2"])
+
+
+def test_run_set_and_seeds_change_any_knob_of_a_packaged_spec(tmp_path):
+    """``run NAME --seeds ... --set SECTION.KEY=VALUE`` lays its values over the packaged spec
+    (nested tables too) before it is checked; a key outside the spec's sections, a path
+    through a value, bad seeds and an unknown key are each one line and exit 2, with nothing
+    written."""
+    out = tmp_path / "exp"
+    r = CliRunner().invoke(main, ["run", "smoke", "--seeds", "3", "--set", "train.steps=12",
+                                  "--set", "train.set.d_model=16", "--plan", "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    plans = sorted(p.name for p in (out / "plan").glob("train-*.json"))
+    assert plans == ["train-fixed-first_0p5_2_1-4-s3.json", "train-uniform_1-4-s3.json"]
+    job = json.loads((out / "plan" / plans[1]).read_text())
+    assert job["train"]["steps"] == 12 and job["model"]["d_model"] == 16
+    for args, says in ((["--set", "trian.steps=3"], "first part must be a section"),
+                       (["--set", "train.steps.x=3"], "train.steps in"),
+                       (["--seeds", "a,b"], "integers separated by commas"),
+                       (["--set", "train.stepz=3"], "unknown key train.stepz")):
+        bad = tmp_path / "bad"
+        r = CliRunner().invoke(main, ["run", "smoke", *args, "--out", str(bad)])
+        assert r.exit_code == 2 and says in r.stderr and len(r.stderr.splitlines()) == 1, args
+        assert not bad.exists()
+
+
+def test_run_writes_its_report_under_its_own_directory(tmp_path, monkeypatch):
+    """Without report.out the report goes to OUT/report: a run in a checkout never writes over
+    a committed report under reports/."""
+    from depthbench.pipeline import Pipeline, load_spec
+    monkeypatch.chdir(tmp_path)
+    pipe = Pipeline(load_spec("quickstart"), tmp_path / "runs" / "quickstart")
+    assert pipe.report_dir == tmp_path / "runs" / "quickstart" / "report"

@@ -13,8 +13,9 @@ import click
 from depthbench.cli import support as cs
 from depthbench.cli.serve import lm_eval_cmd, serve_bench_cmd, serve_sim_cmd
 from depthbench.cli.support import build_config, default_of, emit_json, fail, parse_sets
+from depthbench.cli.grid import report_cmd, run_cmd
 from depthbench.cli.text import echo_text_eval, prepare_text_cmd, scale_report_cmd
-from depthbench.config import EvalConfig, ProbeConfig, ReportConfig
+from depthbench.config import EvalConfig, ProbeConfig
 
 __all__ = ["main", "parse_sets"]
 
@@ -229,71 +230,6 @@ def probe_update_cmd(config_file, as_json, **given):
         emit_json({"csv": str(res["csv"]), "jsonl": str(res["jsonl"]), "rows": res["rows"]})
 
 
-@main.command("run")
-@click.argument("spec", required=False)
-@click.option("--out", type=click.Path(file_okay=False),
-              help="Experiment directory (default: runs/NAME; report: reports/NAME or OUT/report).")
-@click.option("--plan", is_flag=True, help="Write every stage's config and print its command; run nothing.")
-@click.option("--rerun", multiple=True, metavar="STAGE",
-              help="Rerun the finished stages matching this pattern (e.g. 'train-*', 'eval-*' or "
-                   "all) whose settings changed, replacing their outputs.")
-@click.option("--executor", type=click.Choice(["local", "slurm", "submitit-local"]), default="local",
-              show_default=True, help="local: a process pool here; slurm: one SLURM job per stage "
-              "through submitit; submitit-local: submitit's local executor.")
-@cs.json_option
-def run_cmd(spec, out, plan, rerun, executor, as_json):
-    """Run an experiment grid: generate, train, eval, probe, serve-bench, report.
-
-    SPEC: a TOML file or a packaged experiment (quickstart, table3, table3-lr, table3-x2, table3-x4,
-    table3-x4b, budgets, matched, fixed-depths, text-quickstart, text-table3, text-table3-deep,
-    text-table3-deep-lr, smoke, paper-200m, paper-1b, paper-1b-text); without SPEC, the quickstart.
-    Finished stages are skipped on a rerun, an interrupted one continues, a changed one needs --rerun.
-
-    \b
-    Examples:
-      depthbench run
-      depthbench run paper-200m --plan
-      depthbench run my_grid.toml --out /scratch/grid --executor slurm
-    """
-    from pathlib import Path
-
-    from depthbench.pipeline import Pipeline, load_spec
-
-    s = load_spec(spec)
-    pipe = Pipeline(s, Path(out) if out else Path("runs") / s.name, log=click.echo,
-                    report_dir=Path(out) / "report" if out else None,
-                    rerun=rerun, executor=executor)
-    summary = pipe.run(plan=plan)
-    if not plan:
-        click.echo(f"report: {summary['report']}/index.html ({summary['seconds']:.0f}s)")
-    if as_json:
-        emit_json(summary)
-
-
-@main.command("report")
-@click.argument("results", nargs=-1, type=click.Path())
-@click.option("--out", type=click.Path(file_okay=False), help="Report directory, e.g. reports/NAME.")
-@click.option("--title", show_default=default_of(ReportConfig, "title"))
-@click.option("--reference", help="Schedule the others are compared with on paired seeds "
-              "(default: the first uniform schedule).")
-@cs.config_option
-@cs.json_option
-def report_cmd(config_file, as_json, **given):
-    """Draw figures and tables from result rows into a self-contained report.
-
-    \b
-    Examples:
-      depthbench report runs/quickstart/results --out reports/quickstart
-      depthbench report runs/a/eval/step_0000800.jsonl runs/b/eval --out reports/ab
-    """
-    from depthbench.report import run_report
-
-    cfg = build_config(ReportConfig, config_file, given)
-    files = run_report(cfg)
-    click.echo(f"wrote {len(files)} files to {cfg.out}")
-    if as_json:
-        emit_json({"out": str(cfg.out), "files": [str(f) for f in files]})
-
-
-for _cmd in (serve_bench_cmd, serve_sim_cmd, lm_eval_cmd, prepare_text_cmd, scale_report_cmd):
+for _cmd in (run_cmd, report_cmd, serve_bench_cmd, serve_sim_cmd, lm_eval_cmd, prepare_text_cmd,
+             scale_report_cmd):
     main.add_command(_cmd)

@@ -135,13 +135,6 @@ class Dataset:
         other true values of its person and could be completed without reading the name."""
         return np.full((order.shape[0], 1), 1 + self.name_tokens), order[:, :1]
 
-    def token_types(self, order: np.ndarray) -> np.ndarray:
-        """(N, seq_len - 1) the ``metrics.TOKEN_TYPES`` index of the token each position of rows
-        with orders (N, A) predicts (slot 0: the asked fact)."""
-        from depthbench.evaluate.metrics import token_types
-        return token_types(self.name_tokens, self.key_positions(order), self.value_tokens[order],
-                           self.seq_len)
-
     @property
     def tiers(self) -> tuple[int, ...]:
         """Each exposure tier's exposure (times its people's orders are written), in tier

@@ -29,8 +29,10 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from depthbench.rows import TOKEN_TYPES
+
+__all__ = ["TOKEN_TYPES", "EvalSums", "FactIndex", "fact_bits", "token_types"]
 LN2 = math.log(2.0)
-TOKEN_TYPES = ("name", "asked_key", "asked_value", "later_keys", "later_values", "end")
 
 
 def token_types(name_tokens: int, key_pos: np.ndarray, value_len: np.ndarray,

@@ -17,7 +17,7 @@ from depthbench.checkpoint import open_run, run_dir_of
 from depthbench.config import EVAL_SPLITS, EvalConfig
 from depthbench.data.synthetic import Dataset
 from depthbench.errors import UserError
-from depthbench.evaluate.metrics import EvalSums, FactIndex
+from depthbench.evaluate.metrics import EvalSums, FactIndex, token_types
 from depthbench.evaluate.reference import NameBlind, PersonAgnostic, StructureBlind
 from depthbench.fsio import atomic_write_many, refuse_over_inputs
 from depthbench.rows import items_base, row_files, row_paths, tag_rows
@@ -34,8 +34,14 @@ def _batches(ds: Dataset, split: str, batch_size: int, rt: Runtime | None, max_r
         tokens = torch.as_tensor(np.asarray(s.tokens[a:b], dtype=np.int64), device=device)
         order = np.asarray(s.order[a:b], dtype=np.int64)
         facts = FactIndex(*ds.asked(order), ds.value_tokens, device=device,
-                          types=ds.token_types(order), tier=ds.tier_of(s.person[a:b]))
+                          types=row_token_types(ds, order), tier=ds.tier_of(s.person[a:b]))
         yield tokens[:, :-1], tokens[:, 1:], facts
+
+
+def row_token_types(ds: Dataset, order: np.ndarray) -> np.ndarray:
+    """(N, seq_len - 1) the ``metrics.TOKEN_TYPES`` index of the token each position of rows
+    with orders (N, A) predicts (slot 0: the asked fact)."""
+    return token_types(ds.name_tokens, ds.key_positions(order), ds.value_tokens[order], ds.seq_len)
 
 
 def _reduce(sums: dict[int, EvalSums], rt: Runtime | None) -> dict[int, EvalSums]:

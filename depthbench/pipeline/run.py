@@ -67,12 +67,11 @@ class Pipeline:
     def __init__(self, spec: ExperimentSpec, out: Path, log=print, rerun=(), executor="local",
                  report_dir: Path | None = None):
         """``report_dir``: where the report goes when the spec does not say (report.out);
-        default reports/NAME."""
+        default OUT/report, so that a run never writes over a committed report."""
         self.spec, self.out, self.log = spec, Path(out), log
         self.rerun, self.executor = tuple(rerun), executor
         self.data, self.results = self.out / "data", self.out / "results"
-        self.report_dir = Path(spec.report.out or report_dir
-                               or Path("reports") / (spec.report.name or spec.name))
+        self.report_dir = Path(spec.report.out or report_dir or self.out / "report")
         self.stages_dir, self.plan_dir = self.out / "stages", self.out / "plan"
         self.keys: dict[str, str] = {}  # stage id -> hash of its config and inputs
         self.started: dict[str, float] = {}  # stage id -> when this process started it

@@ -328,8 +328,29 @@ def _section(cls, sec: str, body, path: Path):
         raise SpecError(f"{path}: {sec}.{e}") from None
 
 
-def load_spec(spec: str | Path | None) -> ExperimentSpec:
-    """TOML -> a validated ExperimentSpec (a spec file, or a packaged experiment's name)."""
+def apply_overrides(raw: dict, overrides: dict, path: Path) -> dict:
+    """``SECTION.KEY[.SUBKEY]=value`` overrides (``run --set``) laid over a spec's TOML, so any
+    knob of a packaged grid can be changed without copying it out of the package: e.g.
+    ``train.seeds=[0,1]``, ``train.steps=200``, ``train.set.d_model=64``, ``name=mine``."""
+    for key, value in overrides.items():
+        parts = key.split(".")
+        if parts[0] not in SECTIONS and key != "name":
+            raise SpecError(f"--set {key}: the first part must be a section "
+                            f"({', '.join(SECTIONS)}) or name, e.g. --set train.steps=200")
+        node = raw
+        for i, p in enumerate(parts[:-1]):
+            nxt = node.setdefault(p, {})
+            if not isinstance(nxt, dict):
+                raise SpecError(f"--set {key}: {'.'.join(parts[:i + 1])} in {path} is a value, "
+                                "not a table")
+            node = nxt
+        node[parts[-1]] = value
+    return raw
+
+
+def load_spec(spec: str | Path | None, overrides: dict | None = None) -> ExperimentSpec:
+    """TOML -> a validated ExperimentSpec (a spec file, or a packaged experiment's name), with
+    ``overrides`` (``apply_overrides``) laid over it before it is checked."""
     path = spec_path(spec)
     try:
         raw = tomllib.loads(path.read_text())
@@ -341,6 +362,7 @@ def load_spec(spec: str | Path | None) -> ExperimentSpec:
         raise SpecError(f"experiment spec {path} is a directory; give a TOML file") from None
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
         raise SpecError(f"experiment spec {path} is not valid TOML: {e}") from None
+    raw = apply_overrides(raw, overrides or {}, path)
     name = raw.pop("name", path.stem)
     if not _plain_name(name):
         raise SpecError(f"{path}: name must be letters, digits, '-' and '_' (100 at most)")

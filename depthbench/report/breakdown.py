@@ -10,8 +10,8 @@ import re as regex
 import numpy as np
 import pandas as pd
 
-from depthbench.evaluate.metrics import TOKEN_TYPES
 from depthbench.report.load import _fmt
+from depthbench.rows import TOKEN_TYPES
 from depthbench.stats import t_interval
 
 _TIER = regex.compile(r"^exact_match@x(\d+)$")

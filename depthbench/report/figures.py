@@ -84,6 +84,14 @@ def _floor_line(ax, re: pd.DataFrame, col: str) -> None:
                    label=f"structural shortcut, name-blind ({c:.2g})")
 
 
+def _shortcut_words(re: pd.DataFrame) -> str:
+    """The caption's words for the structural shortcut's line, where the rows carry it."""
+    if _floor(re, "structure_blind_bits_per_person") is None:
+        return ""
+    return ("red dots: the structural shortcut (no name, but which attributes open each "
+            "record's training orders); ")
+
+
 def _control_line(ax, ctrl: pd.DataFrame | None, col: str) -> None:
     """The unseen-people control beside a reading: mean over every run at each depth."""
     if ctrl is not None and not ctrl.empty:
@@ -105,8 +113,7 @@ def _fig_bits(figs, re: pd.DataFrame, color: dict, ctrl: pd.DataFrame | None = N
               "(eval_reordered, final checkpoints). Lines: mean over seeds; bands: 95% confidence "
               "intervals over seeds (t-interval); dashed black: the task ceiling; dotted: the "
               "floor (every value's training frequency, no person); dash-dot: the name-blind "
-              "record completer (every training record, no name); red dots: the structural shortcut "
-              "(no name, but which attributes open each record's training orders); dashed grey: the same models "
+              "record completer (every training record, no name); " + _shortcut_words(re) + "dashed grey: the same models "
               "on unseen people, the metric's bias.")
 
 
@@ -121,8 +128,8 @@ def _fig_exact(figs, re: pd.DataFrame, color: dict, ctrl: pd.DataFrame | None = 
     ax.legend(fontsize=8)
     figs.save(fig, "exact_match_vs_depth.png", "Exact-match recall (greedy decoding of every "
               "value token) at every serving depth, eval_reordered, final checkpoints; mean over "
-              "seeds with 95% confidence intervals (t-interval); dotted, dash-dot and red dots: the "
-              "floor's, the name-blind completer's and the structural shortcut's greedy answers; "
+              "seeds with 95% confidence intervals (t-interval); dotted and dash-dot: the floor's "
+              "and the name-blind completer's greedy answers; " + _shortcut_words(re) +
               "dashed grey: unseen people.")
 
 

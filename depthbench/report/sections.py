@@ -97,15 +97,7 @@ def _eval_sections(figs, ev: pd.DataFrame, color: dict, reference: str | None,
     _fig_nll_flops(figs, by_length if axis == "length" else re, color)
     tables += breakdown_section(figs, re, ref, color)
     tables[:0] = _summary_tables(re, ref, curves)
-    brackets = _brackets(fin)
-    if brackets is not None:
-        tables.insert(0, ("Brackets: the person-agnostic floor (training value frequencies, no "
-                          "name, no model), the name-blind record completer (every training "
-                          "record, no name), the structural shortcut (no name, but which "
-                          "attributes open each record's training orders, and the split's share "
-                          "of each kind: the strongest shortcut that does not read the name), "
-                          "the task ceiling, and the task's size (trained people x ceiling bits "
-                          "per model parameter)", brackets))
+    tables[:0] = _brackets_table(fin)
     if "n_grad_loops" in fin.columns and (fin["n_grad_loops"].fillna(0) > 0).any():
         trunc = fin[fin["n_grad_loops"].fillna(0) > 0].groupby("schedule")["n_grad_loops"].first()
         notes.append("Truncated backprop: " + "; ".join(
@@ -117,6 +109,22 @@ def _eval_sections(figs, ev: pd.DataFrame, color: dict, reference: str | None,
         tables.append(control)
     spread_section(fin, tables, notes)
     return Sections(tables, notes, files)
+
+
+def _brackets_table(fin: pd.DataFrame) -> list:
+    """The brackets' titled table (none for rows that predate them)."""
+    brackets = _brackets(fin)
+    if brackets is None:
+        return []
+    col = "structure_blind_bits_per_person"
+    shortcut = ("the structural shortcut (no name, but which attributes open each record's "
+                "training orders, and the split's share of each kind: the strongest shortcut "
+                "that does not read the name), " if col in fin.columns and fin[col].notna().any()
+                else "")
+    return [("Brackets: the person-agnostic floor (training value frequencies, no name, no "
+             "model), the name-blind record completer (every training record, no name), "
+             f"{shortcut}the task ceiling, and the task's size (trained people x ceiling bits "
+             "per model parameter)", brackets)]
 
 
 def _nll_section(re: pd.DataFrame, reference: str | None, tables: list,

@@ -33,6 +33,12 @@ LOWER_ORACLES = ("floor_bits_per_person", "name_blind_bits_per_person",
 MAX_SHARE = 0.90         # no seed-mean reading above this share of the ceiling
 
 
+def _oracle_words(fin: pd.DataFrame) -> str:
+    words = {"floor_bits_per_person": "floor", "name_blind_bits_per_person": "name-blind completer",
+             "structure_blind_bits_per_person": "structural shortcut"}
+    return ", ".join(w for c, w in words.items() if c in fin.columns and fin[c].notna().any())
+
+
 def judged_depths(schedule: str, depths) -> list[int]:
     """Where the criteria look: depth K for ``fixed:K``, else 4-16 (those the rows hold)."""
     if schedule.startswith("fixed:"):
@@ -115,6 +121,6 @@ def spread_section(fin: pd.DataFrame, tables: list, notes: list) -> None:
         tables.append(("Seed spread against the calibration's criteria (docs/calibration.md): "
                        "worst seed's depth-averaged exact match over the median's "
                        f"(>= {WORST_OF_MEDIAN:g}), largest seed SD at a judged depth "
-                       f"(<= {MAX_SD:.0%}), lowest judged seed-mean above the lower oracles (floor, "
-                       f"name-blind completer, structural shortcut; >= {ABOVE_BRACKETS:.0%}), best seed-mean (<= {MAX_SHARE:.0%})",
+                       f"(<= {MAX_SD:.0%}), lowest judged seed-mean above the lower oracles the rows "
+                       f"carry ({_oracle_words(fin)}; >= {ABOVE_BRACKETS:.0%}), best seed-mean (<= {MAX_SHARE:.0%})",
                        spread))

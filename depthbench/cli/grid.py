@@ -1,0 +1,97 @@
+"""The grid commands: ``depthbench run`` (a spec's whole grid, resumable) and ``depthbench
+report`` (figures and tables from result rows)."""
+
+from __future__ import annotations
+
+import click
+
+from depthbench.cli import support as cs
+from depthbench.cli.support import build_config, default_of, emit_json, fail
+from depthbench.config import ReportConfig
+
+
+def _spec_sets(pairs: tuple[str, ...], seeds: str | None) -> dict:
+    """``--set SECTION.KEY=VALUE`` pairs (values as JSON where they parse) and ``--seeds``."""
+    out = cs.parse_sets(pairs)
+    if seeds is not None:
+        try:
+            out["train.seeds"] = [int(x) for x in seeds.split(",") if x.strip()]
+        except ValueError:
+            fail(f"--seeds {seeds!r}: give seeds as integers separated by commas, e.g. 0,1,2")
+        if not out["train.seeds"]:
+            fail("--seeds is empty; give at least one seed, e.g. --seeds 0")
+    return out
+
+
+@click.command("run")
+@click.argument("spec", required=False)
+@click.option("--out", type=click.Path(file_okay=False),
+              help="Experiment directory (default: runs/NAME); the report goes to OUT/report.")
+@click.option("--set", "sets", multiple=True, metavar="SECTION.KEY=VALUE",
+              help="Change one knob of the spec, e.g. train.steps=200, train.set.d_model=32, "
+                   "eval.depths=1-8 (repeatable; values as JSON where they parse).")
+@click.option("--seeds", help="The seeds to train, e.g. 0,1 (the same as --set train.seeds=[0,1]).")
+@click.option("--plan", is_flag=True, help="Write every stage's config and print its command; run nothing.")
+@click.option("--rerun", multiple=True, metavar="STAGE",
+              help="Rerun the finished stages matching this pattern (e.g. 'train-*', 'eval-*' or "
+                   "all) whose settings changed, replacing their outputs.")
+@click.option("--executor", type=click.Choice(["local", "slurm", "submitit-local"]), default="local",
+              show_default=True, help="local: a process pool here; slurm: one SLURM job per stage "
+              "through submitit; submitit-local: submitit's local executor.")
+@cs.json_option
+def run_cmd(spec, out, sets, seeds, plan, rerun, executor, as_json):
+    """Run an experiment grid: generate, train, eval, probe, serve-bench, report.
+
+    SPEC: a TOML file or a packaged experiment (smoke, quickstart, table3, table3-lr, table3-x2,
+    table3-x4, table3-x4b, budgets, matched, fixed-depths, text-quickstart, text-table3,
+    text-table3-deep, text-table3-deep-lr, paper-200m, paper-1b, paper-1b-text); without SPEC,
+    the quickstart. Everything, the report included, goes under OUT (runs/NAME): a committed
+    report under reports/ is replaced only by copying one there on purpose. Finished stages are
+    skipped on a rerun, an interrupted one continues, a changed one needs --rerun.
+
+    \b
+    Examples:
+      depthbench run smoke
+      depthbench run
+      depthbench run table3 --seeds 0,1 --set train.steps=300 --out runs/table3-short
+      depthbench run paper-200m --plan
+      depthbench run my_grid.toml --out /scratch/grid --executor slurm
+    """
+    from pathlib import Path
+
+    from depthbench.pipeline import Pipeline, load_spec
+
+    s = load_spec(spec, _spec_sets(sets, seeds))
+    out = Path(out) if out else Path("runs") / s.name
+    pipe = Pipeline(s, out, log=click.echo, report_dir=out / "report", rerun=rerun,
+                    executor=executor)
+    summary = pipe.run(plan=plan)
+    if not plan:
+        click.echo(f"report: {summary['report']}/index.html ({summary['seconds']:.0f}s)")
+    if as_json:
+        emit_json(summary)
+
+
+@click.command("report")
+@click.argument("results", nargs=-1, type=click.Path())
+@click.option("--out", type=click.Path(file_okay=False), help="Report directory, e.g. reports/NAME.")
+@click.option("--title", show_default=default_of(ReportConfig, "title"))
+@click.option("--reference", help="Schedule the others are compared with on paired seeds "
+              "(default: the first uniform schedule).")
+@cs.config_option
+@cs.json_option
+def report_cmd(config_file, as_json, **given):
+    """Draw figures and tables from result rows into a self-contained report.
+
+    \b
+    Examples:
+      depthbench report runs/quickstart/report/rows --out reports/mine
+      depthbench report runs/a/eval/step_0000800.jsonl runs/b/eval --out reports/ab
+    """
+    from depthbench.report import run_report
+
+    cfg = build_config(ReportConfig, config_file, given)
+    files = run_report(cfg)
+    click.echo(f"wrote {len(files)} files to {cfg.out}")
+    if as_json:
+        emit_json({"out": str(cfg.out), "files": [str(f) for f in files]})
