@@ -281,7 +281,7 @@ FLOORS = [
     ("depthbench.model", "depthbench.flops", "depthbench.data", "depthbench.report",
      "depthbench.models.protocol", "depthbench.models.layers"),
     ("depthbench.checkpoint", "depthbench.evaluate.metrics", "depthbench.evaluate.reference",
-     "depthbench.models"),
+     "depthbench.models", "depthbench.export"),
     ("depthbench.serving",),
     ("depthbench.evaluate",),
     ("depthbench.train",),
@@ -325,6 +325,7 @@ def test_the_cli_imports_only_actions_and_configs():
                "depthbench.config", "depthbench.data.corpus.prepare_text",
                "depthbench.errors.UserError",
                "depthbench.train.job.run_train", "depthbench.train.job.arch_keys",
+               "depthbench.export.export_run",
                "depthbench.evaluate.sweep.run_eval",
                "depthbench.train.probe.run_probe", "depthbench.serving.bench.run_bench",
                "depthbench.serving.sim.run_sim",
@@ -334,7 +335,7 @@ def test_the_cli_imports_only_actions_and_configs():
                "depthbench.evaluate.harness.TASKS_DIR", "depthbench.evaluate.harness.run_depths",
                "depthbench.evaluate.harness.check_inputs",
                "depthbench.data.generate.generate", "data_gen.resolve_config"}
-    for f in ("cli/main.py", "cli/serve.py", "cli/text.py"):
+    for f in ("cli/main.py", "cli/grid.py", "cli/serve.py", "cli/text.py"):
         used = {i for i in _imports(PKG / f, False) if i.startswith(("depthbench.", "data_gen"))}
         modules = {i for i in used if any(a.startswith(i + ".") for a in used)}
         extra = {i for i in used - modules if i not in allowed

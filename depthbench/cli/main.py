@@ -147,6 +147,30 @@ def flops(run, preset, schedule, steps, seed, as_json):
         emit_json({k: v for k, v in s.items() if k != "uniform"})
 
 
+@main.command()
+@click.argument("run", type=click.Path())
+@click.option("--out", required=True, type=click.Path(file_okay=False),
+              help="Folder to write (config.json, model.safetensors, vocabulary, README.md).")
+@click.option("--step", type=click.IntRange(0, 10**9), help="Checkpoint step (default: the latest).")
+@cs.json_option
+def export(run, out, step, as_json):
+    """Export a run's checkpoint as safetensors weights with a config.json that documents the
+    architecture; load_model('depthbench:DIR') reads it back to the same logits.
+
+    \b
+    Examples:
+      depthbench export runs/u --out exports/u
+      depthbench eval --model depthbench:exports/u --data data/text --out results/u
+    """
+    from depthbench.export import export_run
+    cfg = export_run(run, out, step)
+    o = cfg["origin"]
+    click.echo(f"exported {o['run']} (step {o['step']}, {o['schedule']}) to {out}: "
+               f"{cfg['architecture']['parameters']['total']:,} parameters")
+    if as_json:
+        emit_json({"out": str(out), **cfg})
+
+
 @main.command("eval")
 @click.argument("run", required=False, type=click.Path())
 @click.option("--model", metavar="SPEC", help="Instead of RUN: ouro:DIR, huginn:DIR or hf:DIR (text --data).")

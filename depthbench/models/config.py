@@ -9,8 +9,9 @@ from pathlib import Path
 
 from depthbench.errors import UserError
 
-KINDS = ("ouro", "huginn", "hf", "run")
-MODEL_SPEC_HELP = "ouro:DIR, huginn:DIR, hf:DIR or a depthbench run (run:DIR)"
+KINDS = ("ouro", "huginn", "hf", "depthbench", "run")
+MODEL_SPEC_HELP = ("ouro:DIR, huginn:DIR, hf:DIR, a depthbench export (depthbench:DIR) or a "
+                   "depthbench run (run:DIR)")
 
 
 class ModelSpecError(UserError, ValueError):
@@ -89,15 +90,16 @@ def load_strict(model, weights: dict, d: Path, optional=()) -> None:
     the port fills itself where the file leaves them out, e.g. a tied head)."""
     import torch
     want = model.state_dict()
+    kind = getattr(model, "kind", "depthbench")
     missing = set(want) - set(weights) - set(optional)
     unexpected = set(weights) - set(want)
     if missing:
         raise ModelSpecError(f"{d}: the checkpoint lacks {len(missing)} tensor(s) the "
-                             f"{model.kind} model has: {_few(missing)}; is it a {model.kind} "
+                             f"{kind} model has: {_few(missing)}; is it a {kind} "
                              "checkpoint of this config?")
     if unexpected:
         raise ModelSpecError(f"{d}: the checkpoint holds {len(unexpected)} tensor(s) the "
-                             f"{model.kind} model does not have: {_few(unexpected)}; its "
+                             f"{kind} model does not have: {_few(unexpected)}; its "
                              "config.json does not describe these weights")
     check_finite(weights.items(), d)
     for k, t in weights.items():

@@ -3,6 +3,7 @@
     ouro:DIR      an Ouro checkpoint directory (config.json, *.safetensors[, tokenizer.json])
     huginn:DIR    a Huginn (huginn_raven) checkpoint directory
     hf:DIR        a transformers-native looped class (DoryForCausalLM), needs depthbench[hf]
+    depthbench:DIR  a depthbench export (``depthbench export RUN --out DIR``)
     RUN           a depthbench run directory or checkpoint file (``run:RUN`` says so explicitly)
 
 A checkpoint directory is read strictly: every parameter the port has must be in the files and
@@ -38,6 +39,9 @@ def load_model(spec: str, device="cpu", dtype=None, step: int | None = None):
     if kind == "hf":
         from depthbench.models.hf import load_hf
         model = load_hf(path)
+    elif kind == "depthbench":
+        from depthbench.export import load_export
+        model = load_export(path)
     else:
         from depthbench.models.config import build
         model = build(kind, read_config(path), path)
@@ -53,7 +57,7 @@ def load_shape(spec: str):
     real shape without loading it)."""
     import torch
     kind, path = parse_spec(spec)
-    if kind == "run":
+    if kind in ("run", "depthbench"):
         return load_model(spec).shape
     with torch.device("meta"):
         if kind == "hf":
