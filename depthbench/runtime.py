@@ -125,3 +125,13 @@ def hold_freed_memory() -> bool:
 def shard_range(n: int, rank: int, world: int) -> tuple[int, int]:
     """Contiguous [lo, hi) of n rows for this rank (sizes differ by at most one)."""
     return n * rank // world, n * (rank + 1) // world
+
+
+def progress_bar(total: int, desc: str, unit: str = "it"):
+    """A tqdm bar on stderr, off where stderr is not a terminal (a log file, nohup, Slurm), as
+    lm-eval and vLLM show theirs."""
+    import sys
+
+    from tqdm import tqdm
+    return tqdm(total=total, desc=desc, unit=unit, disable=not sys.stderr.isatty(),
+                dynamic_ncols=True, leave=False)

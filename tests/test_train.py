@@ -384,3 +384,16 @@ def test_compiled_training_matches_eager_within_tolerance(data, tmp_path, monkey
     assert losses(tmp_path / "c2") == c
     state = ckpt.load(ckpt.latest(tmp_path / "c"))["model"]
     assert not any("_orig_mod" in k for k in state)
+
+
+def test_a_run_without_a_live_bar_logs_a_step_line_every_log_every(small_data, tmp_path):
+    """Under nohup, Slurm or the grid (no terminal), training says where it is: one line per
+    logged step with the share done, loss, depth, LR, throughput, elapsed and ETA."""
+    lines = []
+    train(small_data, tmp_path / "r", ModelConfig(d_model=16, n_heads=2),
+          TrainConfig(steps=12, batch_size=4, warmup_steps=1, ckpt_every=0, log_every=4, seed=0),
+          "uniform:1-3", progress=False, log=lines.append)
+    steps = [ln for ln in lines if ln.startswith("step ")]
+    assert [ln.split(" (")[0] for ln in steps] == ["step 4/12", "step 8/12", "step 12/12"]
+    assert all("| loss " in ln and "| eta " in ln and "tok/s" in ln for ln in steps)
+    assert steps[-1].split("| eta ")[1] == "0m00s"

@@ -114,10 +114,7 @@ def emit_json(obj: dict) -> None:
     click.echo(json.dumps(obj, sort_keys=True, default=str))
 
 
-def progress_bar(total: int, desc: str, unit: str = "it"):
-    from tqdm import tqdm
-    return tqdm(total=total, desc=desc, unit=unit, disable=not sys.stderr.isatty(),
-                dynamic_ncols=True, leave=False)
+from depthbench.runtime import progress_bar  # noqa: E402,F401  (the commands' bars)
 
 
 def parse_sets(pairs: tuple[str, ...]) -> dict:

@@ -21,7 +21,7 @@ from depthbench.evaluate.metrics import EvalSums, FactIndex, token_types
 from depthbench.evaluate.reference import NameBlind, PersonAgnostic, StructureBlind
 from depthbench.fsio import atomic_write_many, refuse_over_inputs
 from depthbench.rows import items_base, row_files, row_paths, tag_rows
-from depthbench.runtime import Runtime, shard_range
+from depthbench.runtime import Runtime, progress_bar, shard_range
 
 
 def _batches(ds: Dataset, split: str, batch_size: int, rt: Runtime | None, max_rows: int | None):
@@ -59,10 +59,13 @@ def sweep(model, ds: Dataset, split: str, depths: list[int], rt: Runtime | None 
     model.eval()
     sums = {k: EvalSums(ds.n_values, ds.rows_per_person, ds.tiers) for k in depths}
     ac = rt.autocast() if rt else torch.autocast("cpu", enabled=False)
-    for x, y, facts in _batches(ds, split, batch_size, rt, max_rows):
-        with ac:
-            for k, logits in model.readouts(x, depths):
-                sums[k].add(logits, y, facts)
+    n = len(ds.split(split)) if not max_rows else min(len(ds.split(split)), max_rows)
+    with progress_bar(n, f"eval {split}", "rows") as bar:
+        for x, y, facts in _batches(ds, split, batch_size, rt, max_rows):
+            with ac:
+                for k, logits in model.readouts(x, depths):
+                    sums[k].add(logits, y, facts)
+            bar.update(len(x))
     return _reduce(sums, rt)
 
 

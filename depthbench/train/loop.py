@@ -30,7 +30,7 @@ from depthbench.model import LoopedTransformer
 from depthbench.models.build import build_model
 from depthbench.runtime import Runtime, compiles, setup, teardown
 from depthbench.schedules import Schedule, parse_schedule
-from depthbench.train.metrics import _append, _read_metrics, _write_metrics
+from depthbench.train.metrics import _append, _read_metrics, _write_metrics, step_line
 from depthbench.version import __version__
 
 
@@ -413,6 +413,8 @@ def _train(data: Path, out: Path, model_cfg: ModelConfig, train_cfg: TrainConfig
                             "tokens": st.tokens, "flops": st.flops, "wall_clock": st.wall,
                             "cpu_clock": st.cpu})
             _append(metrics_path, st.rows[-1], rt)
+            if bar is None or bar.disable:   # no live bar (a log file, nohup, Slurm): a line
+                say(step_line(st, train_cfg.steps, K, loss_value, lr))
         if bar is not None:
             bar.update(1)
             bar.set_postfix(loss=f"{loss_value:.3f}", K=K)

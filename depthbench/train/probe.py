@@ -21,7 +21,7 @@ from depthbench.evaluate.sweep import sweep
 from depthbench.evaluate.text import text_sweep
 from depthbench.fsio import refuse_over_inputs
 from depthbench.rows import row_paths, tag_rows, write_rows
-from depthbench.runtime import setup, teardown
+from depthbench.runtime import progress_bar, setup, teardown
 from depthbench.schedules import parse_depths, parse_schedule
 from depthbench.stats import t_interval
 from depthbench.train.loop import lr_at, make_optimizer, train_step
@@ -44,6 +44,7 @@ def nll_differences(model, ck: dict, ds, cfg: ProbeConfig, rt) -> dict[int, list
     lr = cfg.lr or probe_lr(ck, tcfg)
     depths = parse_depths(cfg.depths)
     diffs: dict[int, list[float]] = {k: [] for k in depths}
+    bar = progress_bar(cfg.batches, "probe", "batches")
     for b in range(cfg.batches):
         tok = torch.as_tensor(batches.batch(b), device=rt.device)
         nll = {}
@@ -65,6 +66,8 @@ def nll_differences(model, ck: dict, ds, cfg: ProbeConfig, rt) -> dict[int, list
                 nll[depth] = {k: s.result(ds.attributes)["nll"] for k, s in res.items()}
         for k in depths:
             diffs[k].append(nll[cfg.depth_a][k] - nll[cfg.depth_b][k])
+        bar.update(1)
+    bar.close()
     return diffs
 
 
