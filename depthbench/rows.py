@@ -55,7 +55,7 @@ RESERVED_COLUMNS = frozenset("""
     cloze_overlap_rule cloze_unigram_rule cloze_bigram_rule cloze_idf_overlap_rule
     cloze_word_unigram_rule cloze_tfidf_rule cloze_trigram_rule cloze_trigram_pmi_rule
     stage command started finished stage_s workers peak_rss_mb
-    admit_min min_coda_batch coda_wait pool prefill_chunk
+    admit_min min_coda_batch coda_wait pool prefill_chunk stop_at_eos
     item context choices label
     depthbench_version git_commit torch_version accelerator cpu_model threads
 """.split())

@@ -466,3 +466,25 @@ def test_a_prompt_longer_than_an_unsplittable_prefill_chunk_exits_2(tmp_path):
     assert r.exit_code == 2 and "--prefill-chunk 4" in r.output, r.output
     assert "Traceback" not in r.output and "--prefill-chunk" not in r.output.splitlines()[0]
     assert not list(tmp_path.iterdir())
+
+
+def test_every_mode_generates_the_same_tokens_on_a_dataset_workload_by_default(trained_run,
+                                                                               tmp_path):
+    """EOS is ignored by default (vLLM's --ignore-eos): every mode serves the same work, so
+    their tokens/s compare like with like; --stop-at-eos restores stopping, and the rows say
+    which ran. Without --out the command says it kept no rows."""
+    import pandas as pd
+    from click.testing import CliRunner
+
+    from depthbench.cli.main import main
+    base = ["serve-bench", str(trained_run), "--modes", "static,no_refill,cdb", "--exit",
+            "latent:0.3", "--width", "4", "--requests", "12", "--max-depth", "4"]
+    r = CliRunner().invoke(main, [*base, "--out", str(tmp_path / "s")])
+    assert r.exit_code == 0, r.output
+    rows = pd.read_csv(tmp_path / "s.csv")
+    assert rows["output_tokens"].nunique() == 1 and not rows["stop_at_eos"].any()
+    r = CliRunner().invoke(main, [*base, "--stop-at-eos", "--out", str(tmp_path / "e")])
+    assert r.exit_code == 0, r.output
+    assert pd.read_csv(tmp_path / "e.csv")["stop_at_eos"].all()
+    r = CliRunner().invoke(main, base)
+    assert r.exit_code == 0 and "kept no rows" in r.output

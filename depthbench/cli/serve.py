@@ -117,6 +117,10 @@ def _show(res: dict) -> None:
 @click.option("--device", show_default=_d("device"), help="auto, cpu or cuda.")
 @click.option("--save-trace", type=click.Path(dir_okay=False),
               help="Write the cdb mode's exit depths as a replay trace.")
+@click.option("--stop-at-eos/--ignore-eos", default=None,
+              help="A dataset or text workload's requests stop at end-of-sequence, so modes whose "
+                   "exits change the tokens generate different counts (default: --ignore-eos, "
+                   "every mode the same tokens per request, as vLLM's benchmark).")
 @cs.config_option
 @cs.json_option
 def serve_bench_cmd(sets, modes, config_file, as_json, **given):
@@ -138,6 +142,8 @@ def serve_bench_cmd(sets, modes, config_file, as_json, **given):
         click.echo(f"adaptive modes produce identical tokens: {res['adaptive_modes_agree']}")
     if "jsonl" in res:
         click.echo(f"wrote {res['csv']}, {res['jsonl']} and {res['record']}")
+    else:
+        click.echo("kept no rows: give --out FILE_BASE to write them (.csv, .jsonl and a record)")
     if as_json:
         emit_json({"results": res["results"], "adaptive_modes_agree": res["adaptive_modes_agree"],
                    "baseline": res["baseline"], "out": given.get("out")})
@@ -182,6 +188,8 @@ def serve_sim_cmd(sets, modes, means, calibrate_widths, config_file, as_json, **
         for k in ("csv", "jsonl", "plot"):
             if k in res:
                 click.echo(f"wrote {res[k]}")
+        if "csv" not in res:
+            click.echo("kept no rows: give --out FILE_BASE to write them (.csv and .jsonl)")
     if as_json:
         emit_json({k: v for k, v in res.items() if k != "rows"})
 

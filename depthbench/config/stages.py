@@ -138,6 +138,8 @@ class ServeConfig(PlainConfig):
     device: str = "auto"
     out: str = ""                  # result file base ("": no file)
     save_trace: str = ""           # write the cdb mode's exit depths as a replay trace
+    stop_at_eos: bool = False      # dataset/text workloads stop at EOS (default: the same token
+                                   # count in every mode, EOS ignored)
     tags: dict = field(default_factory=dict)
 
     def __post_init__(self):

@@ -35,9 +35,11 @@ from depthbench.serving.scheduler import Request
 from depthbench.serving.sim import SimEngine
 
 
-def dataset_workload(ds, n: int, max_new_tokens: int, seed: int) -> list[Request]:
+def dataset_workload(ds, n: int, max_new_tokens: int, seed: int,
+                     stop_at_eos: bool = False) -> list[Request]:
     """Prompts ``<bos> NAME [key]`` (the held-out first attribute) from eval_reordered; the
-    model generates the value and goes on with further attributes."""
+    model generates the value and goes on with further attributes, each request the same
+    number of tokens in every mode unless ``stop_at_eos``."""
     s = ds.split("eval_reordered")
     rng = np.random.default_rng(seed)
     rows = rng.choice(len(s), size=n, replace=n > len(s))
@@ -49,20 +51,23 @@ def dataset_workload(ds, n: int, max_new_tokens: int, seed: int) -> list[Request
         L = int(ds.value_tokens[order[0, 0]])
         new = max_new_tokens or (len(tok) - k - 1)
         reqs.append(Request(i, tok[: k + 1].tolist(), new, target=tok[k + 1 : k + 1 + L].tolist(),
-                            stop_token=ds.vocab.eos))
+                            stop_token=ds.vocab.eos if stop_at_eos else None))
     return reqs
 
 
-def text_workload(ds, n: int, prompt_len: int, max_new_tokens: int, seed: int) -> list[Request]:
+def text_workload(ds, n: int, prompt_len: int, max_new_tokens: int, seed: int,
+                  stop_at_eos: bool = False) -> list[Request]:
     """A text run's prompts: ``prompt_len`` tokens of the validation split at seeded offsets;
-    each request generates ``max_new_tokens`` (32 if 0) or stops at end-of-text."""
+    each request generates ``max_new_tokens`` (32 if 0), or stops at end-of-text where
+    ``stop_at_eos``."""
     tokens = ds.tokens["validation"]
     if len(tokens) < prompt_len + 1:
         raise UserError(f"the text dataset's validation split has {len(tokens)} tokens, fewer "
                         f"than one prompt of --prompt-len {prompt_len}; lower --prompt-len")
     starts = np.random.default_rng([seed, 2]).integers(0, len(tokens) - prompt_len + 1, size=n)
     return [Request(i, np.asarray(tokens[a:a + prompt_len], dtype=np.int64).tolist(),
-                    max_new_tokens or 32, stop_token=ds.vocab.eos) for i, a in enumerate(starts)]
+                    max_new_tokens or 32, stop_token=ds.vocab.eos if stop_at_eos else None)
+            for i, a in enumerate(starts)]
 
 
 def _model_text_workload(model, cfg: ServeConfig) -> list[Request]:
@@ -73,7 +78,8 @@ def _model_text_workload(model, cfg: ServeConfig) -> list[Request]:
                         "random tokens (leave --data out)")
     ds = open_dataset(cfg.data)
     check_text_dataset(model, ds, cfg.model)
-    return text_workload(ds, cfg.requests, cfg.prompt_len, cfg.max_new_tokens, cfg.seed)
+    return text_workload(ds, cfg.requests, cfg.prompt_len, cfg.max_new_tokens, cfg.seed,
+                         cfg.stop_at_eos)
 
 
 def _model_and_workload(cfg: ServeConfig, rt, outs, replay):
@@ -206,8 +212,9 @@ def run_bench(cfg: ServeConfig, log=None) -> dict:
     if cfg.run:
         model, ck, _, ds = open_run(cfg.run, None, cfg.data or None, rt.device)
         refuse_over_inputs(outs, run_dir_of(cfg.run), ds.path, [cfg.run, replay])
-        requests = text_workload(ds, cfg.requests, cfg.prompt_len, cfg.max_new_tokens, cfg.seed) \
-            if ds.kind == "text" else dataset_workload(ds, cfg.requests, cfg.max_new_tokens, cfg.seed)
+        requests = text_workload(ds, cfg.requests, cfg.prompt_len, cfg.max_new_tokens, cfg.seed,
+                                 cfg.stop_at_eos) if ds.kind == "text" else \
+            dataset_workload(ds, cfg.requests, cfg.max_new_tokens, cfg.seed, cfg.stop_at_eos)
         seq_len, source = ds.seq_len - 1, str(ck["path"])
         run_dir = run_dir_of(cfg.run)
         keys = {"run": run_dir.name if run_dir else Path(cfg.run).stem,
@@ -222,7 +229,8 @@ def run_bench(cfg: ServeConfig, log=None) -> dict:
             f"{cfg.requests} requests, exit {cfg.exit}, kv {cfg.kv_policy}, width {cfg.width}")
     res = serve_bench(model, requests, cfg, seq_len, progress=log and (lambda m: log(f"  {m} done")))
     rows = tag_rows(result_rows(res, source=source, **keys, exit=cfg.exit, kv_policy=cfg.kv_policy,
-                                width=cfg.width, lookahead=cfg.lookahead, rate=cfg.rate), cfg.tags)
+                                width=cfg.width, lookahead=cfg.lookahead, rate=cfg.rate,
+                                stop_at_eos=cfg.stop_at_eos), cfg.tags)
     summary = {"rows": rows, "results": res["results"], "baseline": res["baseline"],
                "profile": res["profile"], "adaptive_modes_agree": res["adaptive_modes_agree"]}
     files = {}  # every output, written together
