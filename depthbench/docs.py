@@ -35,14 +35,22 @@ EXPERIMENTS = (
                "(the paper's Figure 4), the serving benchmark", "depthbench run"),
     Experiment("table3", "the paper's Table 3: uniform, fixed-first at two fixed phases, "
                "uniform matched to the shorter one's FLOPs", "depthbench run table3"),
-    Experiment("table3-lr", "Table 3's learning-rate sweep: each arm at several peak LRs on held-out "
-               "seeds; table3 runs each arm at its lowest mean serving NLL", "depthbench run table3-lr"),
+    Experiment("table3-lr", "Table 3's learning-rate sweep: each arm at four peak LRs on held-out "
+               "seeds; table3 runs each arm at its lowest mean serving NLL of the asked value",
+               "depthbench run table3-lr"),
+    Experiment("table3-finish", "the paper's Figure 2 rows: fixed-first at both fixed phases with "
+               "a Poisson-lognormal finish beside the uniform finish, at the Table 3 recipe",
+               "depthbench run table3-finish, then depthbench report reports/table3/rows "
+               "runs/table3-finish/report/rows --out reports/table3-finish"),
+    Experiment("table3-rowlr", "Table 3 at the LRs an earlier sweep chose on the whole row's NLL "
+               "(the 1x point of table3-lengths and the 1-thread side of table3-2threads)",
+               "depthbench run docs/specs/table3-rowlr.toml", in_readme=False),
     Experiment("table3-lengths", "Table 3 against training length (the paper's Figure 2 left): "
-               "table3's arms at 1x and 2x its steps on its tiered task, compared within each "
-               "length, and whether each arm's mean serving NLL has reached a plateau (4x has "
+               "table3's arms at 1x and 2x its steps on its tiered task (at table3-rowlr's LRs), "
+               "compared within each length, and whether each arm's mean serving NLL has reached a plateau (4x has "
                "its own report, table3-4x: three lengths in one report make Holm's family too "
                "large for 8 seeds to decide)",
-               "depthbench run table3-x2, then depthbench report reports/table3/rows "
+               "depthbench run table3-x2, then depthbench report reports/table3-rowlr/rows "
                "reports/table3-x2/rows --out reports/table3-lengths"),
     Experiment("table3-4x", "Table 3 at 4x its steps on its tiered task, 8 seeds from two "
                "specs (table3-x4: seeds 0-3, table3-x4b: seeds 4-7; each spec's own report is "
@@ -55,7 +63,7 @@ EXPERIMENTS = (
                "depthbench run budgets"),
     Experiment("budgets-2threads", "Figure 1's 15% budget at 2 CPU threads per run "
                "(arithmetic check)", "depthbench run docs/threads/budgets-2threads.toml"),
-    Experiment("table3-2threads", "Table 3's seeds at 2 CPU threads per run, on a CPU whose "
+    Experiment("table3-2threads", "Table3-rowlr's seeds at 2 CPU threads per run, on a CPU whose "
                "2-thread kernels round differently: do its verdicts depend on the thread count?",
                "depthbench run docs/threads/table3-2threads.toml"),
     Experiment("text-table3-2threads", "Table 3 on text, seed 0 at 2 CPU threads per run "

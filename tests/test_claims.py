@@ -214,7 +214,7 @@ def test_the_figures_read_the_same_at_2_threads(one_thread):
 
 
 def test_table3_at_2_threads_reaches_its_verdicts_but_the_smallest():
-    """table3's 8 seeds rerun with every run on 2 CPU threads (docs/threads/table3-2threads.toml,
+    """table3-rowlr's 8 seeds (table3 at the LRs its earlier sweep chose) rerun with every run on 2 CPU threads (docs/threads/table3-2threads.toml,
     on an AVX-512 CPU whose 2-thread kernels round differently from table3's 1-thread runs, so
     the readings drift apart over training): every mean-serving-NLL verdict and the two larger
     recall deficits (fixed-first 0.8 and matched uniform) are reached again; fixed-first 0.67's
@@ -223,7 +223,7 @@ def test_table3_at_2_threads_reaches_its_verdicts_but_the_smallest():
     arithmetic that a thread count changes."""
     from depthbench.report import load_rows, summarize
     one, two = (summarize(load_rows([ROOT / "reports" / n / "rows"]))
-                for n in ("table3", "table3-2threads"))
+                for n in ("table3-rowlr", "table3-2threads"))
     assert one["seeds"] == two["seeds"] == 8
     for key in ("comparisons", "nll"):
         a = {c["schedule"]: c for c in one[key]}

@@ -89,10 +89,10 @@ def _eval_sections(figs, ev: pd.DataFrame, color: dict, reference: str | None,
         d_nll = paired_differences(re, "nll", ref)
         if not d_bits.empty:
             _fig_paired(figs, d_bits, d_nll, ref, color)
-            tables.append((f"Paired difference to {ref}: bits per person (per seed, then mean and "
-                           "95% CI over seeds)", _paired_table(d_bits)))
-            tables.append((f"Paired difference to {ref}: exact match averaged over serving depths "
-                           "(per seed, then mean and 95% CI over seeds)", _paired_mean_em(re, ref)))
+            tables.append((f"Bits per person minus {ref}: per seed, then mean and 95% CI over "
+                           "seeds", _paired_table(d_bits)))
+            tables.append((f"Exact match minus {ref}: averaged over serving depths, per seed, then "
+                           "mean and 95% CI over seeds", _paired_mean_em(re, ref)))
     _fig_fixed(figs, re, color)
     _fig_nll_flops(figs, by_length if axis == "length" else re, color)
     tables += breakdown_section(figs, re, ref, color)
