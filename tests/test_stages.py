@@ -284,7 +284,7 @@ FLOORS = [
      "depthbench.models", "depthbench.export"),
     ("depthbench.serving",),
     ("depthbench.evaluate",),
-    ("depthbench.train",),
+    ("depthbench.train", "depthbench.trackers"),
     ("depthbench.pipeline",),
     ("depthbench.cli", "depthbench.docs", "depthbench.__main__"),
 ]
@@ -325,7 +325,7 @@ def test_the_cli_imports_only_actions_and_configs():
                "depthbench.config", "depthbench.data.corpus.prepare_text",
                "depthbench.errors.UserError",
                "depthbench.train.job.run_train", "depthbench.train.job.arch_keys",
-               "depthbench.export.export_run",
+               "depthbench.export.export_run", "depthbench.trackers.replay",
                "depthbench.evaluate.sweep.run_eval",
                "depthbench.train.probe.run_probe", "depthbench.serving.bench.run_bench",
                "depthbench.serving.sim.run_sim",

@@ -95,3 +95,32 @@ def report_cmd(config_file, as_json, **given):
     click.echo(f"wrote {len(files)} files to {cfg.out}")
     if as_json:
         emit_json({"out": str(cfg.out), "files": [str(f) for f in files]})
+
+
+@click.command("track")
+@click.argument("sources", nargs=-1, required=True, type=click.Path(exists=True))
+@click.option("--tracker", required=True, type=click.Choice(["tensorboard", "trackio", "wandb"]),
+              help="Where to log (installed separately: pip install tensorboard, trackio or wandb).")
+@click.option("--out", required=True, type=click.Path(file_okay=False),
+              help="The tracker's log directory (TensorBoard: --logdir; trackio and wandb: the "
+                   "project, named after it).")
+@cs.json_option
+def track_cmd(sources, tracker, out, as_json):
+    """Replay runs and result rows into an experiment tracker, offline: a run's training curve
+    (metrics.jsonl) and in-training evaluations against the step, and each run's depth sweep
+    (eval rows) against the serving depth. The files stay the truth; replay any time.
+
+    \b
+    Examples:
+      depthbench track runs/quickstart/runs/* --tracker tensorboard --out tb/quickstart
+      depthbench track runs/quickstart/results/eval --tracker tensorboard --out tb/quickstart
+      tensorboard --logdir tb/quickstart
+    """
+    from depthbench.trackers import replay
+    logged = {}
+    for s in sources:
+        logged.update(replay(s, tracker, out))
+    click.echo(f"logged {sum(logged.values())} points of {len(logged)} run(s) to {tracker} "
+               f"under {out}")
+    if as_json:
+        emit_json({"tracker": tracker, "out": str(out), "logged": logged})

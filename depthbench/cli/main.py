@@ -13,7 +13,7 @@ import click
 from depthbench.cli import support as cs
 from depthbench.cli.serve import lm_eval_cmd, serve_bench_cmd, serve_sim_cmd
 from depthbench.cli.support import build_config, default_of, emit_json, fail, parse_sets
-from depthbench.cli.grid import report_cmd, run_cmd
+from depthbench.cli.grid import report_cmd, run_cmd, track_cmd
 from depthbench.cli.text import echo_text_eval, prepare_text_cmd, scale_report_cmd
 from depthbench.config import EvalConfig, ProbeConfig
 
@@ -254,6 +254,6 @@ def probe_update_cmd(config_file, as_json, **given):
         emit_json({"csv": str(res["csv"]), "jsonl": str(res["jsonl"]), "rows": res["rows"]})
 
 
-for _cmd in (run_cmd, report_cmd, serve_bench_cmd, serve_sim_cmd, lm_eval_cmd, prepare_text_cmd,
+for _cmd in (run_cmd, report_cmd, track_cmd, serve_bench_cmd, serve_sim_cmd, lm_eval_cmd, prepare_text_cmd,
              scale_report_cmd):
     main.add_command(_cmd)
