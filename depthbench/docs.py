@@ -62,12 +62,14 @@ EXPERIMENTS = (
     Experiment("budgets", "the paper's Figure 1: three schedules at three matched FLOP budgets",
                "depthbench run budgets"),
     Experiment("budgets-2threads", "Figure 1's 15% budget at 2 CPU threads per run "
-               "(arithmetic check)", "depthbench run docs/threads/budgets-2threads.toml"),
+               "(arithmetic check)", "depthbench run docs/threads/budgets-2threads.toml",
+               in_readme=False),
     Experiment("table3-2threads", "Table3-rowlr's seeds at 2 CPU threads per run, on a CPU whose "
                "2-thread kernels round differently: do its verdicts depend on the thread count?",
                "depthbench run docs/threads/table3-2threads.toml"),
     Experiment("text-table3-2threads", "Table 3 on text, seed 0 at 2 CPU threads per run "
-               "(arithmetic check)", "depthbench run docs/threads/text-table3-2threads.toml"),
+               "(arithmetic check)", "depthbench run docs/threads/text-table3-2threads.toml",
+               in_readme=False),
     Experiment("fixed-depths", "the paper's Figure 5: fixed-depth models across serving depths",
                "depthbench run fixed-depths"),
     Experiment("text-quickstart", "natural text: NLL and bits per byte per serving depth, a "
