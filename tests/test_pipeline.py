@@ -303,7 +303,8 @@ def test_report_from_hand_made_rows_produces_every_file(tmp_path):
     assert "modeled FLOPs (% of uniform" in md and "± " in md
     # the paper's terminal NLL: training loss over the final 4% of updates (here step 100 only)
     assert "terminal training NLL (final 4% of updates)" in md and "| 2.000 ± 0.000" in md
-    assert "Paired comparisons" in md and "95% CI" in md
+    assert "## Verdicts" in md and "95% CI" in md
+    assert md.index("## Verdicts") < md.index("## Figures") < md.index("\n| ")   # tables last
     page = (tmp_path / "rep" / "index.html").read_text()
     assert page.count("<img") == len([n for n in names if n.endswith(".png")])
 
