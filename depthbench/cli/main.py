@@ -45,7 +45,7 @@ def generate(out, preset, config_file, sets, seed, force, as_json):
     \b
     Examples:
       depthbench generate --out data/tiny
-      depthbench generate --out data/x --set attributes=city:4096:2,employer:1024:1
+      depthbench generate --out data/x --set attributes=city:4096:2,employer:128:1,university:128:1,major:64:1
     """
     from data_gen import resolve_config
     from depthbench.data.generate import generate as gen
@@ -194,7 +194,8 @@ def eval_cmd(config_file, as_json, **given):
     \b
     Examples:
       depthbench eval runs/uniform --depths 1-16
-      depthbench eval runs/ff --split eval_reordered --checkpoint 480 --out results/ff480
+      depthbench eval runs/ff --split eval_reordered --checkpoint 1200 --out results/ff1200
+      (a checkpoint the run kept: train ... --set keep_steps=[1200])
       torchrun --nproc_per_node=2 -m depthbench eval runs/uniform
       depthbench eval --model ouro:ckpt/ouro --data text --out results/ouro
     """
@@ -240,7 +241,8 @@ def probe_update_cmd(config_file, as_json, **given):
 
     \b
     Examples:
-      depthbench probe-update runs/ff --step 480 --depths-a 4 --depths-b 16
+      depthbench train --data data/tiny --out runs/ff --schedule fixed-first:0.8:4:1-16 --set keep_steps=[1200]
+      depthbench probe-update runs/ff --step 1200 --depths-a 4 --depths-b 16
     """
     from depthbench.train.probe import run_probe
 
