@@ -124,7 +124,9 @@ class EvalSums:
             self.per_attr[key].index_add_(0, attr.reshape(-1), val.reshape(-1))
         if facts.types is not None:
             self.typed = True
-            self.by_type.index_add_(0, facts.types.reshape(-1).cpu(), nll.double().reshape(-1).cpu())
+            per_type = torch.zeros(len(TOKEN_TYPES), dtype=torch.float64, device=nll.device)
+            per_type.index_add_(0, facts.types.reshape(-1), nll.double().reshape(-1))
+            self.by_type += per_type.cpu()   # summed where the logits are: 6 numbers cross
         if self.tiers and facts.tier is not None:
             self._add_tiers(facts.tier, dict(parts))
 
@@ -146,7 +148,7 @@ class EvalSums:
         n = len(self.scalars)
         for i, k in enumerate(self.scalars):
             self.scalars[k] = values[i]
-        for t in self._tensors():   # views of the same storage, filled in place
+        for t in self._tensors():   # the sums themselves, filled in place in flat()'s order
             t.copy_(torch.tensor(values[n:n + len(t)], dtype=torch.float64))
             n += len(t)
         return self
