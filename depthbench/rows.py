@@ -41,7 +41,7 @@ RESERVED_COLUMNS = frozenset("""
     structure_blind_bits_per_person structure_blind_exact_match
     modeled_train_flops n_grad_loops nll params
     people_trained value_nll wall_clock_s final_loss steps cpu_clock cpu_s train_cpu_s
-    batches ci95 depth_a depth_b nll_diff updates_after_switch
+    batches ci95 depth_a depth_b nll_diff updates_after_switch value_nll_diff value_ci95
     ceiling core_launches decode_fraction_of_ceiling decode_speedup decode_tokens_per_s
     fraction_of_ceiling fraction_of_gain host_syncs itl_p50_ms itl_p90_ms itl_p99_ms kv_cache_mb
     launches_per_token_core launches_per_token_finish launches_per_token_prefill

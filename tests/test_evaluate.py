@@ -184,7 +184,7 @@ def test_update_probe_is_zero_for_equal_depths_and_antisymmetric(trained_run, tm
         return run_probe(cfg)["rows"]
 
     same = probe(3, 3, "1,3")
-    assert all(r["nll_diff"] == 0.0 for r in same)
+    assert all(r["nll_diff"] == 0.0 and r["value_nll_diff"] == 0.0 for r in same)
     rows = probe(1, 4, "1,4")
     assert [r["depth"] for r in rows] == [1, 4] and rows[0]["lr"] > 0
     assert pd.read_json(tmp_path / "14.jsonl", lines=True)["kind"].eq("probe").all()
@@ -194,5 +194,8 @@ def test_update_probe_is_zero_for_equal_depths_and_antisymmetric(trained_run, tm
     for r, q in zip(rows, swapped):
         assert r["nll_diff"] == -q["nll_diff"] and r["ci95"] == q["ci95"]
         assert r["nll_diff"] != 0.0
+        # the asked value alone: its own difference (a part of the row's), negated the same way
+        assert r["value_nll_diff"] == -q["value_nll_diff"] and r["value_ci95"] == q["value_ci95"]
+        assert r["value_nll_diff"] != r["nll_diff"]
     r = CliRunner().invoke(main, ["probe-update", str(trained_run), "--batches", "1"])
     assert r.exit_code == 2 and "--batches" in r.stderr

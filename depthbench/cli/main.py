@@ -249,8 +249,10 @@ def probe_update_cmd(config_file, as_json, **given):
     cfg = build_config(ProbeConfig, config_file, given)
     res = run_probe(cfg)
     for r in res["rows"]:
+        asked = (f"; asked value {r['value_nll_diff']:+.4f} +- {r['value_ci95']:.4f}"
+                 if "value_nll_diff" in r else "")
         click.echo(f"depth {r['depth']:>3}: NLL(A={cfg.depth_a}) - NLL(B={cfg.depth_b}) = "
-                   f"{r['nll_diff']:+.4f} +- {r['ci95']:.4f}")
+                   f"{r['nll_diff']:+.4f} +- {r['ci95']:.4f} (whole row){asked}")
     click.echo(f"wrote {res['csv']} and {res['jsonl']}")
     if as_json:
         emit_json({"csv": str(res["csv"]), "jsonl": str(res["jsonl"]), "rows": res["rows"]})

@@ -17,7 +17,8 @@ import pandas as pd
 from depthbench.config import ReportConfig
 from depthbench.errors import UserError
 from depthbench.fsio import atomic_write_text, check_replaceable, replaced_dir
-from depthbench.report.figures import _colors, _fig_curves, _fig_probe, _Figures
+from depthbench.report.figures import _colors, _fig_curves, _Figures
+from depthbench.report.probe import probe_section
 from depthbench.report.load import _row_files, labelled, load_rows
 from depthbench.report.sections import _eval_sections, _serve_section, _stage_table, _task_section
 from depthbench.report.sweep import is_sweep, sweep_section
@@ -66,7 +67,9 @@ def _build(rows: dict, out: Path, title: str, reference: str | None, paths) -> l
     if rows.get("curve") is not None:
         _fig_curves(figs, rows["curve"], color)
     if rows.get("probe") is not None:
-        _fig_probe(figs, rows["probe"])
+        probe_table, probe_notes = probe_section(figs, rows["probe"])
+        tables.append(probe_table)
+        notes = notes + probe_notes
     if rows.get("task") is not None:
         tables.append(_task_section(figs, rows["task"], color))
     if rows.get("serve") is not None:

@@ -283,45 +283,6 @@ def _fig_curves(figs, cur: pd.DataFrame, color: dict) -> None:
               "and depth), so their curves coincide there.")
 
 
-def _fig_probe(figs, pr: pd.DataFrame) -> None:
-    """The paper's Figure 4: left, the benefit of a depth-b over a depth-a update across serving
-    depths at the first two probe points (0 and 16 updates after the switch); right, the benefit
-    averaged over serving depths at every probe point, mean and 95% CI over seeds (each seed's
-    own run is one observation: its interval over batches is not the uncertainty of the mean)."""
-    a, b = int(pr["depth_a"].iloc[0]), int(pr["depth_b"].iloc[0])
-    key = "updates_after_switch" if "updates_after_switch" in pr.columns and \
-        pr["updates_after_switch"].notna().all() else "step"
-    fig, (left, right) = figs.plt.subplots(1, 2, figsize=(10, 4.2), dpi=110)
-    fig.suptitle(f"Update-benefit probe: one update at depth {b} vs depth {a}", fontsize=11)
-    points = sorted(pr[key].unique())
-    for i, k in enumerate(points[:2]):
-        g = pr[pr[key] == k]
-        ci = mean_ci(g.groupby(["seed", "depth"], as_index=False)["nll_diff"].mean()
-                     if "seed" in g.columns and g["seed"].notna().all() else g.assign(seed=0),
-                     ["depth"], "nll_diff")
-        left.errorbar(ci["depth"], ci["mean"], yerr=ci["ci95"].fillna(0), fmt="-o", ms=3,
-                      color=PALETTE[i], capsize=2, label=f"{key.replace('_', ' ')} = {k:g}")
-    left.set_xlabel("serving depth K")
-    left.set_ylabel(f"NLL(update at {a}) - NLL(update at {b})")
-    per_seed = pr.groupby([key, "seed"] if "seed" in pr.columns else [key])["nll_diff"].mean()
-    avg = mean_ci(per_seed.reset_index(), [key], "nll_diff")
-    right.errorbar(avg[key], avg["mean"], yerr=avg["ci95"].fillna(0), fmt="-o", color="k",
-                   capsize=3)
-    right.set_xscale("symlog", linthresh=16)
-    right.set_xticks(points, [f"{p:g}" for p in points])
-    right.set_xlabel(key.replace("_", " "))
-    right.set_ylabel("benefit averaged over serving depths")
-    for ax in (left, right):
-        ax.axhline(0, color="k", lw=1)
-        ax.grid(alpha=0.3)
-    left.legend(fontsize=8)
-    figs.save(fig, "update_probe.png", f"One optimizer update at depth {b} vs one at depth {a} "
-              "from the same checkpoint and batch (positive: the depth-"
-              f"{b} update lowered the NLL more). Left: per serving depth at the first two probe "
-              "points; right: averaged over serving depths at every probe point. Mean and 95% "
-              "CI over seeds.")
-
-
 def _fig_by_group(figs, em: pd.DataFrame, nll: pd.DataFrame, color: dict, band: float) -> None:
     """Each comparison against the grid's axis (the paper's Figure 2 left, as differences): the
     primary exact-match difference and the mean-serving-NLL relative difference to the

@@ -4,7 +4,9 @@ From a checkpoint, take ONE optimizer update at depth A and, separately from the
 one at depth B on the same batch (the trainer's own ``train_step``: autocast, gate loss,
 clipping); report, per serving depth, NLL(after A) - NLL(after B) on eval_reordered (a text run:
 on the first ``max_people`` validation windows; positive: the depth-B update helped more),
-averaged over ``batches`` batches with a 95% t-interval.
+averaged over ``batches`` batches with a 95% t-interval. On the person task the difference is
+read twice: ``value_nll_diff`` on the asked value alone (the quantity the task's NLL verdicts
+are on) and ``nll_diff`` on the whole row.
 """
 
 from __future__ import annotations
@@ -34,8 +36,9 @@ def probe_lr(ck: dict, tcfg: TrainConfig) -> float:
     return lr if lr > 0 else tcfg.lr
 
 
-def nll_differences(model, ck: dict, ds, cfg: ProbeConfig, rt) -> dict[int, list[float]]:
-    """Per serving depth, one NLL(after A) - NLL(after B) per batch."""
+def nll_differences(model, ck: dict, ds, cfg: ProbeConfig, rt) -> dict[str, dict[int, list[float]]]:
+    """Per metric (``nll``; on the person task also ``value_nll``) and serving depth, one
+    NLL(after A) - NLL(after B) per batch."""
     tcfg = TrainConfig.from_dict(ck["train_config"])
     state, opt_state = ck["model"], ck["optimizer"]
     text = ds.kind == "text"
@@ -43,7 +46,8 @@ def nll_differences(model, ck: dict, ds, cfg: ProbeConfig, rt) -> dict[int, list
         TrainBatches(ds.split("train"), tcfg.batch_size, cfg.seed + 7919)
     lr = cfg.lr or probe_lr(ck, tcfg)
     depths = parse_depths(cfg.depths)
-    diffs: dict[int, list[float]] = {k: [] for k in depths}
+    metrics = ("nll",) if text else ("nll", "value_nll")
+    diffs = {m: {k: [] for k in depths} for m in metrics}
     bar = progress_bar(cfg.batches, "probe", "batches")
     for b in range(cfg.batches):
         tok = torch.as_tensor(batches.batch(b), device=rt.device)
@@ -59,13 +63,14 @@ def nll_differences(model, ck: dict, ds, cfg: ProbeConfig, rt) -> dict[int, list
             train_step(model, model, opt, tok[:, :-1], tok[:, 1:], depth, lr, tcfg, rt)
             if text:   # a text run: NLL per token on the first max_people validation windows
                 res = text_sweep(model, ds, depths, rt, max_windows=cfg.max_people)
-                nll[depth] = {k: r["nll"] for k, r in res.items()}
+                nll[depth] = {k: {"nll": r["nll"]} for k, r in res.items()}
             else:
                 res = sweep(model, ds, "eval_reordered", depths, rt,
                             max_rows=cfg.max_people * ds.rows_per_person)
-                nll[depth] = {k: s.result(ds.attributes)["nll"] for k, s in res.items()}
-        for k in depths:
-            diffs[k].append(nll[cfg.depth_a][k] - nll[cfg.depth_b][k])
+                nll[depth] = {k: s.result(ds.attributes) for k, s in res.items()}
+        for m in metrics:
+            for k in depths:
+                diffs[m][k].append(nll[cfg.depth_a][k][m] - nll[cfg.depth_b][k][m])
         bar.update(1)
     bar.close()
     return diffs
@@ -87,15 +92,19 @@ def run_probe(cfg: ProbeConfig) -> dict:
     tcfg = TrainConfig.from_dict(ck["train_config"])
     switch = meta.get("switch_step")
     rows = []
-    for k, d in diffs.items():
+    for k, d in diffs["nll"].items():
         mean, half, _ = t_interval(d)
+        asked = {}
+        if "value_nll" in diffs:
+            v_mean, v_half, _ = t_interval(diffs["value_nll"][k])
+            asked = {"value_nll_diff": v_mean, "value_ci95": v_half}
         rows.append({"run": run_dir.name if run_dir else Path(cfg.run).stem,
                      "schedule": ck.get("schedule"), "seed": meta.get("seed"), "step": ck["step"],
                      "depth": k, "depth_a": cfg.depth_a, "depth_b": cfg.depth_b,
                      "nll_diff": mean, "ci95": half, "batches": len(d),
                      "lr": cfg.lr or probe_lr(ck, tcfg),
                      "updates_after_switch": None if switch is None else ck["step"] - switch,
-                     "dataset_hash": ds.hash})
+                     "dataset_hash": ds.hash, **asked})
     rows = tag_rows(rows, cfg.tags)
     csv, jsonl = write_rows(rows, out, "probe")
     return {"rows": rows, "csv": csv, "jsonl": jsonl, "step": ck["step"]}
