@@ -187,3 +187,9 @@ def write_rows(rows: list[dict], out: str | Path, kind: str) -> tuple[Path, Path
     """Stamp ``kind`` on every row and write CSV and JSONL side by side: both or neither."""
     atomic_write_many(row_files(rows, out, kind))
     return row_paths(out)
+
+
+def budget_label(b: float) -> str:
+    """A FLOP budget (a fraction of the full one) as reports and a spec's ``arm_set`` name it:
+    whole percents (15%)."""
+    return f"{round(100 * b)}%"

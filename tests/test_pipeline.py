@@ -232,7 +232,10 @@ BAD = [
     ("[train]\nbudgets = []\n", "train.budgets is empty"),
     ("[train]\nlrs = [0.001]\nset = { lr = 0.002 }\n", "train.lrs"),
     ("[train]\nlrs = [0.003, 0.0030000001]\n", "train.lrs"),
-    ("[train]\nlrs = [0.003]\nbudgets = [0.5, 1.0]\n", "train.lrs"),
+    ("[train]\nbudgets = [0.5, 1.0]\narm_set = { 'uniform:1-16 @ 30%' = { lr = 0.001 } }\n",
+     "train.arm_set"),
+    ("[train]\nbudgets = [0.5]\narm_set = { 'uniform:1-16 @ half' = { lr = 0.001 } }\n",
+     "arm_set"),
     ("[train]\narm_set = { 'fixed:9' = { lr = 0.001 } }\n", "train.arm_set"),
     ("[train]\narm_set = { 'uniform:1-16' = { lr = -1.0 } }\n", "train.arm_set.uniform:1-16"),
     ("[train]\narm_set = { 'uniform:1-16' = { d_model = 32 } }\n", "model key"),
@@ -462,6 +465,35 @@ def test_budget_grid_spends_each_share_of_the_flop_budget(tmp_path, monkeypatch)
     assert (tmp_path / "exp" / "report" / "bits_vs_depth_by_budget.png").stat().st_size > 0
     r = run_spec(tmp_path, BUDGETS.replace("budgets = [0.5, 1.0]", "budgets = [0.5, 1.5]"))
     assert r.exit_code == 2 and "train.budgets" in r.stderr
+
+
+def test_budget_grid_sweeps_each_arm_lr_at_each_budget(tmp_path, monkeypatch):
+    """An LR sweep at budgets: every arm, budget and LR is one run; the sweep's report chooses
+    one LR per arm and budget (``ARM @ 50%``, the key a spec's arm_set takes back) at its lowest
+    mean NLL of the asked value, recomputed here from the eval rows."""
+    monkeypatch.chdir(tmp_path)
+    spec = BUDGETS.replace("seeds = [0, 1]", "seeds = [0]").replace(
+        "budgets = [0.5, 1.0]", "budgets = [0.5, 1.0]\nlrs = [0.01, 0.03]")
+    r = run_spec(tmp_path, spec, "--json")
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout.strip().splitlines()[-1])["runs"] == 8
+    ev = pd.concat(pd.read_json(f, lines=True)
+                   for f in (tmp_path / "exp" / "results" / "eval").glob("*.jsonl"))
+    ev = ev[ev["split"] == "eval_reordered"]
+    means = ev.groupby(["schedule", "budget", "lr_sweep"])["value_nll"].mean()
+    want = {f"{s} @ {round(100 * b)}%": float(g.droplevel([0, 1]).idxmin())
+            for (s, b), g in means.groupby(level=[0, 1])}
+    chosen = json.loads((tmp_path / "exp" / "report" / "lr_sweep.json").read_text())["chosen_lr"]
+    assert chosen == want and len(chosen) == 4
+    # a spec takes them back per budget; an arm's own key applies at every other budget
+    from depthbench.pipeline.spec import TrainSpec
+    t = TrainSpec.from_dict({"schedules": ["fixed:2", "uniform:1-4"], "budgets": [0.5, 1.0],
+                             "arm_set": {"fixed:2 @ 50%": {"lr": 0.03}, "fixed:2": {"lr": 0.02},
+                                         "uniform:01-4 @50%": {"lr": 0.04}}})
+    assert t.arm_overrides("fixed:2", 0.5)["lr"] == 0.03
+    assert t.arm_overrides("fixed:2", 1.0)["lr"] == 0.02
+    assert t.arm_overrides("uniform:1-4", 0.5)["lr"] == 0.04
+    assert "lr" not in t.arm_overrides("uniform:1-4", 1.0)
 
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -120,7 +120,8 @@ class Pipeline:
 
         def stage(schedule, seed, steps, tag="", match="", tags=None, after=(), arm="", lr=None):
             name = tag + slug(schedule, seed)
-            m, tr = resolve_presets(t.preset, t.arm_overrides(arm or schedule))
+            m, tr = resolve_presets(t.preset, t.arm_overrides(arm or schedule,
+                                                              (tags or {}).get("budget")))
             tr = tr.replace(steps=steps, seed=seed, **({} if lr is None else {"lr": lr}))
             job = TrainJob(data=str(self.data), out=str(self.out / "runs" / name), model=m,
                            train=tr, schedule=schedule, resume=True, match_flops=match,
@@ -134,10 +135,13 @@ class Pipeline:
         sweep = ([(lr_tag(lr), {"lr_sweep": lr}, lr, base.steps) for lr in t.lrs]
                  or [(length_tag(x), {"length": x}, None, length_steps(x, base.steps))
                      for x in t.lengths] or [("", {}, None, base.steps)])
-        if t.budgets:
+        if t.budgets:   # each budget, and at each budget every LR of a sweep
             steps_of = budget_steps(gen_cfg, mcfg, base, t.budget_schedule)
-            trains = [stage(s, seed, steps_of(s, b, seed), budget_tag(b), tags={"budget": b})
-                      for b in sorted(t.budgets, reverse=True) for s in by_cost for seed in t.seeds]
+            lrs = [(lr_tag(lr), {"lr_sweep": lr}, lr) for lr in t.lrs] or [("", {}, None)]
+            trains = [stage(s, seed, steps_of(s, b, seed), budget_tag(b) + tag,
+                            tags={"budget": b, **tags}, lr=lr)
+                      for b in sorted(t.budgets, reverse=True) for tag, tags, lr in lrs
+                      for s in by_cost for seed in t.seeds]
         else:
             trains = [stage(s, seed, steps, tag, tags=dict(tags), lr=lr)
                       for tag, tags, lr, steps in sweep for s in by_cost for seed in t.seeds]

@@ -16,6 +16,7 @@ from pathlib import Path
 from depthbench.config import DEFAULT_SERVE_MODES, EVAL_SPLITS, SERVE_MODES, ConfigError, kv_layout
 from depthbench.config.base import PlainConfig, require
 from depthbench.errors import UserError
+from depthbench.rows import budget_label
 from depthbench.schedules import MAX_DEPTH
 
 EXPERIMENTS = Path(__file__).resolve().parents[1] / "experiments"  # package data
@@ -116,8 +117,6 @@ class TrainSpec(PlainConfig):
                "must be distinct peak learning rates in (0, 1], e.g. [1.5e-3, 3e-3, 6e-3]")
         require(len({lr_tag(lr) for lr in self.lrs}) == len(self.lrs), "lrs",
                "must differ in their first 6 significant digits (runs are named by them)")
-        require(not (self.lrs and self.budgets), "lrs", "a learning-rate sweep and budgets do not "
-               "combine; sweep at the full budget")
         require(all(0 < x <= 1000 for x in self.lengths) and len(self.lengths) == len(set(self.lengths)),
                "lengths", "must be distinct multiples of train.steps in (0, 1000], e.g. [1, 2, 4]")
         require(len({length_tag(x) for x in self.lengths}) == len(self.lengths), "lengths",
@@ -125,9 +124,11 @@ class TrainSpec(PlainConfig):
         require(not (self.lengths and (self.budgets or self.lrs)), "lengths",
                "a training-length axis does not combine with budgets or lrs; give one axis per grid")
         arms = {_arm_key(k): v for k, v in self.arm_set.items()}
-        unknown = sorted(set(arms) - set(self.arms))
+        at_budget = [f"{a} @ {budget_label(b)}" for a in self.arms for b in self.budgets]
+        unknown = sorted(set(arms) - set(self.arms) - set(at_budget))
         require(not unknown, "arm_set", f"names no arm of this grid ({', '.join(unknown)}); its "
-               f"arms: {', '.join(self.arms)}")
+               f"arms: {', '.join(self.arms)}" + (" (one budget's: ARM @ 15%)" if self.budgets
+                                                   else ""))
         require(not (self.lrs and "lr" in self.set), "set.lr",
                "is given by train.lrs, once per run; give one of them")
         for arm, over in arms.items():
@@ -142,9 +143,11 @@ class TrainSpec(PlainConfig):
                    f"{', '.join(model_keys)}); every arm trains the same model: put them in train.set")
         object.__setattr__(self, "arm_set", arms)
 
-    def arm_overrides(self, arm: str) -> dict:
-        """train.set for ``arm``: the spec's keys, then the arm's own."""
-        return {**self.set, **self.arm_set.get(arm, {})}
+    def arm_overrides(self, arm: str, budget: float | None = None) -> dict:
+        """train.set for ``arm``: the spec's keys, then the arm's own, then its own at
+        ``budget`` (a key ``ARM @ 15%``: the LR a sweep at that budget chose)."""
+        at = self.arm_set.get(f"{arm} @ {budget_label(budget)}", {}) if budget else {}
+        return {**self.set, **self.arm_set.get(arm, {}), **at}
 
 
 def length_tag(x: float) -> str:
@@ -158,8 +161,19 @@ def lr_tag(lr: float) -> str:
 
 
 def _arm_key(arm: str) -> str:
-    """An arm's name with each schedule in it spelled canonically."""
-    return "~".join(_canonical(part, "arm_set") for part in str(arm).split("~"))
+    """An arm's name with each schedule in it spelled canonically (and its budget, after " @ ",
+    as whole percents)."""
+    name, at, budget = str(arm).partition("@")
+    key = "~".join(_canonical(part, "arm_set") for part in name.strip().split("~"))
+    if not at:
+        return key
+    try:
+        b = float(budget.strip().rstrip("%")) / 100
+    except ValueError:
+        raise ConfigError(f"arm_set: {arm!r}: the budget after @ must be a percent of the full "
+                          "budget, e.g. 'fixed:4 @ 15%'") from None
+    return f"{key} @ {budget_label(b)}"
+
 
 
 def _canonical(schedule: str, name: str) -> str:

@@ -12,7 +12,7 @@ import pandas as pd
 
 from depthbench.errors import UserError
 from depthbench.report.checks import _checked, _num, _refuse_item_counts
-from depthbench.rows import ROW_KEYS, SCHEMA
+from depthbench.rows import ROW_KEYS, SCHEMA, budget_label
 
 
 def _cut_short(path: Path) -> bool:
@@ -293,8 +293,11 @@ def labelled(rows: dict[str, pd.DataFrame]) -> dict[str, pd.DataFrame]:
             df = df.assign(schedule=[arm_label(s, m) for s, m in
                                      zip(df["schedule"], df["matched_to"])])
         if "lr_sweep" in df.columns and "schedule" in df.columns:   # a sweep: arm @ lr=...
+            # at budgets, each budget is an arm of its own: arm @ 15% @ lr=...
+            at = [f"{s} @ {budget_label(b)}" if pd.notna(b) else s for s, b in
+                  zip(df["schedule"], df["budget"] if "budget" in df.columns else [None] * len(df))]
             df = df.assign(schedule=[f"{s} @ lr={lr:g}" if pd.notna(lr) else s
-                                     for s, lr in zip(df["schedule"], df["lr_sweep"])])
+                                     for s, lr in zip(at, df["lr_sweep"])])
         out[kind] = df
     return out
 

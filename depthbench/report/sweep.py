@@ -38,7 +38,7 @@ def sweep_runs(ev: pd.DataFrame) -> pd.DataFrame:
     per = fin.groupby("run").agg(**aggs).reset_index()
     if "exact_match" not in per.columns:
         per["exact_match"] = np.nan
-    per["arm"] = [str(s).split(" @ ")[0] for s in per["schedule"]]
+    per["arm"] = [str(s).rsplit(" @ lr=", 1)[0] for s in per["schedule"]]  # arm (@ budget)
     return per[["arm", "lr", "seed", "nll", "exact_match", "depths"]]
 
 
