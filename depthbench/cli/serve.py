@@ -108,6 +108,8 @@ def _show(res: dict) -> None:
         click.echo("speedup: over full_depth, full-depth serving at its best knobs ("
                    + ", ".join(sorted(set(df["baseline"].dropna()))) + "); fraction: of the ideal "
                    "time of the mode's work (bound = speedup / fraction)")
+    if res.get("bound_note"):
+        click.echo(f"bound and fraction {res['bound_note']}")
 
 
 @click.command("serve-bench")

@@ -348,6 +348,8 @@ def _serve_section(figs, sv: pd.DataFrame) -> tuple[str, pd.DataFrame]:
         return ("Serving benchmark (no static baseline among the modes: tokens/s only)",
                 sv[cols].round(3))
     bound = "bound" in sv.columns   # rows of this version (earlier ones: speedups over static)
+    notes = sv["bound_note"].dropna().astype(str) if "bound_note" in sv.columns else pd.Series([], dtype=str)
+    note = next((n for n in notes if n), "")   # the bound withheld, and why
     fig, ax = figs.new("Realized speedup vs its bound and the FLOP ceiling per batching mode",
                        "batching mode", "speedup over " + ("full-depth serving" if bound
                                                           else "static"))
@@ -371,7 +373,8 @@ def _serve_section(figs, sv: pd.DataFrame) -> tuple[str, pd.DataFrame]:
                         "speedup_vs_static", "ceiling", "fraction_of_ceiling", "paper_bound",
                         "mean_depth", "rows_per_launch", "padding_waste", "ttft_p50_ms",
                         "itl_p50_ms", "itl_p99_ms", "exact_match") if c in sv.columns]
-    return ("Serving benchmark", sv[cols].round(3))
+    return ("Serving benchmark" + (f": bound and fraction {note}" if note else ""),
+            sv[cols].round(3))
 
 
 def _nll_summary(out: dict, re: pd.DataFrame, reference: str | None) -> None:

@@ -19,7 +19,7 @@ from depthbench.exits import parse_exit, replay_file
 from depthbench.model import LoopedTransformer
 from depthbench.rows import row_paths
 from depthbench.runtime import hold_freed_memory
-from depthbench.serving.bound import sweep
+from depthbench.serving.bound import sweep, withheld_reason, withhold
 from depthbench.serving.compare import (
     compare_modes,
     engine_rows,
@@ -133,7 +133,7 @@ def serve_bench(model: LoopedTransformer, requests: list[Request], cfg: ServeCon
         warm_memory(model, requests, max(cfg.pool, cfg.width), cfg.kv_policy)
 
     warm()
-    profile = machine_profile(model, requests, cfg, max_len, progress)
+    profile, r2 = machine_profile(model, requests, cfg, max_len, progress)
     costs = ProfileCosts(model.shape, profile, cfg.max_depth,
                          float(np.mean([len(q.prompt) for q in requests])))
     full = parse_exit(f"fixed:{cfg.max_depth}", 1, cfg.max_depth)
@@ -146,6 +146,9 @@ def serve_bench(model: LoopedTransformer, requests: list[Request], cfg: ServeCon
     res = compare_modes(engines, model.shape, requests, cfg, seq_len_for_flops, costs, progress,
                         side, priced, level=True, warm=warm)
     res["profile"] = profile.to_toml()
+    res["fit_r2"] = r2
+    res["bound_note"] = withheld_reason(r2, cfg.rate) or ""
+    withhold(res["results"], res["bound_note"])
     return res
 
 
@@ -163,14 +166,15 @@ def warm_memory(model, requests: list[Request], rows: int, kv_policy: str) -> No
 
 def machine_profile(model, requests: list[Request], cfg: ServeConfig, max_len: int, log=None):
     """This machine's launch costs for the bound: ``bound.sweep`` of full-depth serving on the
-    real engine, fitted (``profile.fit_profile``) whatever modes are compared."""
+    real engine, fitted (``profile.fit_profile``) whatever modes are compared; and the fit's R^2
+    per stage."""
     dev = next(model.parameters())
     full = parse_exit(f"fixed:{cfg.max_depth}", 1, cfg.max_depth)
     runs = sweep(lambda w: Engine(model, full, cfg.kv_policy, w, max_len, record=True),
                  requests, cfg.width, cfg.pool, log)
-    prof, _ = fit_profile(model.shape, runs, cfg, dev.element_size(), dev.device.type,
-                          source=f"the width sweep of full-depth serving on {machine()}")
-    return prof
+    prof, info = fit_profile(model.shape, runs, cfg, dev.element_size(), dev.device.type,
+                             source=f"the width sweep of full-depth serving on {machine()}")
+    return prof, info["r2"]
 
 
 # ---- the serve stage -------------------------------------------------------------------------------
@@ -232,7 +236,8 @@ def run_bench(cfg: ServeConfig, log=None) -> dict:
                                 width=cfg.width, lookahead=cfg.lookahead, rate=cfg.rate,
                                 stop_at_eos=cfg.stop_at_eos), cfg.tags)
     summary = {"rows": rows, "results": res["results"], "baseline": res["baseline"],
-               "profile": res["profile"], "adaptive_modes_agree": res["adaptive_modes_agree"]}
+               "profile": res["profile"], "adaptive_modes_agree": res["adaptive_modes_agree"],
+               "bound_note": res.get("bound_note", "")}
     files = {}  # every output, written together
     if cfg.out:
         files = row_files(rows, cfg.out, "serve")

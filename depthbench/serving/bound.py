@@ -32,14 +32,19 @@ import numpy as np
 
 class Work(NamedTuple):
     """One stage's share of a workload: rows (prefill: prompt tokens), the cached positions those
-    rows read (prefill: the sum of squared prompt lengths), and the fewest launches they fit."""
+    rows read (prefill: the sum of squared prompt lengths), the fewest launches they fit, and the
+    tokens its rows emit (a finish row of a decoded token emits one, of a prompt token only the
+    prompt's last; None: the stage's own convention), on which the host's per-token cost falls,
+    as in the modes' launches."""
     rows: float
     read: float
     launches: int
+    emitted: float | None = None
 
 
 class Costs(Protocol):
-    def seconds(self, stage: str, rows: float, read: float) -> float: ...
+    def seconds(self, stage: str, rows: float, read: float,
+                emitted: float | None = None) -> float: ...
 
 
 def workload_work(done, max_depth: int, width: int, pool: int, chunk: int) -> list[dict]:
@@ -68,7 +73,7 @@ def workload_work(done, max_depth: int, width: int, pool: int, chunk: int) -> li
     shared = fit(n_dec, pool)
     separate = {"prefill": Work(p_tok, p_sq, fit(n_req, pool)),
                 "start": Work(n_dec, r_dec, shared), "core": Work(n_loop, r_loop, fit(n_loop, width)),
-                "finish": Work(n_dec, r_dec, shared)}
+                "finish": Work(n_dec, r_dec, shared, n_dec)}
     if not chunk:
         return [separate]
     shared = max(shared, fit(p_tok, chunk))
@@ -76,7 +81,7 @@ def workload_work(done, max_depth: int, width: int, pool: int, chunk: int) -> li
     chunked = {"prefill": Work(0.0, 0.0, 0),
                "start": Work(n_dec + p_tok, r_dec + p_read, shared),
                "core": Work(n_loop + max_depth * p_tok, r_loop + max_depth * p_read, core),
-               "finish": Work(n_dec + p_tok, r_dec + p_read, shared)}
+               "finish": Work(n_dec + p_tok, r_dec + p_read, shared, n_dec + n_req)}
     return [separate, chunked]
 
 
@@ -86,7 +91,10 @@ def stage_seconds(costs: Costs, stage: str, w: Work) -> float:
     launches cost least)."""
     if w.rows <= 0 or w.launches <= 0:
         return 0.0
-    return w.launches * costs.seconds(stage, w.rows / w.launches, w.read / w.launches)
+    if w.emitted is None:
+        return w.launches * costs.seconds(stage, w.rows / w.launches, w.read / w.launches)
+    return w.launches * costs.seconds(stage, w.rows / w.launches, w.read / w.launches,
+                                      w.emitted / w.launches)
 
 
 def ideal_route(costs: Costs, routes: list[dict]) -> tuple[float, dict]:
@@ -126,3 +134,35 @@ def sweep(make_engine, requests, width: int, pool: int, log=None) -> list[tuple]
             if log:
                 log(f"cost sweep at width {w} ({len(eng.records)} launches)")
     return runs
+
+
+# a cost fit below this R^2 on any stage explains too little of its launches' times for a
+# fraction of its ideal to mean anything (on a busy 2-core CPU the fit has read 0.000)
+MIN_FIT_R2 = 0.5
+
+
+def withheld_reason(r2: dict[str, float] | None, rate: float) -> str | None:
+    """Why a run's bound and fractions are not reported, or None where they mean something: the
+    bound is the least time of a run's work with every request waiting from the start, so under
+    open-loop arrivals (``rate`` > 0: the run waits on requests, not on work) it does not apply;
+    and a fitted cost model whose R^2 is below ``MIN_FIT_R2`` on a stage cannot price it."""
+    if rate > 0:
+        return (f"not applicable under arrivals at {rate:g} requests/s: the bound is the least "
+                "time of the work with every request waiting from the start")
+    weak = {k: v for k, v in (r2 or {}).items() if not v >= MIN_FIT_R2}
+    if weak:
+        return ("withheld: the cost fit explains too little of the launch times (R^2 "
+                + ", ".join(f"{k} {v:.2f}" for k, v in weak.items())
+                + f"; at least {MIN_FIT_R2} needed); rerun on a quieter machine or with more "
+                "--requests")
+    return None
+
+
+def withhold(results: list[dict], reason: str | None) -> None:
+    """Blank every mode's bound, fraction and ideal time, saying why (``bound_note``)."""
+    for r in results:
+        r["bound_note"] = reason or ""
+        if reason:
+            for k in ("ideal_s", "fraction", "bound"):
+                r[k] = None
+

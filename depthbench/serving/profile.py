@@ -203,10 +203,12 @@ class ProfileCosts:
         out.source = f"{self.source}, leveled on static's launches measured beside the modes: x{k:.3f}"
         return out
 
-    def seconds(self, stage: str, rows: float, read: float) -> float:
-        return self.scale.get(stage, 1.0) * self._seconds(stage, rows, read)
+    def seconds(self, stage: str, rows: float, read: float, emitted: float | None = None) -> float:
+        """A launch of ``rows`` rows reading ``read`` cached positions; a finish launch's host
+        cost per token falls on the tokens it emits (``emitted``; default every row)."""
+        return self.scale.get(stage, 1.0) * self._seconds(stage, rows, read, emitted)
 
-    def _seconds(self, stage: str, rows: float, read: float) -> float:
+    def _seconds(self, stage: str, rows: float, read: float, emitted: float | None) -> float:
         p = self.profile
         if stage == "prefill":   # rows / T prompts of T tokens
             T = self.prompt_len
@@ -217,8 +219,9 @@ class ProfileCosts:
         L = read / rows   # the positions a row reads, on average
         flops, nbytes = stage_work(self.shape, stage, rows, rows, L, self.max_depth,
                                    p.bytes_per_value, 0, p.attention, read if p.paged else None)
-        return p.seconds(stage, flops, nbytes, int(stage == "finish"),
-                         rows if stage == "finish" else 0, p.iteration if stage == "core" else 0.0)
+        tokens = (rows if emitted is None else emitted) if stage == "finish" else 0
+        return p.seconds(stage, flops, nbytes, int(stage == "finish"), tokens,
+                         p.iteration if stage == "core" else 0.0)
 
 
 def kv_bytes(cfg: ModelConfig | LoopShape, policy: str, max_depth: int, rows: int, max_len: int,

@@ -39,6 +39,7 @@ from pathlib import Path
 from depthbench.config import LoopShape, ModelConfig, SimConfig, copies_on_exit
 from depthbench.errors import UserError
 from depthbench.exits import ExitCriterion, parse_exit, replay_file
+from depthbench.serving.bound import withheld_reason, withhold
 from depthbench.serving.executor import Clock, HostState
 from depthbench.serving.profile import (
     Profile,
@@ -155,8 +156,11 @@ def simulate(cfg: SimConfig, profile: Profile, mcfg: ModelConfig | None = None) 
 
     sim = cfg.replace(warmup_requests=0)   # a virtual clock has nothing to warm up
     costs = ProfileCosts(mcfg, profile, cfg.max_depth, float(cfg.prompt_len))
-    return compare_modes(engines, mcfg, reqs, sim, cfg.prompt_len + (cfg.max_new_tokens or 32),
-                         costs)
+    res = compare_modes(engines, mcfg, reqs, sim, cfg.prompt_len + (cfg.max_new_tokens or 32),
+                        costs)
+    res["bound_note"] = withheld_reason(None, cfg.rate) or ""
+    withhold(res["results"], res["bound_note"])
+    return res
 
 
 # ---- the serve-sim stage -------------------------------------------------------------------------
@@ -171,7 +175,7 @@ def sweep_png(points: list[dict], title: str) -> bytes:
     bound = {}
     full_depth = ("static", "static_lockstep", "full_depth")
     for r in pts:
-        if r["mode"] not in full_depth:
+        if r["mode"] not in full_depth and r["bound"] is not None:
             bound.setdefault(r["trace_mean"], (r["mean_depth"], r["bound"]))
     xb, yb = zip(*sorted(bound.values())) if bound else ((), ())
     ax.plot(xb, yb, "k--", label="bound (the ideal time of the work)")
@@ -233,7 +237,8 @@ def run_sim(cfg: SimConfig, log=None) -> dict:
                             "trace_mean": float(spec.partition(":")[2]) if cfg.means else None})
         if log:
             log(f"  {spec} done")
-    out = {"rows": rows, "results": results, "profile": profile.name}
+    out = {"rows": rows, "results": results, "profile": profile.name,
+           "bound_note": withheld_reason(None, cfg.rate) or ""}
     files = {}  # every output, written together
     if cfg.out:
         files = row_files(rows, cfg.out, "serve")
