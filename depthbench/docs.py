@@ -42,6 +42,10 @@ EXPERIMENTS = (
                "a Poisson-lognormal finish beside the uniform finish, at the Table 3 recipe",
                "depthbench run table3-finish, then depthbench report reports/table3/rows "
                "runs/table3-finish/report/rows --out reports/table3-finish"),
+    Experiment("probes", "the paper's Figure 4: one update at depth 16 against one at depth 4 "
+               "from fixed-first 0.8's checkpoints at the switch and 16, 64 and 256 updates "
+               "after it, at the Table 3 recipe, read on the asked value's NLL",
+               "depthbench run probes"),
     Experiment("table3-rowlr", "Table 3 at the LRs an earlier sweep chose on the whole row's NLL "
                "(the 1x point of table3-lengths and the 1-thread side of table3-2threads)",
                "depthbench run docs/specs/table3-rowlr.toml", in_readme=False),
