@@ -48,7 +48,7 @@ def bad(small_data, trained_run, tmp_path_factory):
         "not_a_dir": root / "file.txt",
     }
     paths["not_a_dir"].write_text("x")
-    generate(resolve_config("tiny", overrides={"n_people": 30}), root / "other")
+    generate(resolve_config("tiny", overrides={"exposure": 1, "n_people": 30}), root / "other")
     paths["other_data"] = root / "other"
     src = ckpt.latest(trained_run)
     (root / "cut.pt").write_bytes(src.read_bytes()[:1000])

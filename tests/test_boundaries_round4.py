@@ -28,7 +28,7 @@ def one_line(r, *needles):
 def test_cuda_named_in_train_set_is_refused_before_generate(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "s.toml").write_text(
-        '[data]\npreset = "tiny"\nset = { n_people = 24, n_unseen_people = 4, name_pool = 8 }\n'
+        '[data]\npreset = "tiny"\nset = { exposure = 1, n_people = 24, n_unseen_people = 4, name_pool = 8 }\n'
         '[train]\nschedules = ["fixed:2"]\nsteps = 4\nset = { device = "cuda" }\n'
         '[serve]\nenabled = false\n[probe]\nenabled = false\n')
     one_line(CliRunner().invoke(main, ["run", "s.toml", "--out", "exp"]), "cuda")
@@ -98,7 +98,7 @@ def test_lm_eval_inputs_are_checked_before_it_runs(trained_run, small_data, tmp_
     run: each one line, exit 2, the run untouched."""
     from data_gen import resolve_config
     from depthbench.data.generate import generate
-    generate(resolve_config("tiny", overrides={"n_people": 30}), tmp_path / "other")
+    generate(resolve_config("tiny", overrides={"exposure": 1, "n_people": 30}), tmp_path / "other")
     before = sorted(p.name for p in trained_run.rglob("*"))
     run = f"pretrained={trained_run},n_loops=2"
     cases = [([("--model_args", run)], "dataset directory"),
@@ -203,7 +203,7 @@ def test_a_dataset_without_unseen_people_evaluates_its_other_splits(tmp_path):
     from depthbench.config import ModelConfig, TrainConfig
     from depthbench.data.generate import generate
     from depthbench.train.loop import train
-    generate(resolve_config("tiny", overrides={"n_people": 8, "n_unseen_people": 0}),
+    generate(resolve_config("tiny", overrides={"exposure": 1, "n_people": 8, "n_unseen_people": 0}),
              tmp_path / "d")
     train(tmp_path / "d", tmp_path / "r", ModelConfig(d_model=16, n_heads=2, n_core=1),
           TrainConfig(steps=2, batch_size=4, warmup_steps=1), "fixed:2", progress=False,

@@ -15,7 +15,7 @@ def run(*args):
 
 
 def test_generate_writes_a_dataset_and_json_summary(tmp_path):
-    r = run("generate", "--out", str(tmp_path / "d"), "--set", "n_people=50", "--json")
+    r = run("generate", "--out", str(tmp_path / "d"), "--set", "exposure=1", "--set", "n_people=50", "--json")
     assert r.exit_code == 0, r.output
     summary = json.loads(r.stdout.strip().splitlines()[-1])
     # 3 of 6 attributes of 256 values asked per person
@@ -28,7 +28,7 @@ def test_config_file_and_overrides_layer(tmp_path):
         'n_people = 30\nname_pool = 8\norders_per_person = 1\n[[attributes]]\nname = "x"\nn_values = 5\n'
         '[[attributes]]\nname = "y"\nn_values = 9\nvalue_tokens = 1\n')
     r = run("generate", "--out", str(tmp_path / "d"), "--config", str(tmp_path / "c.toml"),
-            "--set", "n_people=20", "--seed", "4", "--json")
+            "--set", "exposure=1", "--set", "n_people=20", "--seed", "4", "--json")
     assert r.exit_code == 0, r.output
     m = json.loads((tmp_path / "d" / "manifest.json").read_text())
     assert m["counts"]["people"] == 20 and m["seed"] == 4
@@ -40,7 +40,7 @@ REFUSED = [
     (["--set", "orders_per_person=601"], "orders_per_person"),
     (["--set", "name_pool=3"], "name_pool"),
     (["--set", "value_pool=10"], "value_pool"),
-    (["--set", "n_people=0"], "n_people"),
+    (["--set", "exposure=1", "--set", "n_people=0"], "n_people"),
     (["--set", "n_people=abc"], "n_people"),
     (["--set", "bogus=1"], "unknown config key"),
     (["--set", "noequals"], "key=value"),

@@ -18,7 +18,7 @@ SMALL = """
 name = "mini"
 [data]
 preset = "tiny"
-set = { n_people = 40, n_unseen_people = 8, name_pool = 8 }
+set = { exposure = 1, n_people = 40, n_unseen_people = 8, name_pool = 8 }
 [train]
 preset = "tiny"
 schedules = ["fixed:2", "fixed-first:0.5:2:1-4", "uniform:1-4"]
@@ -417,7 +417,7 @@ BUDGETS = """
 name = "budgets-mini"
 [data]
 preset = "tiny"
-set = { n_people = 40, n_unseen_people = 8, name_pool = 8 }
+set = { exposure = 1, n_people = 40, n_unseen_people = 8, name_pool = 8 }
 [train]
 preset = "tiny"
 schedules = ["fixed:2", "uniform:1-4"]

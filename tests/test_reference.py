@@ -105,7 +105,7 @@ def _naive_record_completion(ds: Dataset, split: str) -> tuple[float, float]:
 
 def test_name_blind_record_completion_matches_the_naive_oracle_and_reads_most_of_the_ceiling(
         tmp_path):
-    cfg = resolve_config("tiny", overrides={"n_people": 96, "n_unseen_people": 16,
+    cfg = resolve_config("tiny", overrides={"exposure": 1, "n_people": 96, "n_unseen_people": 16,
                                             "attributes": "a:48,b:48,c:24:1,d:48"})
     ds = _make(tmp_path, cfg, "records")
     blind = NameBlind(ds)
@@ -124,7 +124,7 @@ def test_name_blind_record_completion_matches_the_naive_oracle_and_reads_most_of
 
 def test_floor_of_a_leaky_config_matches_the_naive_per_fact_sum(tmp_path):
     # 64 people drawing independently from 4096 values: the values used form a table
-    cfg = resolve_config("tiny", overrides={"n_people": 64, "n_unseen_people": 32,
+    cfg = resolve_config("tiny", overrides={"exposure": 1, "n_people": 64, "n_unseen_people": 32,
                                             "balanced_values": False,
                                             "attributes": "a:4096,b:4096,c:512:3"})
     ds = _make(tmp_path, cfg, "leaky")
@@ -138,7 +138,7 @@ def test_floor_of_a_leaky_config_matches_the_naive_per_fact_sum(tmp_path):
 
 
 def test_balanced_values_use_every_value_equally_and_ignore_shard_boundaries():
-    cfg = resolve_config("tiny", overrides={"n_people": 1000, "attributes": "a:256,b:300,c:7"})
+    cfg = resolve_config("tiny", overrides={"exposure": 1, "n_people": 1000, "attributes": "a:256,b:300,c:7"})
     whole = balanced_values(cfg, 0, 1000)
     pieces = np.concatenate([balanced_values(cfg, lo, min(lo + 97, 1000))
                              for lo in range(0, 1000, 97)])

@@ -338,7 +338,7 @@ def test_a_full_disk_before_the_first_checkpoint_leaves_no_run_directory(small_d
 
 def test_sigterm_during_generate_leaves_no_temporary_directory(tmp_path):
     p = subprocess.Popen(_cli("generate", "--out", str(tmp_path / "big"), "--set",
-                              "n_people=3000000", "--set", "name_pool=256"),
+                              "n_people=3000000", "--set", "name_pool=256", "--set", "exposure=1"),
                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     t0 = time.time()
     while not list(tmp_path.glob(".db-tmp-*")) and time.time() - t0 < 60:

@@ -107,7 +107,7 @@ def test_rows_carry_their_kind_and_training_rows_are_separate(grid):
 TINY = """
 name = "tiny"
 [data]
-set = { n_people = 24, n_unseen_people = 4, name_pool = 8 }
+set = { exposure = 1, n_people = 24, n_unseen_people = 4, name_pool = 8 }
 [train]
 schedules = ["uniform:1-3"]
 steps = 8
@@ -161,7 +161,7 @@ def test_changed_settings_are_reported_and_rerun_only_when_asked(tmp_path, monke
 
 DEVICE = """
 [data]
-set = { n_people = 24, n_unseen_people = 4, name_pool = 8 }
+set = { exposure = 1, n_people = 24, n_unseen_people = 4, name_pool = 8 }
 [train]
 schedules = ["fixed-first:0.5:1:1-3"]
 steps = 8

@@ -180,9 +180,11 @@ class LoopShape:
 # against the tiny dataset (768 people x 48 record bits: about 0.5 bits per parameter) so that no
 # schedule saturates at the full budget on the name-only reading. Additive injection keeps an
 # identity path across loops: with the concat adapter, uniform:1-16 with full backprop stayed
-# on its loss plateau (docs/calibration.md).
+# on its loss plateau (docs/calibration.md). The init counts the one unique layer once
+# (init_loops = 1, as table3 runs it): no depth is favoured at init.
 def tiny_model() -> ModelConfig:
-    return ModelConfig(d_model=64, n_heads=4, n_prelude=0, n_core=1, n_coda=0, injection="add")
+    return ModelConfig(d_model=64, n_heads=4, n_prelude=0, n_core=1, n_coda=0, injection="add",
+                       init_loops=1)
 
 
 def small_model() -> ModelConfig:
