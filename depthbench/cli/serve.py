@@ -41,6 +41,13 @@ def _workload(cls) -> list:
         click.option("--requests", type=click.IntRange(1, 1 << 20), show_default=_d("requests")),
         click.option("--rate", type=cs.FiniteFloat(0.0, 1e9), show_default=_d("rate"),
                      help="Poisson arrival rate in requests/s (0: all requests at t=0)."),
+        click.option("--concurrency", type=click.IntRange(0, 1 << 20), show_default=_d("concurrency"),
+                     help="A closed loop: at most this many requests in flight, each sent when an "
+                          "earlier one finishes (0: no cap)."),
+        click.option("--slo-ttft-ms", type=cs.FiniteFloat(0.0, 1e9), show_default=_d("slo_ttft_ms"),
+                     help="Goodput counts requests whose time to first token is within this (0: no SLO)."),
+        click.option("--slo-tpot-ms", type=cs.FiniteFloat(0.0, 1e9), show_default=_d("slo_tpot_ms"),
+                     help="... and whose time per output token is within this (0: no SLO)."),
         click.option("--max-new-tokens", type=click.IntRange(0, 1 << 16), show_default=_d("max_new_tokens"),
                      help="Tokens to generate per request (0: the rest of the dataset sequence; 32 "
                           "for --random)."),
@@ -97,12 +104,15 @@ def _modes(given: dict, sets, modes) -> dict:
 def _show(res: dict) -> None:
     import pandas as pd
     df = pd.DataFrame(res["rows"])
-    cols = [c for c in ("exit", "mode", "tokens_per_s", "speedup", "bound", "fraction",
+    slo = "goodput_requests_per_s" if df.get("slo_attainment", pd.Series([1.0])).lt(1).any() else ""
+    cols = [c for c in ("exit", "rate", "mode", "tokens_per_s", "speedup", "bound", "fraction",
                         "speedup_vs_static", "ceiling", "paper_bound", "mean_depth",
-                        "rows_per_launch", "ttft_p50_ms", "itl_p50_ms", "exact_match")
+                        "rows_per_launch", "ttft_p50_ms", "ttft_p99_ms", "tpot_p50_ms",
+                        "e2e_p99_ms", slo, "exact_match")
             if c in df.columns]
-    if "exit" in cols and df["exit"].nunique() == 1:
-        cols.remove("exit")
+    for c in ("exit", "rate"):
+        if c in cols and df[c].nunique(dropna=False) == 1:
+            cols.remove(c)
     click.echo(df[cols].to_string(index=False, float_format=lambda v: f"{v:.3f}"))
     if "baseline" in df.columns:
         click.echo("speedup: over full_depth, full-depth serving at its best knobs ("
@@ -157,6 +167,8 @@ def serve_bench_cmd(sets, modes, config_file, as_json, **given):
               help="Hardware profile: h100, h200, or a profile TOML (e.g. from --calibrate).")
 @click.option("--means", help="Sweep these trace means (comma-separated) and plot speedup vs "
               "mean exit depth against the bound.")
+@click.option("--rates", help="Sweep these request rates (comma-separated requests/s; 0: all at "
+              "t=0) at one exit and plot latency against throughput per mode.")
 @click.option("--plot", type=click.Path(dir_okay=False), help="The sweep's PNG (default: OUT.png).")
 @click.option("--calibrate", type=click.Path(dir_okay=False),
               help="Measure the real engine on this machine and write a fitted profile here.")
@@ -164,7 +176,7 @@ def serve_bench_cmd(sets, modes, config_file, as_json, **given):
               help="Comma-separated widths the calibration runs.")
 @cs.config_option
 @cs.json_option
-def serve_sim_cmd(sets, modes, means, calibrate_widths, config_file, as_json, **given):
+def serve_sim_cmd(sets, modes, means, rates, calibrate_widths, config_file, as_json, **given):
     """Simulate serving: the real scheduler on a virtual clock, each launch priced by a profile.
 
     Exit depths must be known in advance (trace:MEAN, replay:FILE, fixed:K; default: the first
@@ -174,12 +186,14 @@ def serve_sim_cmd(sets, modes, means, calibrate_widths, config_file, as_json, **
     Examples:
       depthbench serve-sim --random ouro-like --max-depth 4 --exit trace:2.5 --profile h100
       depthbench serve-sim --random huginn-like --means 2,4,8,12,16 --out results/sim/huginn
+      depthbench serve-sim --random ouro-like --max-depth 4 --exit trace:2 --rates 50,100,200,400 --out results/sim/load
       depthbench serve-sim --random small --set d_model=512 --exit trace:8 --calibrate cpu.toml
       depthbench serve-sim --random small --set d_model=512 --exit trace:8 --profile cpu.toml
     """
     from depthbench.serving.sim import run_sim
     given = _modes(given, sets, modes)
     given["means"] = means and cs.float_list(means, "--means")
+    given["rates"] = rates and cs.float_list(rates, "--rates")
     given["calibrate_widths"] = calibrate_widths and cs.int_list(calibrate_widths, "--calibrate-widths")
     res = run_sim(build_config(SimConfig, config_file, given), log=click.echo)
     if given.get("calibrate"):

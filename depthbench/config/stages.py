@@ -118,6 +118,10 @@ class ServeConfig(PlainConfig):
                                    # scheduler.knob_defaults; GPU width + min_coda_batch)
     requests: int = 256
     rate: float = 0.0              # requests/s (Poisson arrivals); 0: all at t = 0 (offline)
+    concurrency: int = 0           # a closed loop: at most this many requests in flight, each
+                                   # sent when an earlier one finishes (0: no cap)
+    slo_ttft_ms: float = 0.0       # goodput: requests within both SLOs per second (0: no SLO)
+    slo_tpot_ms: float = 0.0
     max_new_tokens: int = 0        # 0: the rest of the dataset sequence (or 32 for random prompts)
     prompt_len: int = 8            # prompt length of random
     length_spread: float = 0.0     # random: new tokens per request vary by +-this fraction
@@ -168,6 +172,10 @@ class ServeConfig(PlainConfig):
                "must be 0 (the dataset's sequence) or at least 2: the first token comes from the "
                "prompt's forward, so 1 leaves no decode step to batch or exit early")
         require(0 <= self.rate <= 1e9, "rate", "must be in [0, 1e9]")
+        require(0 <= self.concurrency <= 1 << 20, "concurrency",
+                "must be in 0..1048576 (0: no cap on requests in flight)")
+        for f in ("slo_ttft_ms", "slo_tpot_ms"):
+            require(0 <= getattr(self, f) <= 1e9, f, "must be in [0, 1e9] milliseconds (0: none)")
         require(not self.pool or self.pool >= self.width, "pool",
                 f"must be 0 (the device's default) or at least width={self.width}: a pool of "
                 f"{self.pool} resident requests never fills a core launch of {self.width} rows, "
@@ -192,6 +200,8 @@ class SimConfig(ServeConfig):
                                    # of mean (1 + max_depth) / 2)
     profile: str = "h100"          # packaged profile name (h100, h200) or a profile TOML
     means: tuple[float, ...] = ()  # sweep these trace means (speedup vs mean depth, plotted)
+    rates: tuple[float, ...] = ()  # sweep these request rates (latency against throughput,
+                                   # plotted); 0 in the list: every request at t = 0
     plot: str = ""                 # the sweep's PNG ("": OUT.png when out is given)
     calibrate: str = ""            # measure this machine and write a fitted profile here instead
     calibrate_widths: tuple[int, ...] = (16, 64)
@@ -210,6 +220,11 @@ class SimConfig(ServeConfig):
                "serve-sim needs exit depths known in advance: trace:MEAN, replay:FILE or fixed:K")
         for m in self.means:
             require(1 <= m <= self.max_depth, "means", f"must be in [1, max_depth] (got {m:g})")
+        for r in self.rates:
+            require(0 <= r <= 1e9, "rates", f"must be in [0, 1e9] requests/s (got {r:g})")
+        require(not (self.rates and self.means), "rates",
+                "sweeps request rates at one exit; give --means or --rates, not both")
+        require(len(set(self.rates)) == len(self.rates), "rates", "must not repeat")
         for w in self.calibrate_widths:
             require(1 <= w <= 1 << 16, "calibrate_widths", f"must be in 1..65536 (got {w})")
 

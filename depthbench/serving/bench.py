@@ -147,7 +147,7 @@ def serve_bench(model: LoopedTransformer, requests: list[Request], cfg: ServeCon
                         side, priced, level=True, warm=warm)
     res["profile"] = profile.to_toml()
     res["fit_r2"] = r2
-    res["bound_note"] = withheld_reason(r2, cfg.rate) or ""
+    res["bound_note"] = withheld_reason(r2, cfg.rate, cfg.concurrency, cfg.width) or ""
     withhold(res["results"], res["bound_note"])
     return res
 

@@ -141,14 +141,20 @@ def sweep(make_engine, requests, width: int, pool: int, log=None) -> list[tuple]
 MIN_FIT_R2 = 0.5
 
 
-def withheld_reason(r2: dict[str, float] | None, rate: float) -> str | None:
+def withheld_reason(r2: dict[str, float] | None, rate: float, concurrency: int = 0,
+                    width: int = 0) -> str | None:
     """Why a run's bound and fractions are not reported, or None where they mean something: the
     bound is the least time of a run's work with every request waiting from the start, so under
-    open-loop arrivals (``rate`` > 0: the run waits on requests, not on work) it does not apply;
-    and a fitted cost model whose R^2 is below ``MIN_FIT_R2`` on a stage cannot price it."""
+    open-loop arrivals (``rate`` > 0: the run waits on requests, not on work) or a closed loop of
+    fewer clients than a core launch's ``width`` it does not apply (only a saturated run can
+    come near it); and a fitted cost model whose R^2 is below ``MIN_FIT_R2`` on a stage cannot
+    price it."""
     if rate > 0:
         return (f"not applicable under arrivals at {rate:g} requests/s: the bound is the least "
                 "time of the work with every request waiting from the start")
+    if 0 < concurrency < width:
+        return (f"not applicable to a closed loop of {concurrency} clients, fewer than a core "
+                f"launch's {width} rows: the bound assumes every request waiting from the start")
     weak = {k: v for k, v in (r2 or {}).items() if not v >= MIN_FIT_R2}
     if weak:
         return ("withheld: the cost fit explains too little of the launch times (R^2 "

@@ -55,10 +55,37 @@ def with_arrivals(reqs: list[Request], rate: float, seed: int) -> list[Request]:
 
 
 def _percentiles(x: list[float]) -> dict:
+    """Seconds -> milliseconds: mean, p50, p90 and p99 (None where there is nothing)."""
     if not x:
-        return {"p50": None, "p90": None, "p99": None}
+        return {"mean": None, "p50": None, "p90": None, "p99": None}
     a = np.asarray(x) * 1000.0
-    return {f"p{q}": float(np.percentile(a, q)) for q in (50, 90, 99)}
+    return {"mean": float(a.mean()), **{f"p{q}": float(np.percentile(a, q)) for q in (50, 90, 99)}}
+
+
+def latencies(done: list[Request], wall: float, slo_ttft_ms: float = 0.0,
+              slo_tpot_ms: float = 0.0) -> dict:
+    """The latencies serving benchmarks report (vLLM's ``benchmark_serving``), per request from
+    its arrival (in a closed loop, when it was sent): TTFT (to its first token), TPOT (time per
+    output token after the first: (last - first) / (n - 1)), ITL (between consecutive tokens),
+    E2E (arrival to last token) and normalized latency (E2E per output token), each as mean and
+    percentiles in ms; requests/s; and goodput, the requests per second that met every SLO
+    given (TTFT and TPOT, in ms; none given: every request counts)."""
+    done = [q for q in done if q.token_times]
+    ttft = [q.token_times[0] - q.arrival for q in done]
+    tpot = [(q.token_times[-1] - q.token_times[0]) / (len(q.token_times) - 1)
+            for q in done if len(q.token_times) > 1]
+    e2e = [q.token_times[-1] - q.arrival for q in done]
+    good = [q for q, t in zip(done, ttft)
+            if (not slo_ttft_ms or 1000 * t <= slo_ttft_ms)
+            and (not slo_tpot_ms or len(q.token_times) < 2 or 1000 * (q.token_times[-1] - q.token_times[0])
+                 / (len(q.token_times) - 1) <= slo_tpot_ms)]
+    return {"ttft_ms": _percentiles(ttft), "tpot_ms": _percentiles(tpot),
+            "itl_ms": _percentiles([b - a for q in done for a, b in zip(q.token_times, q.token_times[1:])]),
+            "e2e_ms": _percentiles(e2e),
+            "norm_latency_ms": _percentiles([e / len(q.token_times) for q, e in zip(done, e2e)]),
+            "requests_per_s": len(done) / wall if wall > 0 else None,
+            "goodput_requests_per_s": len(good) / wall if wall > 0 else None,
+            "slo_attainment": len(good) / len(done) if done else None}
 
 
 def resolve_knobs(cfg, device_type: str):
@@ -101,7 +128,7 @@ def splits_prompts(cfg: ServeConfig) -> bool:
 def _scheduler(eng, mode: str, cfg: ServeConfig) -> Scheduler:
     return Scheduler(eng, mode, 1 if mode == "batch1" else cfg.width, cfg.admit_min,
                      cfg.min_coda_batch, cfg.coda_wait, cfg.pool, prompt_slots(mode, cfg),
-                     splits_prompts(cfg))
+                     splits_prompts(cfg), cfg.concurrency)
 
 
 def run_side_by_side(entries: dict, requests: list[Request],
@@ -160,7 +187,6 @@ def mode_result(mode: str, cfg: ServeConfig, done: list[Request], eng, wall: flo
     the requests' token times count from)."""
     n_tokens = sum(len(q.output) for q in done)
     decode_depths = [d for q in done for d in q.depths[1:]]  # the first token comes from prefill
-    itl = [b - a for q in done for a, b in zip(q.token_times, q.token_times[1:])]
     hist = np.bincount(decode_depths, minlength=cfg.max_depth + 1)[1:].tolist() if decode_depths else []
     st = eng.stats
     times = [t for q in done for t in q.token_times]
@@ -172,8 +198,7 @@ def mode_result(mode: str, cfg: ServeConfig, done: list[Request], eng, wall: flo
         # decode alone: the first token of each request comes from the (full-depth) prefill
         "prefill_s": prefill_s,
         "decode_tokens_per_s": len(decode_depths) / max(wall - prefill_s, 1e-9),
-        "ttft_ms": _percentiles([q.token_times[0] - q.arrival for q in done]),
-        "itl_ms": _percentiles(itl),
+        **latencies(done, wall, cfg.slo_ttft_ms, cfg.slo_tpot_ms),
         "mean_depth": float(np.mean(decode_depths)) if decode_depths else float("nan"),
         "depth_histogram": hist,
         "core_launches": st["core_launches"],
@@ -281,6 +306,8 @@ def result_rows(res: dict, **keys) -> list[dict]:
     for r in res["results"]:
         row = {**keys, **{k: v for k, v in r.items() if not isinstance(v, (dict, list))}}
         for name, fmt in (("ttft_ms", "ttft_{}_ms"), ("itl_ms", "itl_{}_ms"),
+                          ("tpot_ms", "tpot_{}_ms"), ("e2e_ms", "e2e_{}_ms"),
+                          ("norm_latency_ms", "norm_latency_{}_ms"),
                           ("time_split", "time_{}"), ("launches_per_token", "launches_per_token_{}"),
                           ("ideal_launches_per_token", "ideal_launches_per_token_{}")):
             row.update({fmt.format(k): v for k, v in r[name].items()})

@@ -106,8 +106,13 @@ class Request:
 class Scheduler:
     def __init__(self, engine: Executor, mode: str, width: int, admit_min: int | None = None,
                  min_coda_batch: int | None = None, coda_wait: int | None = None,
-                 pool: int | None = None, prefill_chunk: int = 0, split_prompts: bool = True):
+                 pool: int | None = None, prefill_chunk: int = 0, split_prompts: bool = True,
+                 concurrency: int = 0):
         assert mode in MODES
+        # a closed loop of ``concurrency`` clients (0: none): a request is sent when its
+        # arrival time has come and one of the clients is free, i.e. an earlier request finished
+        self.concurrency = concurrency
+        self.held: deque[Request] = deque()
         self.engine, self.mode, self.clock = engine, mode, engine.clock
         self.width = 1 if mode == "batch1" else width
         cdb = mode in POOLED
@@ -159,6 +164,10 @@ class Scheduler:
             req.status = Status.FINISHED
             del self.active[req.row]
             self.rows_free.append(req.row)
+            if self.held:   # a client is free: it sends its next request now (or at its time)
+                nxt = self.held.popleft()
+                nxt.arrival = max(nxt.arrival, self.now())
+                self.waiting.append(nxt)
 
     def _admit(self, busy: bool = False) -> list[int]:
         """Admit arrived requests into free rows; their prompts are prefilled together. The
@@ -274,7 +283,9 @@ class Scheduler:
     def steps(self, requests: list[Request]) -> Iterator[None]:
         """Serve ``requests``, yielding after every core launch (and every idle wait): the
         unit in which ``serving.bench.run_side_by_side`` interleaves modes."""
-        self.waiting = deque(sorted(requests, key=lambda q: (q.arrival, q.id)))
+        order = sorted(requests, key=lambda q: (q.arrival, q.id))
+        cap = self.concurrency or len(order)
+        self.waiting, self.held = deque(order[:cap]), deque(order[cap:])
         self.t0 = self.clock.now()
         yield from self._run_cdb() if self.mode in POOLED else self._run_token_batches()
 

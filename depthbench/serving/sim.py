@@ -158,7 +158,7 @@ def simulate(cfg: SimConfig, profile: Profile, mcfg: ModelConfig | None = None) 
     costs = ProfileCosts(mcfg, profile, cfg.max_depth, float(cfg.prompt_len))
     res = compare_modes(engines, mcfg, reqs, sim, cfg.prompt_len + (cfg.max_new_tokens or 32),
                         costs)
-    res["bound_note"] = withheld_reason(None, cfg.rate) or ""
+    res["bound_note"] = withheld_reason(None, cfg.rate, cfg.concurrency, cfg.width) or ""
     withhold(res["results"], res["bound_note"])
     return res
 
@@ -195,6 +195,38 @@ def sweep_png(points: list[dict], title: str) -> bytes:
     return buf.getvalue()
 
 
+def latency_png(points: list[dict], title: str) -> bytes:
+    """A rate sweep's latency against throughput, one line per mode (the serving engineer's
+    curve): time to first token and time per output token, p50 (solid) and p99 (dashed), against
+    output tokens/s (PNG)."""
+    import io
+
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    for i, mode in enumerate(dict.fromkeys(r["mode"] for r in points)):
+        mine = sorted((r for r in points if r["mode"] == mode), key=lambda r: r["rate"] or 1e18)
+        x = [r["tokens_per_s"] for r in mine]
+        for ax, key in zip(axes, ("ttft_ms", "tpot_ms")):
+            color = f"C{i}"
+            ax.plot(x, [r[key]["p50"] for r in mine], "o-", color=color, label=f"{mode} p50")
+            ax.plot(x, [r[key]["p99"] for r in mine], "s--", color=color, label=f"{mode} p99")
+    for ax, what in zip(axes, ("time to first token (ms)", "time per output token (ms)")):
+        ax.set_xlabel("output tokens/s")
+        ax.set_ylabel(what)
+        ax.set_yscale("log")
+        ax.grid(alpha=0.3)
+    axes[1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0))
+    fig.suptitle(title + " (one point per request rate)", fontsize=9)
+    buf = io.BytesIO()
+    fig.tight_layout()
+    fig.savefig(buf, format="png", dpi=120)
+    plt.close(fig)
+    return buf.getvalue()
+
+
 def run_sim(cfg: SimConfig, log=None) -> dict:
     """The serve-sim stage: with ``cfg.calibrate``, measure this machine and write a fitted
     profile there; otherwise simulate every mode on ``cfg.profile`` (and each trace mean of
@@ -224,29 +256,33 @@ def run_sim(cfg: SimConfig, log=None) -> dict:
     refuse_over_inputs(outs, inputs=[p for p in (cfg.profile, replay) if p and Path(p).suffix])
     if log:
         log(f"profile {profile.name}: {profile.source}")
-    exits = [f"trace:{m:g}" for m in cfg.means] or [cfg.exit]
+    # the sweep's points: trace means at the configured rate, or request rates at one exit
+    points = ([(cfg.exit, r) for r in cfg.rates] if cfg.rates else
+              [(f"trace:{m:g}", cfg.rate) for m in cfg.means] or [(cfg.exit, cfg.rate)])
     rows, results = [], []
-    for spec in exits:
-        res = simulate(cfg.replace(exit=spec), profile, shape)
+    for spec, rate in points:
+        res = simulate(cfg.replace(exit=spec, rate=rate), profile, shape)
         keys = dict(source=f"sim:{profile.name}", run=cfg.model or f"random:{cfg.random}", schedule=None,
                     exit=spec, kv_policy=cfg.kv_policy, width=cfg.width, lookahead=cfg.lookahead,
-                    rate=cfg.rate, profile=profile.name)
+                    rate=rate, profile=profile.name)
         rows += tag_rows(result_rows(res, **keys), cfg.tags)
         for r in res["results"]:
-            results.append({**r, "exit": spec,
+            results.append({**r, "exit": spec, "rate": rate,
                             "trace_mean": float(spec.partition(":")[2]) if cfg.means else None})
         if log:
-            log(f"  {spec} done")
+            log(f"  {spec}" + (f" at {rate:g} requests/s" if cfg.rates else "") + " done")
     out = {"rows": rows, "results": results, "profile": profile.name,
-           "bound_note": withheld_reason(None, cfg.rate) or ""}
+           "bound_note": next((r["bound_note"] for r in results if r.get("bound_note")), "")}
     files = {}  # every output, written together
     if cfg.out:
         files = row_files(rows, cfg.out, "serve")
         out["csv"], out["jsonl"] = files
-    plot = cfg.plot or (str(Path(cfg.out).with_suffix(".png")) if cfg.out and cfg.means else "")
-    if plot and cfg.means:
-        files[Path(plot)] = sweep_png(results, f"serve-sim {profile.name}: {cfg.model or cfg.random}, width "
-                                      f"{cfg.width}, kv {cfg.kv_policy}, max depth {cfg.max_depth}")
+    swept = cfg.means or cfg.rates
+    plot = cfg.plot or (str(Path(cfg.out).with_suffix(".png")) if cfg.out and swept else "")
+    if plot and swept:
+        title = (f"serve-sim {profile.name}: {cfg.model or cfg.random}, width {cfg.width}, kv "
+                 f"{cfg.kv_policy}, max depth {cfg.max_depth}" + (f", exit {cfg.exit}" if cfg.rates else ""))
+        files[Path(plot)] = latency_png(results, title) if cfg.rates else sweep_png(results, title)
         out["plot"] = plot
     atomic_write_many(files)
     return out

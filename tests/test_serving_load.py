@@ -1,0 +1,96 @@
+"""Load and latency as serving benchmarks read them: latencies per request against a hand count,
+a closed loop that never holds more requests in flight than its clients, and a rate sweep that
+writes one row set per rate and the latency-throughput figure."""
+
+import json
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from depthbench.cli.main import main
+from depthbench.config import SimConfig
+from depthbench.serving.compare import latencies
+from depthbench.serving.profile import load_profile
+from depthbench.serving.scheduler import Request
+from depthbench.serving.sim import simulate
+
+
+def _req(i, arrival, times):
+    q = Request(i, [1, 2], len(times), arrival)
+    q.token_times = list(times)
+    return q
+
+
+def test_latencies_by_hand():
+    done = [_req(0, 0.0, [0.010, 0.014, 0.020]), _req(1, 0.005, [0.030, 0.031]),
+            _req(2, 0.008, [0.012, 0.022, 0.023, 0.026])]
+    got = latencies(done, wall=0.05, slo_ttft_ms=9.0, slo_tpot_ms=6.0)
+    ttft = [10.0, 25.0, 4.0]
+    tpot = [10.0 / 2, 1.0, 14.0 / 3]
+    e2e = [20.0, 26.0, 18.0]
+    itl = [4.0, 6.0, 1.0, 10.0, 1.0, 3.0]
+    for key, want in (("ttft_ms", ttft), ("tpot_ms", tpot), ("e2e_ms", e2e), ("itl_ms", itl),
+                      ("norm_latency_ms", [20.0 / 3, 13.0, 4.5])):
+        assert got[key]["mean"] == pytest.approx(np.mean(want)), key
+        for p in (50, 90, 99):
+            assert got[key][f"p{p}"] == pytest.approx(np.percentile(want, p)), (key, p)
+    assert got["requests_per_s"] == pytest.approx(3 / 0.05)
+    # request 0: TTFT 10 ms > 9; request 1: TTFT 25 ms; request 2: TTFT 4, TPOT 4.67: the only one
+    assert got["goodput_requests_per_s"] == pytest.approx(1 / 0.05)
+    assert got["slo_attainment"] == pytest.approx(1 / 3)
+    assert latencies(done, 0.05)["slo_attainment"] == 1.0    # no SLO: every request counts
+
+
+def _most_in_flight(reqs) -> int:
+    events = sorted([(q.arrival, 1) for q in reqs] + [(q.token_times[-1], -1) for q in reqs],
+                    key=lambda e: (e[0], e[1]))
+    now = most = 0
+    for _, d in events:
+        now += d
+        most = max(most, now)
+    return most
+
+
+@pytest.mark.parametrize("cap", [3, 8])
+def test_a_closed_loop_never_holds_more_requests_than_its_clients(cap):
+    from depthbench.serving.compare import _scheduler, engine_rows, prompt_slots, resolve_knobs
+    from depthbench.exits import parse_exit
+    from depthbench.serving.sim import SimEngine, sim_model
+    cfg = resolve_knobs(SimConfig(random="ouro-like", exit="trace:2", max_depth=4, width=16,
+                                  requests=40, max_new_tokens=6, length_spread=0.5,
+                                  concurrency=cap), "cuda")
+    shape = sim_model(cfg)
+    from depthbench.serving.compare import random_workload
+    for mode in ("cdb", "static", "no_refill"):
+        reqs = random_workload(shape.vocab_size, 40, 8, 6, 0, 0.5)
+        eng = SimEngine(shape, parse_exit("trace:2", 1, 4), "depth_indexed", engine_rows(mode, cfg),
+                        64, load_profile("h100"), n_prompt_slots=prompt_slots(mode, cfg))
+        done = _scheduler(eng, mode, cfg).run([q.fresh() for q in reqs])
+        assert all(len(q.output) == q.max_new_tokens for q in done)
+        assert _most_in_flight(done) <= cap, mode
+        # the first `cap` are sent at once; every later one when an earlier one finished
+        sent = sorted(q.arrival for q in done)
+        finished = sorted(q.token_times[-1] for q in done)
+        assert sent[:cap] == [0.0] * cap
+        assert all(any(abs(s - f) < 1e-12 for f in finished) for s in sent[cap:])
+
+
+def test_a_rate_sweep_writes_each_rate_and_the_latency_figure(tmp_path):
+    out = tmp_path / "load"
+    r = CliRunner().invoke(main, ["serve-sim", "--random", "ouro-like", "--max-depth", "4",
+                                  "--exit", "trace:2", "--requests", "32", "--modes", "static,cdb",
+                                  "--rates", "0,400,1600", "--slo-ttft-ms", "20", "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    rows = [json.loads(x) for x in (tmp_path / "load.jsonl").read_text().splitlines()]
+    assert sorted({x["rate"] for x in rows}) == [0.0, 400.0, 1600.0]
+    for x in rows:
+        for k in ("ttft_p99_ms", "tpot_p50_ms", "e2e_mean_ms", "norm_latency_p90_ms",
+                  "requests_per_s", "goodput_requests_per_s"):
+            assert x[k] is not None and x[k] >= 0, k
+        assert x["goodput_requests_per_s"] <= x["requests_per_s"] + 1e-9
+        # the bound only where every request waits from the start
+        assert (x["fraction"] is None) == (x["rate"] > 0), x
+    assert (tmp_path / "load.png").stat().st_size > 0
+    r = CliRunner().invoke(main, ["serve-sim", "--random", "ouro-like", "--rates", "0,x"])
+    assert r.exit_code == 2 and "--rates" in r.stderr
