@@ -94,3 +94,38 @@ def test_a_rate_sweep_writes_each_rate_and_the_latency_figure(tmp_path):
     assert (tmp_path / "load.png").stat().st_size > 0
     r = CliRunner().invoke(main, ["serve-sim", "--random", "ouro-like", "--rates", "0,x"])
     assert r.exit_code == 2 and "--rates" in r.stderr
+
+
+def test_kv_that_exceeds_the_profiles_memory_admits_fewer_requests_never_more():
+    """The weights plus each resident request's KV (reserved at its whole length) must fit in
+    memory_util of the profile's memory: a pool the memory cannot hold is capped to what fits,
+    every mode's run holds no more requests at once, and the KV it reports is what fits."""
+    from dataclasses import replace
+
+    from depthbench.serving.profile import kv_bytes, kv_rows_that_fit, weight_bytes
+    from depthbench.serving.sim import sim_model
+    cfg = SimConfig(random="huginn-like", exit="trace:8", max_depth=16, width=32, pool=256,
+                    requests=96, prompt_len=512, max_new_tokens=8, modes=("static", "cdb"))
+    shape, h100 = sim_model(cfg), load_profile("h100")
+    small = replace(h100, memory=40e9)
+    max_len = 512 + 8 + 1
+    fit = kv_rows_that_fit(shape, small, cfg.kv_policy, 16, max_len)
+    per_row = kv_bytes(shape, cfg.kv_policy, 16, 1, max_len, 2)
+    assert fit == int((40e9 * 0.9 - weight_bytes(shape, 2)) // per_row) and 1 <= fit < 96
+    res = simulate(cfg, small)
+    for r in res["results"]:
+        assert r["kv_rows_fit"] == fit
+        assert r["kv_cache_mb"] * 2**20 <= fit * per_row + 1e-6
+    roomy = simulate(cfg, replace(h100, memory=0.0))
+    assert roomy["kv_rows_fit"] is None
+    assert max(r["kv_cache_mb"] for r in roomy["results"]) > fit * per_row / 2**20
+    # fewer resident requests cannot serve faster than the same knobs with room for all
+    by = {r["mode"]: r["tokens_per_s"] for r in res["results"]}
+    assert by["cdb"] <= max(r["tokens_per_s"] for r in roomy["results"] if r["mode"] == "cdb") * 1.001
+
+
+def test_a_model_whose_weights_and_one_request_overflow_the_memory_is_refused_in_one_line():
+    r = CliRunner().invoke(main, ["serve-sim", "--random", "paper-1b", "--exit", "trace:8",
+                                  "--requests", "8", "--prompt-len", "60000", "--max-new-tokens",
+                                  "4", "--modes", "cdb", "--profile", "h100"])
+    assert r.exit_code == 2 and r.stderr.count("\n") == 1 and "do not fit" in r.stderr

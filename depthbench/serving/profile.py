@@ -41,6 +41,9 @@ class Profile:
     overlap: bool = True           # host work runs while the device works (asynchronous launches);
                                    # only syncs add to the device time
     fit: dict = field(default_factory=dict)   # fitted: stage -> [a, alpha, beta]
+    memory: float = 0.0            # device memory in bytes (0: unlimited): the weights and the
+                                   # resident requests' KV must fit in memory_util of it
+    memory_util: float = 0.9       # the share of memory serving may take (vLLM's default)
     device: str = ""               # the device kind priced, whose scheduler defaults apply ("cpu",
                                    # "cuda"; "": cuda for a roofline, cpu for a fitted profile)
 
@@ -67,12 +70,12 @@ class Profile:
         if self.kind == "fitted" and set(self.fit) != set(STAGES):
             raise UserError(f"profile {self.name}: a fitted profile needs [fit] {', '.join(STAGES)}")
         nums = [self.peak_flops, self.mem_bw, self.flops_efficiency, self.bw_efficiency,
-                self.launch, self.sync, self.token, self.iteration,
+                self.launch, self.sync, self.token, self.iteration, self.memory,
                 *(v for c in self.fit.values() for v in c)]
         if not all(type(v) in (int, float) and math.isfinite(v) and v >= 0 for v in nums):
             raise UserError(f"profile {self.name}: every constant must be a finite number >= 0 "
                             "(true and false are not numbers)")
-        for f in ("flops_efficiency", "bw_efficiency"):
+        for f in ("flops_efficiency", "bw_efficiency", "memory_util"):
             if not 0 < getattr(self, f) <= 1:
                 raise UserError(f"profile {self.name}: {f} must be in (0, 1] (a fraction of the "
                                 f"peak; got {getattr(self, f)!r})")
@@ -222,6 +225,34 @@ class ProfileCosts:
         tokens = (rows if emitted is None else emitted) if stage == "finish" else 0
         return p.seconds(stage, flops, nbytes, int(stage == "finish"), tokens,
                          p.iteration if stage == "core" else 0.0)
+
+
+def weight_bytes(cfg: ModelConfig | LoopShape, bytes_per_value: int) -> int:
+    """The weights' bytes: every stage's matmul parameters (the core once: its loops share it)
+    and the embeddings."""
+    s = shape_of(cfg)
+    params = (s.prelude_params + s.core_params + s.coda_params + s.head_params + s.gate_params
+              + s.vocab_size * s.d_model)
+    return params * bytes_per_value
+
+
+def kv_rows_that_fit(cfg: ModelConfig | LoopShape, profile: Profile, policy: str, max_depth: int,
+                     max_len: int) -> int | None:
+    """Resident requests whose KV (each reserved at ``max_len`` positions: a request is admitted
+    only where its whole sequence fits, so none is ever preempted) fits beside the weights in
+    ``memory_util`` of the profile's memory; None where the profile states no memory. Refuses,
+    in one line, a model whose weights and one request do not fit."""
+    if not profile.memory:
+        return None
+    free = profile.memory * profile.memory_util - weight_bytes(cfg, profile.bytes_per_value)
+    per_row = kv_bytes(cfg, policy, max_depth, 1, max_len, profile.bytes_per_value)
+    rows = int(free // per_row) if free > 0 else 0
+    if rows < 1:
+        raise UserError(f"profile {profile.name}: the weights ({weight_bytes(cfg, profile.bytes_per_value) / 2**30:.1f} "
+                        f"GiB) and one request's KV ({per_row / 2**30:.2f} GiB at {max_len} positions) "
+                        f"do not fit in {profile.memory_util:g} of its {profile.memory / 2**30:.0f} GiB; "
+                        "give shorter prompts or outputs, or a smaller model")
+    return rows
 
 
 def kv_bytes(cfg: ModelConfig | LoopShape, policy: str, max_depth: int, rows: int, max_len: int,

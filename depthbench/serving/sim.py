@@ -46,6 +46,7 @@ from depthbench.serving.profile import (
     ProfileCosts,
     calibrate,
     kv_bytes,
+    kv_rows_that_fit,
     load_profile,
     sim_model,
     stage_work,
@@ -149,10 +150,14 @@ def simulate(cfg: SimConfig, profile: Profile, mcfg: ModelConfig | None = None) 
     crit.check_covers([q.id for q in reqs])
     max_len = max(len(q.prompt) + q.max_new_tokens for q in reqs) + 1
 
+    # the resident requests whose KV fits beside the weights: every mode admits at most that
+    # many (its pool is the engine's rows), whatever its knobs ask
+    fit = kv_rows_that_fit(mcfg, profile, cfg.kv_policy, cfg.max_depth, max_len)
+
     def engines(mode, c):
-        return lambda clock=None: SimEngine(mcfg, crit, c.kv_policy, engine_rows(mode, c),
-                                            max_len, profile, clock=clock,
-                                            n_prompt_slots=prompt_slots(mode, c))
+        rows = engine_rows(mode, c) if fit is None else min(engine_rows(mode, c), fit)
+        return lambda clock=None: SimEngine(mcfg, crit, c.kv_policy, rows, max_len, profile,
+                                            clock=clock, n_prompt_slots=prompt_slots(mode, c))
 
     sim = cfg.replace(warmup_requests=0)   # a virtual clock has nothing to warm up
     costs = ProfileCosts(mcfg, profile, cfg.max_depth, float(cfg.prompt_len))
@@ -160,6 +165,9 @@ def simulate(cfg: SimConfig, profile: Profile, mcfg: ModelConfig | None = None) 
                         costs)
     res["bound_note"] = withheld_reason(None, cfg.rate, cfg.concurrency, cfg.width) or ""
     withhold(res["results"], res["bound_note"])
+    res["kv_rows_fit"] = fit
+    for r in res["results"]:
+        r["kv_rows_fit"] = fit
     return res
 
 
@@ -271,6 +279,11 @@ def run_sim(cfg: SimConfig, log=None) -> dict:
                             "trace_mean": float(spec.partition(":")[2]) if cfg.means else None})
         if log:
             log(f"  {spec}" + (f" at {rate:g} requests/s" if cfg.rates else "") + " done")
+    fit = next((r["kv_rows_fit"] for r in results if r.get("kv_rows_fit")), None)
+    if log and fit is not None and fit < max(cfg.pool, cfg.width, 1) and fit < cfg.requests:
+        log(f"KV: {fit} resident requests fit in {profile.memory_util:g} of {profile.name}'s "
+            f"memory beside the weights (each reserved at its whole length); every mode admits "
+            "at most that many")
     out = {"rows": rows, "results": results, "profile": profile.name,
            "bound_note": next((r["bound_note"] for r in results if r.get("bound_note")), "")}
     files = {}  # every output, written together
