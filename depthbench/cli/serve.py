@@ -73,7 +73,8 @@ def _workload(cls) -> list:
         click.option("--prefill-chunk", type=cs.AutoInt(0, 1 << 16), show_default="auto",
                      help="cdb, static: chunked prefill, prompt tokens riding in core launches "
                           "beside decode tokens, at most this many at once (0: a prefill launch "
-                          "per admission; auto: 2 width on a GPU, off on a CPU)."),
+                          "per admission; auto: 0, the fastest at prompts of 8 to 2,048 tokens on "
+                          "the simulated H100: benchmarks/chunk_default.py)."),
         click.option("--seed", type=cs.SEED, show_default=_d("seed")),
         click.option("--interleave/--one-at-a-time", default=None,
                      help="Measure the modes side by side, one core launch of each in turn, so a "
@@ -148,7 +149,7 @@ def serve_bench_cmd(sets, modes, config_file, as_json, **given):
     """
     from depthbench.serving.bench import run_bench
 
-    res = run_bench(build_config(ServeConfig, config_file, _modes(given, sets, modes)), log=click.echo)
+    res = run_bench(build_config(ServeConfig, config_file, _modes(given, sets, modes)), log=cs.say)
     _show(res)
     if res["adaptive_modes_agree"] is not None:
         click.echo(f"adaptive modes produce identical tokens: {res['adaptive_modes_agree']}")
@@ -195,7 +196,7 @@ def serve_sim_cmd(sets, modes, means, rates, calibrate_widths, config_file, as_j
     given["means"] = means and cs.float_list(means, "--means")
     given["rates"] = rates and cs.float_list(rates, "--rates")
     given["calibrate_widths"] = calibrate_widths and cs.int_list(calibrate_widths, "--calibrate-widths")
-    res = run_sim(build_config(SimConfig, config_file, given), log=click.echo)
+    res = run_sim(build_config(SimConfig, config_file, given), log=cs.say)
     if given.get("calibrate"):
         click.echo(f"wrote {res['profile']} (fit R^2: "
                    + ", ".join(f"{k} {v:.3f}" for k, v in res["r2"].items()) + ")")

@@ -135,7 +135,8 @@ class ServeConfig(PlainConfig):
                                    # GPU 4, CPU 16)
     prefill_chunk: int = -1        # cdb, static: prompt tokens in core launches at once (chunked
                                    # prefill); 0: each admission's prompts in a prefill launch;
-                                   # -1 (auto): GPU 2 width, CPU 0
+                                   # -1 (auto): the device's default (0 on every
+                                   # device: benchmarks/chunk_default.py)
     seed: int = 0
     warmup_requests: int = 4
     interleave: bool = True        # CPU: the modes measured side by side, a step of each in turn
