@@ -397,3 +397,22 @@ def test_a_run_without_a_live_bar_logs_a_step_line_every_log_every(small_data, t
     assert [ln.split(" (")[0] for ln in steps] == ["step 4/12", "step 8/12", "step 12/12"]
     assert all("| loss " in ln and "| eta " in ln and "tok/s" in ln for ln in steps)
     assert steps[-1].split("| eta ")[1] == "0m00s"
+
+
+def test_quiet_hides_progress_and_verbose_adds_the_config(small_data, tmp_path):
+    """-q: the result lines and errors only (no step lines); -v: also the resolved config; the
+    default: the step lines. Progress goes through the ``depthbench`` logger."""
+    args = ["train", "--data", str(small_data), "--schedule", "uniform:1-3", "--steps", "8",
+            "--set", "d_model=16", "--set", "n_heads=2", "--set", "batch_size=4",
+            "--set", "log_every=4", "--set", "ckpt_every=0", "--set", "warmup_steps=1"]
+    out = {}
+    for flag in ("-q", "", "-v"):
+        r = CliRunner().invoke(main, [*([flag] if flag else []), *args, "--out",
+                                      str(tmp_path / (flag or "default"))])
+        assert r.exit_code == 0, r.output
+        out[flag] = r.output
+    steps = {k: [ln for ln in v.splitlines() if ln.startswith("step ")] for k, v in out.items()}
+    assert steps["-q"] == [] and len(steps[""]) == len(steps["-v"]) == 2
+    assert "TrainJob: {" in out["-v"] and "TrainJob" not in out[""]
+    r = CliRunner().invoke(main, ["-q", "-v", *args, "--out", str(tmp_path / "both")])
+    assert r.exit_code == 2 and "-q or -v" in r.stderr

@@ -64,7 +64,7 @@ def run_cmd(spec, out, sets, seeds, plan, rerun, executor, as_json):
 
     s = load_spec(spec, _spec_sets(sets, seeds))
     out = Path(out) if out else Path("runs") / s.name
-    pipe = Pipeline(s, out, log=click.echo, report_dir=out / "report", rerun=rerun,
+    pipe = Pipeline(s, out, log=cs.say, report_dir=out / "report", rerun=rerun,
                     executor=executor)
     summary = pipe.run(plan=plan)
     if not plan:

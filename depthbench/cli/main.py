@@ -6,6 +6,7 @@ line on stderr: ``depthbench: error: ...``, and no traceback."""
 
 from __future__ import annotations
 
+import json
 import time
 
 import click
@@ -22,12 +23,21 @@ __all__ = ["main", "parse_sets"]
 
 @click.group(cls=cs.Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="depthbench")
-def main():
+@click.option("-q", "--quiet", is_flag=True, help="Results and errors only: no progress lines or bars.")
+@click.option("-v", "--verbose", is_flag=True,
+              help="Also the resolved config of each command that builds one (generate, train, "
+                   "eval, probe-update, serve-bench, serve-sim).")
+def main(quiet, verbose):
     """depthbench: benchmarks for looped (recurrent-depth) transformers.
 
     Generate a fictional-person knowledge dataset, train looped models under depth schedules,
     sweep serving depths, benchmark depth-adaptive serving, and draw reports.
+    Progress goes through logging: -q hides it, -v adds detail (depthbench -q run smoke).
     """
+    from depthbench.runtime import set_verbosity
+    if quiet and verbose:
+        raise click.UsageError("give -q or -v, not both")
+    set_verbosity(-1 if quiet else 1 if verbose else 0)
 
 
 @main.command()
@@ -54,6 +64,7 @@ def generate(out, preset, config_file, sets, seed, force, as_json):
         cfg = resolve_config(preset, config_file, parse_sets(sets), seed)
     except (ValueError, TypeError) as e:
         fail(f"invalid dataset config: {e}")
+    cs.debug(f"GenConfig: {json.dumps(cfg.to_dict(), sort_keys=True)}")
     t0 = time.perf_counter()
     bar = cs.progress_bar(cfg.n_people + cfg.n_unseen_people, "generate", "people")
     try:
@@ -116,7 +127,7 @@ def train(preset, steps, seed, sets, config_file, as_json, model_from, from_weig
     mcfg, tcfg = resolve_presets(preset or "tiny", given_sets, file.get("model"), file.get("train"))
     base = {"model": mcfg.to_dict(), "train": tcfg.to_dict()}
     job = build_config(TrainJob, config_file, given, base)
-    summary = run_train(job, log=click.echo)
+    summary = run_train(job, log=cs.say)
     if as_json:
         emit_json(summary)
 

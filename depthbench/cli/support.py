@@ -114,7 +114,7 @@ def emit_json(obj: dict) -> None:
     click.echo(json.dumps(obj, sort_keys=True, default=str))
 
 
-from depthbench.runtime import progress_bar  # noqa: E402,F401  (the commands' bars)
+from depthbench.runtime import debug, progress_bar, say  # noqa: E402,F401  (bars, log lines)
 
 
 def parse_sets(pairs: tuple[str, ...]) -> dict:
@@ -141,11 +141,13 @@ def build_config(cls, config_file: str | None, given: dict, base: dict | None = 
         raise UserError(f"missing {' and '.join(missing)}: give {'/'.join(m.upper() for m in missing)} "
                         "on the command line or in --config")
     try:
-        return cls.from_dict(d)
+        cfg = cls.from_dict(d)
     except ConfigError as e:  # name the option the user typed, where the key has one
         key, sep, msg = str(e).partition(": ")
         opt = OPTION_NAMES.get(key, "--" + key.replace("_", "-"))
         raise ConfigError(f"{opt}: {msg}" if sep and key in given else str(e)) from None
+    debug(f"{cls.__name__}: {json.dumps(cfg.to_dict(), sort_keys=True, default=str)}")
+    return cfg
 
 
 # config keys whose option is not --KEY-WITH-DASHES
