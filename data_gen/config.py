@@ -99,7 +99,6 @@ class GenConfig:
         attrs = tuple(a if isinstance(a, Attribute) else _attribute_from_dict(a)
                       for a in self.attributes)
         object.__setattr__(self, "attributes", attrs)
-        self._check_exposure()
         for name in ("n_people", "name_tokens", "name_pool", "value_pool", "orders_per_person",
                      "shard_people"):
             if type(getattr(self, name)) is not int or getattr(self, name) < 1:
@@ -151,6 +150,7 @@ class GenConfig:
                     "raise value_pool or value_tokens")
             if a.n_values > 2 ** 31:
                 raise ValueError(f"attributes.{a.name}.n_values must be below 2**31")
+        self._check_exposure()   # last: a bad attribute or count is named before the tiers it breaks
 
     def _check_exposure(self) -> None:
         e = self.exposure

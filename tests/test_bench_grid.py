@@ -12,7 +12,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT / "benchmarks") not in sys.path:   # the scripts import their shared helper
     sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from bench_grid import AGAINST_SPEC, _run_argv  # noqa: E402
+from bench_grid import AGAINST_SPEC, _run_argv, spec_for  # noqa: E402
 
 from depthbench.runtime import compiles  # noqa: E402
 
@@ -22,7 +22,7 @@ COMMIT = "376558b"
 def _plan(code: Path, spec: dict, d: Path) -> dict:
     """The stage configs ``depthbench run --plan`` of ``spec`` writes with the package at
     ``code``, through the benchmark's own command line."""
-    subprocess.run([*_run_argv(spec, d), "--plan"], check=True, cwd=d, capture_output=True,
+    subprocess.run([*_run_argv(spec_for(code, spec), d), "--plan"], check=True, cwd=d, capture_output=True,
                    env={"PYTHONPATH": str(code), "PATH": "/usr/bin:/bin"})
     return {p.stem: json.loads(p.read_text()) for p in (d / "exp" / "plan").glob("*.json")}
 

@@ -163,7 +163,7 @@ def test_fixed_depth_models_peak_at_their_training_depth_on_every_seed():
 
 def test_budgets_every_panel_between_floor_and_ceiling():
     """The paper's Figure 1: at every budget every arm's depths 4-16 read above the floor."""
-    re = final_eval("budgets")
+    re = final_eval("budgets-lr3e-3")
     re = re[(re["split"] == "eval_reordered") & (re["depth"] >= 4)]
     for (b, s), g in re.groupby(["budget", "schedule"]):
         m = g.groupby("depth")["bits_per_person"].mean()
@@ -197,14 +197,14 @@ def test_no_serving_fraction_exceeds_its_bound():
         assert 0 < v <= 1.02, (k, v)
 
 
-@pytest.mark.parametrize("one_thread", ["budgets", "text-table3"])
+@pytest.mark.parametrize("one_thread", ["budgets-lr3e-3", "text-table3"])
 def test_the_figures_read_the_same_at_2_threads(one_thread):
     """docs/threads/NAME-2threads.toml reruns some of a figure's seeds (budgets: seeds 0 and 1
     at 15%; table3 and text-table3: seed 0, every arm) with every run on 2 CPU threads: its
     readings equal the 1-thread rows of the same runs (the figure does not depend on the thread
     count here)."""
     one = pd.read_csv(ROOT / "reports" / one_thread / "rows" / "eval.csv")
-    two = pd.read_csv(ROOT / "reports" / f"{one_thread}-2threads" / "rows" / "eval.csv")
+    two = pd.read_csv(ROOT / "reports" / f"{one_thread.split('-lr')[0]}-2threads" / "rows" / "eval.csv")
     m = two.merge(one, on=["run", "step", "split", "depth"], suffixes=("_2", "_1"))
     assert len(m) == len(two) > 0
     for col in ("nll", "bits_per_person", "exact_match", "bits_per_byte", "cloze_accuracy",
@@ -285,7 +285,7 @@ def test_text_table3_meets_the_older_depth_1_to_16_sizing_and_its_calibration_is
 
 
 @pytest.mark.parametrize("name", [n for n in ("quickstart", "table3", "table3-lengths", "table3-4x",
-                                              "matched", "budgets", "fixed-depths")
+                                              "matched", "budgets-lr3e-3", "fixed-depths")
                                   if n in SYNTHETIC])
 def test_every_arm_of_the_packaged_grids_passes_the_seed_spread_criteria(name):
     """The calibration's criteria (depthbench.report.spread, checked by hand in test_spread):

@@ -15,11 +15,12 @@ def run(*args):
 
 
 def test_generate_writes_a_dataset_and_json_summary(tmp_path):
-    r = run("generate", "--out", str(tmp_path / "d"), "--set", "exposure=1", "--set", "n_people=50", "--json")
+    r = run("generate", "--out", str(tmp_path / "d"), "--set", "exposure=1", "--set", "n_people=50",
+            "--json")
     assert r.exit_code == 0, r.output
     summary = json.loads(r.stdout.strip().splitlines()[-1])
-    # 3 of 6 attributes of 256 values asked per person
-    assert summary["people"] == 50 and summary["ceiling_bits"] == pytest.approx(24.0)
+    # 3 of 6 attributes of 64 values asked per person
+    assert summary["people"] == 50 and summary["ceiling_bits"] == pytest.approx(18.0)
     assert (tmp_path / "d" / "manifest.json").is_file()
 
 
@@ -39,7 +40,7 @@ REFUSED = [
     (["--set", "attributes=only:10"], "at least 2 attributes"),
     (["--set", "orders_per_person=601"], "orders_per_person"),
     (["--set", "name_pool=3"], "name_pool"),
-    (["--set", "value_pool=10"], "value_pool"),
+    (["--set", "value_pool=7"], "value_pool"),
     (["--set", "exposure=1", "--set", "n_people=0"], "n_people"),
     (["--set", "n_people=abc"], "n_people"),
     (["--set", "bogus=1"], "unknown config key"),

@@ -224,8 +224,8 @@ def test_a_default_exposure_leaves_the_manifest_as_before_and_bad_ones_are_refus
     m = generate(small_config(), tmp_path / "d")
     assert "exposure" not in m["config"]                     # earlier datasets' hashes unchanged
     with pytest.raises(ValueError, match="multiple of 2"):
-        small_config(exposure=(1, 2), attributes=(Attribute(name="x", n_values=7),
-                                                  Attribute(name="y", n_values=7)))
+        small_config(exposure=(1, 2), orders_per_person=1,
+                     attributes=(Attribute(name="x", n_values=7), Attribute(name="y", n_values=7)))
     with pytest.raises(ValueError, match="one value count"):
         small_config(exposure=(1, 2))
     for bad in ("0,2", "x", (), (1, 2.5)):
