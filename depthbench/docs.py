@@ -33,6 +33,9 @@ class Experiment:
 EXPERIMENTS = (
     Experiment("quickstart", "the toolkit end to end: three schedules, the update probe "
                "(the paper's Figure 4), the serving benchmark", "depthbench run"),
+    Experiment("presets", "the README's by-hand path at the default presets (no --preset, no "
+               "--set): whether the task and recipe a user starts from pass the calibration's "
+               "seed-spread criteria", "depthbench run presets", in_readme=False),
     Experiment("table3", "the paper's Table 3: uniform, fixed-first at two fixed phases, "
                "uniform matched to the shorter one's FLOPs", "depthbench run table3"),
     Experiment("table3-lr", "Table 3's learning-rate sweep: each arm at four peak LRs on held-out "

@@ -284,8 +284,8 @@ def test_text_table3_meets_the_older_depth_1_to_16_sizing_and_its_calibration_is
                                          abs=5.1e-6)   # the calibration rounds to 5 decimals
 
 
-@pytest.mark.parametrize("name", [n for n in ("quickstart", "table3", "table3-lengths", "table3-4x",
-                                              "matched", "budgets-lr3e-3", "fixed-depths")
+@pytest.mark.parametrize("name", [n for n in ("quickstart", "presets", "table3", "table3-lengths",
+                                              "table3-4x", "matched", "budgets-lr3e-3", "fixed-depths")
                                   if n in SYNTHETIC])
 def test_every_arm_of_the_packaged_grids_passes_the_seed_spread_criteria(name):
     """The calibration's criteria (depthbench.report.spread, checked by hand in test_spread):
@@ -435,3 +435,19 @@ def test_figure_2s_finishing_distribution_changes_little_at_the_table3_recipe():
         assert -0.02 < lo and hi < 0.02, (phase, lo, hi)
         assert ci((plog["exact_match"] - uni["exact_match"]).to_numpy())[1] < 0, phase
         assert ci((plog["value_nll"] / uni["value_nll"] - 1).to_numpy())[0] > 0.005, phase
+
+
+def test_the_default_presets_are_the_by_hand_path_and_pass_on_six_seeds():
+    """#65 item 8: the presets a user starts from (presets.toml overrides no preset key) read
+    every arm of the README's by-hand path on 6 seeds within the calibration's criteria, on the
+    task table3 runs (the same dataset)."""
+    import tomllib
+
+    from depthbench.report.spread import spread_table
+    spec = tomllib.loads((ROOT / "depthbench" / "experiments" / "presets.toml").read_text())
+    assert "set" not in spec["data"] and "set" not in spec["train"] and "arm_set" not in spec["train"]
+    fin = final_eval("presets")
+    t = spread_table(fin)
+    assert len(t) == 3 and (t["seeds"] >= 6).all() and (t["criteria"] == "pass").all(), t
+    assert set(fin["dataset_hash"]) == set(final_eval("table3")["dataset_hash"])
+
