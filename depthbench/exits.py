@@ -97,9 +97,14 @@ class ExitCriterion:
 
     def start_depth(self, request_id: int, token_index: int) -> int:
         """The exit depth of decoded token ``token_index`` of ``request_id``, for a criterion
-        known in advance, within [min_depth, max_depth]."""
+        known in advance, within [min_depth, max_depth]. A synthetic trace draws the loop at
+        which a criterion's signal fires; with ``lookahead`` the stop is read one loop later, so
+        the token runs that one more loop, as a signal criterion does on the real engine (a
+        replayed trace holds the recorded exits themselves, and fixed:K fires on no signal)."""
         assert self.known_in_advance, self.kind
         d = int(self.value) if self.kind == "fixed" else self.trace_depth(request_id, token_index)
+        if self.lookahead and self.kind == "trace":
+            d += 1
         return min(max(d, self.min_depth), self.max_depth)
 
 

@@ -139,3 +139,21 @@ def test_cdb_at_the_shipped_gpu_defaults_is_not_slower_than_full_depth_at_long_p
                         prompt_len=1024, max_new_tokens=32, length_spread=0.5, modes=("cdb",))
         by = {r["mode"]: r for r in simulate(cfg, load_profile(profile))["results"]}
         assert by["cdb"]["prefill_chunk"] == 0 and by["cdb"]["speedup"] > 1.0, (profile, by["cdb"])
+
+
+def test_lookahead_costs_a_simulated_trace_the_loop_it_costs_the_engine():
+    """With lookahead the stop after loop t is read from loop t-1's signal, so a token runs one
+    loop past where its signal fires (capped at max depth): a synthetic trace's draws are where
+    the signal fires, and with lookahead every simulated token runs that extra loop; replayed
+    exits and fixed:K are kept as they are."""
+    from depthbench.exits import parse_exit
+    plain = parse_exit("trace:2.5", 1, 4, False, 0)
+    ahead = parse_exit("trace:2.5", 1, 4, True, 0)
+    pairs = [(plain.start_depth(i, t), ahead.start_depth(i, t)) for i in range(50) for t in range(20)]
+    assert all(b == min(a + 1, 4) for a, b in pairs)
+    assert parse_exit("fixed:3", 1, 4, True).start_depth(0, 0) == 3
+    cfg = SimConfig(random="ouro-like", exit="trace:2.5", max_depth=4, requests=32,
+                    modes=("cdb",))
+    off = {r["mode"]: r for r in simulate(cfg, load_profile("h100"))["results"]}["cdb"]
+    on = {r["mode"]: r for r in simulate(cfg.replace(lookahead=True), load_profile("h100"))["results"]}["cdb"]
+    assert on["mean_depth"] > off["mean_depth"] + 0.5 and on["tokens_per_s"] < off["tokens_per_s"]
