@@ -315,7 +315,10 @@ def resolve_config(preset: str | None = "tiny", config_file: str | Path | None =
             raise ValueError(f"config file {path} is not valid {kind}: {e}") from None
         if not isinstance(file_d, dict):
             raise ValueError(f"config file {path} must hold a table of dataset config keys")
-        d.update(file_d)
+        # a whole config as GenConfig.to_dict wrote it (a manifest's, a plan's) omits exposure
+        # at its default: one tier, not the preset's tiers
+        whole = {f.name for f in dataclasses.fields(GenConfig)} - {"exposure"} <= set(file_d)
+        d.update({"exposure": 1} if whole else {}, **file_d)
     d.update(overrides or {})
     if seed is not None:
         d["seed"] = seed

@@ -13,12 +13,12 @@ import pytest
 import torch
 
 from data_gen import Attribute, GenConfig
+from depthbench.config import ModelConfig
 from depthbench.data.generate import generate
 from depthbench.data.synthetic import Dataset
 from depthbench.evaluate.metrics import TOKEN_TYPES, EvalSums, FactIndex
 from depthbench.evaluate.reference import NameBlind, StructureBlind, structure_blind
 from depthbench.evaluate.sweep import row_token_types, sweep
-from depthbench.config import ModelConfig
 from depthbench.model import LoopedTransformer
 
 SPLITS = ("eval_reordered", "eval_seen_order", "eval_unseen_people")

@@ -146,7 +146,8 @@ def command(draw, paths):
         val = draw(st.sampled_from(["2", "0", "-1", "true", "nan", '"7"', "a:4,b:3", "a:1",
                                     "1e20", "[]", "x:y"]))
         return ["generate", "--out", O, "--set", "exposure=1", "--set", "n_people=8",
-                "--set", "n_unseen_people=2", "--set", "name_pool=8", "--set", f"{key}={val}", "--seed", draw(INTS)]
+                "--set", "n_unseen_people=2", "--set", "name_pool=8", "--set", f"{key}={val}",
+                "--seed", draw(INTS)]
     if kind == "probe":
         return ["probe-update", R, "--batches", draw(INTS), "--max-people", draw(INTS),
                 "--depths-a", draw(INTS), "--depths-b", draw(INTS), "--depths", draw(DEPTHS),

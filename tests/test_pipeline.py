@@ -131,7 +131,9 @@ def test_lr_sweep_and_arm_set_reach_each_run(tmp_path):
         assert name.startswith(("train-lr0.001-", "train-lr0.004-"))
         assert job["train"]["lr"] == lr and job["tags"]["lr_sweep"] == lr
         assert job["train"]["warmup_steps"] == (3 if "matched" in name else 2)
-        assert job["train"]["decay_frac"] == (0.5 if "fixed_2" in name else 0.2)
+        from depthbench.config import train_preset
+        assert job["train"]["decay_frac"] == (0.5 if "fixed_2" in name
+                                              else train_preset("tiny").decay_frac)
         if "matched" in name:
             assert job["match_flops"].endswith(name.split("-")[1] + "-fixed-first_0p5_2_1-4-s0")
 

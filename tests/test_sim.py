@@ -4,9 +4,9 @@ simulated engine makes the same launches and exit depths as the real one; a cali
 reproduces the timings it was fitted to."""
 
 import json
-import numpy as np
 from dataclasses import replace
 
+import numpy as np
 import pytest
 import torch
 from click.testing import CliRunner
@@ -394,11 +394,16 @@ def test_a_bound_is_withheld_where_it_means_nothing():
     and a cost fit that explains little of its launches cannot price a run: the rows carry no
     bound or fraction then, and say why; a closed run on a fit that explains its launches keeps
     them."""
-    from depthbench.serving.bound import MIN_FIT_R2, withheld_reason, withhold
-    assert withheld_reason({"start": 0.9, "core": 0.99}, 0.0) is None
-    why = withheld_reason({"start": 0.0, "core": 0.99, "finish": 0.31}, 0.0)
-    assert "start 0.00" in why and "finish 0.31" in why and "core" not in why.split("(")[1]
-    assert withheld_reason({"core": float("nan")}, 0.0) and MIN_FIT_R2 == 0.5
+    from depthbench.serving.bound import MAX_FIT_ERROR, MIN_FIT_R2, withheld_reason, withhold
+    assert withheld_reason({"r2": {"start": 0.9, "core": 0.99}}, 0.0) is None
+    fit = {"r2": {"start": 0.0, "core": 0.99, "finish": 0.31, "prefill": 0.02},
+           "rel_rmse": {"start": 0.4, "core": 0.3, "finish": 0.25, "prefill": 0.03}}
+    why = withheld_reason(fit, 0.0)
+    assert "start: R^2 0.00, error 40%" in why and "finish: R^2 0.31" in why
+    # a stage of launches that cost alike, predicted within 3%, has an R^2 near 0 and is kept
+    assert "core" not in why.split("(")[1] and "prefill" not in why
+    assert withheld_reason({"r2": {"core": float("nan")}}, 0.0)
+    assert (MIN_FIT_R2, MAX_FIT_ERROR) == (0.5, 0.1)
     rows = [{"fraction": 0.9, "bound": 1.4, "ideal_s": 2.0, "speedup": 1.2}]
     withhold(rows, why)
     assert rows[0]["fraction"] is rows[0]["bound"] is rows[0]["ideal_s"] is None

@@ -30,7 +30,11 @@ VARYING = {"wall_clock", "wall_clock_s", "cpu_clock", "cpu_s", "train_cpu_s", "c
            "steady_tokens_per_s", "steady_window_s",
            # the bound is priced on a cost model fitted to this machine's timings, and the
            # baseline's knobs chosen on it
-           "bound", "fraction", "ideal_s", "speedup_vs_static", "baseline"}
+           "bound", "fraction", "ideal_s", "speedup_vs_static", "baseline",
+           # latencies and rates are clocks too
+           "requests_per_s", "goodput_requests_per_s", "slo_attainment", "bound_note",
+           *(f"{m}_{s}_ms" for m in ("ttft", "itl", "tpot", "e2e", "norm_latency")
+             for s in ("mean", "p50", "p90", "p99"))}
 
 
 def rows_of(results: Path) -> dict[str, pd.DataFrame]:

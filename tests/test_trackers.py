@@ -10,8 +10,8 @@ from click.testing import CliRunner
 
 from depthbench import trackers
 from depthbench.cli.main import main
-from depthbench.evaluate.sweep import run_eval
 from depthbench.config import EvalConfig
+from depthbench.evaluate.sweep import run_eval
 
 
 class Recorder:

@@ -12,9 +12,9 @@ import time
 import click
 
 from depthbench.cli import support as cs
+from depthbench.cli.grid import report_cmd, run_cmd, track_cmd
 from depthbench.cli.serve import lm_eval_cmd, serve_bench_cmd, serve_sim_cmd
 from depthbench.cli.support import build_config, default_of, emit_json, fail, parse_sets
-from depthbench.cli.grid import report_cmd, run_cmd, track_cmd
 from depthbench.cli.text import echo_text_eval, prepare_text_cmd, scale_report_cmd
 from depthbench.config import EvalConfig, ProbeConfig
 
@@ -34,10 +34,9 @@ def main(quiet, verbose):
     sweep serving depths, benchmark depth-adaptive serving, and draw reports.
     Progress goes through logging: -q hides it, -v adds detail (depthbench -q run smoke).
     """
-    from depthbench.runtime import set_verbosity
     if quiet and verbose:
         raise click.UsageError("give -q or -v, not both")
-    set_verbosity(-1 if quiet else 1 if verbose else 0)
+    cs.set_verbosity(-1 if quiet else 1 if verbose else 0)
 
 
 @main.command()

@@ -187,7 +187,7 @@ def serve_sim_cmd(sets, modes, means, rates, calibrate_widths, config_file, as_j
     Examples:
       depthbench serve-sim --random ouro-like --max-depth 4 --exit trace:2.5 --profile h100
       depthbench serve-sim --random huginn-like --means 2,4,8,12,16 --out results/sim/huginn
-      depthbench serve-sim --random ouro-like --max-depth 4 --exit trace:2 --rates 50,100,200,400 --out results/sim/load
+      depthbench serve-sim --random ouro-like --exit trace:2 --max-depth 4 --rates 50,200,800 --out sim/load
       depthbench serve-sim --random small --set d_model=512 --exit trace:8 --calibrate cpu.toml
       depthbench serve-sim --random small --set d_model=512 --exit trace:8 --profile cpu.toml
     """

@@ -122,8 +122,21 @@ def resolve_presets(preset: str, sets: dict | None = None, model: dict | None = 
     spec alike: the preset's configs, then the ``model`` and ``train`` tables given (a
     ``--config`` file's), then the ``--set`` pairs (split by field name)."""
     m_over, t_over = split_sets(sets or {})
-    return (ModelConfig.from_dict({**model_preset(preset).to_dict(), **(model or {}), **m_over}),
+    return (ModelConfig.from_dict({**model_preset(preset).to_dict(), **complete(model or {}),
+                                   **m_over}),
             TrainConfig.from_dict({**train_preset(preset).to_dict(), **(train or {}), **t_over}))
+
+
+def complete(model: dict) -> dict:
+    """A model table as ``ModelConfig.to_dict`` wrote it (a run's record, a plan's stage
+    config) omits the keys at their quiet defaults; laid over a preset whose value differs
+    (tiny's ``init_loops = 1``) it would take the preset's. A table with every other field is
+    such a record: its omitted quiet keys are the defaults it was written with."""
+    from depthbench.config.model import PORT_DEFAULTS, QUIET_DEFAULTS
+    fields = {f.name for f in dataclasses.fields(ModelConfig)} - set(PORT_DEFAULTS) - set(QUIET_DEFAULTS)
+    if not fields <= set(model):
+        return model
+    return {**PORT_DEFAULTS, **QUIET_DEFAULTS, **model}
 
 
 DEVICES = ("auto", "cpu", "cuda")

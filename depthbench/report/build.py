@@ -18,8 +18,8 @@ from depthbench.config import ReportConfig
 from depthbench.errors import UserError
 from depthbench.fsio import atomic_write_text, check_replaceable, replaced_dir
 from depthbench.report.figures import _colors, _fig_curves, _Figures
-from depthbench.report.probe import probe_section
 from depthbench.report.load import _row_files, labelled, load_rows
+from depthbench.report.probe import probe_section
 from depthbench.report.sections import _eval_sections, _serve_section, _stage_table, _task_section
 from depthbench.report.sweep import is_sweep, sweep_section
 from depthbench.report.text import _text_sections

@@ -133,7 +133,7 @@ def serve_bench(model: LoopedTransformer, requests: list[Request], cfg: ServeCon
         warm_memory(model, requests, max(cfg.pool, cfg.width), cfg.kv_policy)
 
     warm()
-    profile, r2 = machine_profile(model, requests, cfg, max_len, progress)
+    profile, fit = machine_profile(model, requests, cfg, max_len, progress)
     costs = ProfileCosts(model.shape, profile, cfg.max_depth,
                          float(np.mean([len(q.prompt) for q in requests])))
     full = parse_exit(f"fixed:{cfg.max_depth}", 1, cfg.max_depth)
@@ -146,8 +146,8 @@ def serve_bench(model: LoopedTransformer, requests: list[Request], cfg: ServeCon
     res = compare_modes(engines, model.shape, requests, cfg, seq_len_for_flops, costs, progress,
                         side, priced, level=True, warm=warm)
     res["profile"] = profile.to_toml()
-    res["fit_r2"] = r2
-    res["bound_note"] = withheld_reason(r2, cfg.rate, cfg.concurrency, cfg.width) or ""
+    res["fit_r2"], res["fit_error"] = fit["r2"], fit["rel_rmse"]
+    res["bound_note"] = withheld_reason(fit, cfg.rate, cfg.concurrency, cfg.width) or ""
     withhold(res["results"], res["bound_note"])
     return res
 
@@ -166,15 +166,15 @@ def warm_memory(model, requests: list[Request], rows: int, kv_policy: str) -> No
 
 def machine_profile(model, requests: list[Request], cfg: ServeConfig, max_len: int, log=None):
     """This machine's launch costs for the bound: ``bound.sweep`` of full-depth serving on the
-    real engine, fitted (``profile.fit_profile``) whatever modes are compared; and the fit's R^2
-    per stage."""
+    real engine, fitted (``profile.fit_profile``) whatever modes are compared; and how well the
+    fit explains them (``fit_profile``'s info: per stage R^2 and relative error)."""
     dev = next(model.parameters())
     full = parse_exit(f"fixed:{cfg.max_depth}", 1, cfg.max_depth)
     runs = sweep(lambda w: Engine(model, full, cfg.kv_policy, w, max_len, record=True),
                  requests, cfg.width, cfg.pool, log)
     prof, info = fit_profile(model.shape, runs, cfg, dev.element_size(), dev.device.type,
                              source=f"the width sweep of full-depth serving on {machine()}")
-    return prof, info["r2"]
+    return prof, info
 
 
 # ---- the serve stage -------------------------------------------------------------------------------

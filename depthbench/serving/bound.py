@@ -136,31 +136,37 @@ def sweep(make_engine, requests, width: int, pool: int, log=None) -> list[tuple]
     return runs
 
 
-# a cost fit below this R^2 on any stage explains too little of its launches' times for a
-# fraction of its ideal to mean anything (on a busy 2-core CPU the fit has read 0.000)
+# a cost fit below this R^2 on a stage, whose residuals are also more than MAX_FIT_ERROR of
+# the stage's mean launch time, explains too little of its launches for a fraction of its
+# ideal to mean anything (on a busy 2-core CPU the fit has read R^2 0.000 and a fraction 1.29);
+# launches that all cost the same are predicted well with an R^2 near 0, hence both
 MIN_FIT_R2 = 0.5
+MAX_FIT_ERROR = 0.1
 
 
-def withheld_reason(r2: dict[str, float] | None, rate: float, concurrency: int = 0,
+def withheld_reason(fit: dict | None, rate: float, concurrency: int = 0,
                     width: int = 0) -> str | None:
     """Why a run's bound and fractions are not reported, or None where they mean something: the
     bound is the least time of a run's work with every request waiting from the start, so under
     open-loop arrivals (``rate`` > 0: the run waits on requests, not on work) or a closed loop of
     fewer clients than a core launch's ``width`` it does not apply (only a saturated run can
-    come near it); and a fitted cost model whose R^2 is below ``MIN_FIT_R2`` on a stage cannot
-    price it."""
+    come near it); and a fitted cost model (``fit``: per stage ``r2`` and ``rel_rmse``) that
+    explains little of a stage's launch times (R^2 below ``MIN_FIT_R2`` and residuals above
+    ``MAX_FIT_ERROR`` of its mean launch) cannot price it."""
     if rate > 0:
         return (f"not applicable under arrivals at {rate:g} requests/s: the bound is the least "
                 "time of the work with every request waiting from the start")
     if 0 < concurrency < width:
         return (f"not applicable to a closed loop of {concurrency} clients, fewer than a core "
                 f"launch's {width} rows: the bound assumes every request waiting from the start")
-    weak = {k: v for k, v in (r2 or {}).items() if not v >= MIN_FIT_R2}
+    r2, err = (fit or {}).get("r2", {}), (fit or {}).get("rel_rmse", {})
+    weak = {k: (v, err.get(k, float("inf"))) for k, v in r2.items()
+            if not v >= MIN_FIT_R2 and not err.get(k, float("inf")) <= MAX_FIT_ERROR}
     if weak:
-        return ("withheld: the cost fit explains too little of the launch times (R^2 "
-                + ", ".join(f"{k} {v:.2f}" for k, v in weak.items())
-                + f"; at least {MIN_FIT_R2} needed); rerun on a quieter machine or with more "
-                "--requests")
+        return ("withheld: the cost fit explains too little of the launch times ("
+                + ", ".join(f"{k}: R^2 {a:.2f}, error {b:.0%} of a launch" for k, (a, b) in weak.items())
+                + f"; R^2 {MIN_FIT_R2} or an error within {MAX_FIT_ERROR:.0%} needed); rerun on "
+                "a quieter machine or with more --requests")
     return None
 
 

@@ -248,8 +248,9 @@ def kv_rows_that_fit(cfg: ModelConfig | LoopShape, profile: Profile, policy: str
     per_row = kv_bytes(cfg, policy, max_depth, 1, max_len, profile.bytes_per_value)
     rows = int(free // per_row) if free > 0 else 0
     if rows < 1:
-        raise UserError(f"profile {profile.name}: the weights ({weight_bytes(cfg, profile.bytes_per_value) / 2**30:.1f} "
-                        f"GiB) and one request's KV ({per_row / 2**30:.2f} GiB at {max_len} positions) "
+        weights = weight_bytes(cfg, profile.bytes_per_value) / 2**30
+        raise UserError(f"profile {profile.name}: the weights ({weights:.1f} GiB) and one "
+                        f"request's KV ({per_row / 2**30:.2f} GiB at {max_len} positions) "
                         f"do not fit in {profile.memory_util:g} of its {profile.memory / 2**30:.0f} GiB; "
                         "give shorter prompts or outputs, or a smaller model")
     return rows
@@ -278,9 +279,10 @@ def machine() -> str:
 # ---- calibration on this machine -----------------------------------------------------------------
 def fit_records(cfg: ModelConfig, records, max_depth: int, bytes_per_value: int) -> dict:
     """Per stage [a, alpha, beta] by non-negative least squares of launch seconds on
-    (1, FLOPs, bytes), and the fit's R^2."""
+    (1, FLOPs, bytes), the fit's R^2 and its residuals' RMS over the mean launch time (a stage
+    of launches that all cost the same is predicted well with an R^2 near 0)."""
     from scipy.optimize import nnls
-    fit, r2 = {}, {}
+    fit, r2, rel = {}, {}, {}
     for stage in STAGES:
         rec = [r for r in records if r[0] == stage]
         if len(rec) < 3:
@@ -295,7 +297,8 @@ def fit_records(cfg: ModelConfig, records, max_depth: int, bytes_per_value: int)
         fit[stage] = [float(c) for c in coef]
         resid = y - X @ coef
         r2[stage] = float(1 - (resid ** 2).sum() / max(((y - y.mean()) ** 2).sum(), 1e-30))
-    return {"fit": fit, "r2": r2}
+        rel[stage] = float(np.sqrt((resid ** 2).mean()) / max(abs(y.mean()), 1e-30))
+    return {"fit": fit, "r2": r2, "rel_rmse": rel}
 
 
 def calibrate(cfg: SimConfig, log=None) -> tuple[Profile, dict]:
@@ -384,4 +387,4 @@ def fit_profile(mcfg: ModelConfig, runs, cfg: SimConfig, bytes_per_value: int,
                    overlap=False, device=device,
                    source=f"{source}; fit R^2 " + ", ".join(f"{k} {v:.3f}" for k, v in fitted["r2"].items()),
                    token=float(token), iteration=float(iteration), fit=fitted["fit"])
-    return prof, {"r2": fitted["r2"], "launch_records": len(records)}
+    return prof, {"r2": fitted["r2"], "rel_rmse": fitted["rel_rmse"], "launch_records": len(records)}

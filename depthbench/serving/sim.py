@@ -235,13 +235,40 @@ def latency_png(points: list[dict], title: str) -> bytes:
     return buf.getvalue()
 
 
+def sweep_points(cfg: SimConfig, profile: Profile, shape, log=None) -> tuple[list, list]:
+    """Every point of the run's sweep simulated: trace means at the configured rate
+    (``cfg.means``), or request rates at one exit (``cfg.rates``), or the one exit and rate;
+    (serve rows, per-mode results with their exit, rate and trace mean)."""
+    from depthbench.rows import tag_rows
+    from depthbench.serving.compare import result_rows
+    points = ([(cfg.exit, r) for r in cfg.rates] if cfg.rates else
+              [(f"trace:{m:g}", cfg.rate) for m in cfg.means] or [(cfg.exit, cfg.rate)])
+    rows, results = [], []
+    for spec, rate in points:
+        res = simulate(cfg.replace(exit=spec, rate=rate), profile, shape)
+        keys = dict(source=f"sim:{profile.name}", run=cfg.model or f"random:{cfg.random}", schedule=None,
+                    exit=spec, kv_policy=cfg.kv_policy, width=cfg.width, lookahead=cfg.lookahead,
+                    rate=rate, profile=profile.name)
+        rows += tag_rows(result_rows(res, **keys), cfg.tags)
+        for r in res["results"]:
+            results.append({**r, "exit": spec, "rate": rate,
+                            "trace_mean": float(spec.partition(":")[2]) if cfg.means else None})
+        if log:
+            log(f"  {spec}" + (f" at {rate:g} requests/s" if cfg.rates else "") + " done")
+    fit = next((r["kv_rows_fit"] for r in results if r.get("kv_rows_fit")), None)
+    if log and fit is not None and fit < max(cfg.pool, cfg.width, 1) and fit < cfg.requests:
+        log(f"KV: {fit} resident requests fit in {profile.memory_util:g} of {profile.name}'s "
+            f"memory beside the weights (each reserved at its whole length); every mode admits "
+            "at most that many")
+    return rows, results
+
+
 def run_sim(cfg: SimConfig, log=None) -> dict:
     """The serve-sim stage: with ``cfg.calibrate``, measure this machine and write a fitted
     profile there; otherwise simulate every mode on ``cfg.profile`` (and each trace mean of
     ``cfg.means``), write ``serve`` rows to ``cfg.out`` and the sweep plot."""
     from depthbench.fsio import atomic_write_many, atomic_write_text
-    from depthbench.rows import row_files, row_paths, tag_rows
-    from depthbench.serving.compare import result_rows
+    from depthbench.rows import row_files, row_paths
 
     if cfg.calibrate:
         if cfg.model:
@@ -264,26 +291,7 @@ def run_sim(cfg: SimConfig, log=None) -> dict:
     refuse_over_inputs(outs, inputs=[p for p in (cfg.profile, replay) if p and Path(p).suffix])
     if log:
         log(f"profile {profile.name}: {profile.source}")
-    # the sweep's points: trace means at the configured rate, or request rates at one exit
-    points = ([(cfg.exit, r) for r in cfg.rates] if cfg.rates else
-              [(f"trace:{m:g}", cfg.rate) for m in cfg.means] or [(cfg.exit, cfg.rate)])
-    rows, results = [], []
-    for spec, rate in points:
-        res = simulate(cfg.replace(exit=spec, rate=rate), profile, shape)
-        keys = dict(source=f"sim:{profile.name}", run=cfg.model or f"random:{cfg.random}", schedule=None,
-                    exit=spec, kv_policy=cfg.kv_policy, width=cfg.width, lookahead=cfg.lookahead,
-                    rate=rate, profile=profile.name)
-        rows += tag_rows(result_rows(res, **keys), cfg.tags)
-        for r in res["results"]:
-            results.append({**r, "exit": spec, "rate": rate,
-                            "trace_mean": float(spec.partition(":")[2]) if cfg.means else None})
-        if log:
-            log(f"  {spec}" + (f" at {rate:g} requests/s" if cfg.rates else "") + " done")
-    fit = next((r["kv_rows_fit"] for r in results if r.get("kv_rows_fit")), None)
-    if log and fit is not None and fit < max(cfg.pool, cfg.width, 1) and fit < cfg.requests:
-        log(f"KV: {fit} resident requests fit in {profile.memory_util:g} of {profile.name}'s "
-            f"memory beside the weights (each reserved at its whole length); every mode admits "
-            "at most that many")
+    rows, results = sweep_points(cfg, profile, shape, log)
     out = {"rows": rows, "results": results, "profile": profile.name,
            "bound_note": next((r["bound_note"] for r in results if r.get("bound_note")), "")}
     files = {}  # every output, written together
