@@ -66,12 +66,15 @@ EXPERIMENTS = (
                "reports/table3-x4/rows reports/table3-x4b/rows --out reports/table3-4x"),
     Experiment("matched", "a reading that can fail: uniform at fixed-first's FLOPs",
                "depthbench run matched"),
+    Experiment("budgets", "the paper's Figure 1: three schedules at three matched FLOP budgets, "
+               "each arm at its swept LR with the decay after every switch",
+               "depthbench run budgets"),
     Experiment("budgets-lr", "Figure 1's learning-rate sweep: each arm at three peak LRs at 15% "
                "and 45% of the budget on held-out seeds; budgets runs each arm at its lowest mean "
                "serving NLL of the asked value", "depthbench run budgets-lr", in_readme=False),
     Experiment("budgets-lr3e-3", "the paper's Figure 1 as it first ran: three schedules at three "
                "matched FLOP budgets, every arm at LR 3e-3 with the decay from 80% of training",
-               "depthbench run docs/specs/budgets-lr3e-3.toml"),
+               "depthbench run docs/specs/budgets-lr3e-3.toml", in_readme=False),
     Experiment("budgets-2threads", "Figure 1's 15% budget at 2 CPU threads per run, against "
                "budgets-lr3e-3 (arithmetic check)",
                "depthbench run docs/threads/budgets-2threads.toml", in_readme=False),
