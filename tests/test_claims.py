@@ -201,14 +201,14 @@ def test_no_serving_fraction_exceeds_its_bound():
         assert 0 < v <= 1.02, (k, v)
 
 
-@pytest.mark.parametrize("one_thread", ["budgets-lr3e-3", "text-table3"])
+@pytest.mark.parametrize("one_thread", ["budgets", "budgets-lr3e-3", "text-table3"])
 def test_the_figures_read_the_same_at_2_threads(one_thread):
     """docs/threads/NAME-2threads.toml reruns some of a figure's seeds (budgets: seeds 0 and 1
     at 15%; table3 and text-table3: seed 0, every arm) with every run on 2 CPU threads: its
     readings equal the 1-thread rows of the same runs (the figure does not depend on the thread
     count here)."""
     one = pd.read_csv(ROOT / "reports" / one_thread / "rows" / "eval.csv")
-    two = pd.read_csv(ROOT / "reports" / f"{one_thread.split('-lr')[0]}-2threads" / "rows" / "eval.csv")
+    two = pd.read_csv(ROOT / "reports" / f"{one_thread}-2threads" / "rows" / "eval.csv")
     m = two.merge(one, on=["run", "step", "split", "depth"], suffixes=("_2", "_1"))
     assert len(m) == len(two) > 0
     for col in ("nll", "bits_per_person", "exact_match", "bits_per_byte", "cloze_accuracy",
