@@ -72,14 +72,15 @@ def latencies(done: list[Request], wall: float, slo_ttft_ms: float = 0.0,
     given (TTFT and TPOT, in ms; none given: every request counts)."""
     done = [q for q in done if q.token_times]
     ttft = [q.token_times[0] - q.arrival for q in done]
-    tpot = [(q.token_times[-1] - q.token_times[0]) / (len(q.token_times) - 1)
-            for q in done if len(q.token_times) > 1]
+    # per request; None for a request of one token (no time after its first)
+    per_tpot = [(q.token_times[-1] - q.token_times[0]) / (len(q.token_times) - 1)
+                if len(q.token_times) > 1 else None for q in done]
     e2e = [q.token_times[-1] - q.arrival for q in done]
-    good = [q for q, t in zip(done, ttft)
+    good = [1 for t, p in zip(ttft, per_tpot)
             if (not slo_ttft_ms or 1000 * t <= slo_ttft_ms)
-            and (not slo_tpot_ms or len(q.token_times) < 2 or 1000 * (q.token_times[-1] - q.token_times[0])
-                 / (len(q.token_times) - 1) <= slo_tpot_ms)]
-    return {"ttft_ms": _percentiles(ttft), "tpot_ms": _percentiles(tpot),
+            and (not slo_tpot_ms or p is None or 1000 * p <= slo_tpot_ms)]
+    return {"ttft_ms": _percentiles(ttft),
+            "tpot_ms": _percentiles([p for p in per_tpot if p is not None]),
             "itl_ms": _percentiles([b - a for q in done for a, b in zip(q.token_times, q.token_times[1:])]),
             "e2e_ms": _percentiles(e2e),
             "norm_latency_ms": _percentiles([e / len(q.token_times) for q, e in zip(done, e2e)]),
