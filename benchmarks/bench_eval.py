@@ -23,7 +23,7 @@ import time
 import torch
 from bench_rows import Parser, add_args, count, from_kept, keep
 
-from data_gen import resolve_config
+from depthbench.data_gen import resolve_config
 from depthbench.config import small_model, tiny_model
 from depthbench.data.generate import generate
 from depthbench.data.synthetic import Dataset

@@ -26,12 +26,12 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def _tokens(cfg) -> int:
     """Tokens in the token arrays of every split the generator writes."""
-    from data_gen.format import split_rows
+    from depthbench.data_gen.format import split_rows
     return sum(split_rows(cfg).values()) * cfg.seq_len
 
 
 def child_vectorized(n_people: int, out: str) -> dict:
-    from data_gen import resolve_config
+    from depthbench.data_gen import resolve_config
     from depthbench.data.generate import generate
     cfg = resolve_config("paper", overrides={"n_people": n_people})
     t0 = time.perf_counter()
@@ -47,8 +47,8 @@ def child_naive(n_people: int, out: str) -> dict:
     arrays only: no unseen people and no text facts, so its tokens/s flatters it)."""
     import numpy as np
 
-    from data_gen import resolve_config
-    from data_gen.format import build_vocab
+    from depthbench.data_gen import resolve_config
+    from depthbench.data_gen.format import build_vocab
     cfg = resolve_config("paper", overrides={"n_people": n_people})
     rnd = random.Random(cfg.seed)
     vocab = {t: i for i, t in enumerate(build_vocab(cfg))}

@@ -257,7 +257,7 @@ def _shape(data: Path | None, preset: str) -> tuple[int, int]:
         from depthbench.data.synthetic import Dataset
         ds = Dataset(data, verify=False)
         return len(ds.vocab), ds.seq_len - 1
-    from data_gen import resolve_config
+    from depthbench.data_gen import resolve_config
     return 2048, resolve_config(preset).seq_len - 1
 
 

@@ -71,7 +71,7 @@ def compile_child(preset: str) -> dict:
     from depthbench.runtime import setup
     from depthbench.train.loop import make_optimizer, train_step
     rt = setup("cpu", 1)
-    from data_gen import resolve_config
+    from depthbench.data_gen import resolve_config
     seq = resolve_config(preset).seq_len - 1       # the preset dataset's sequence length
     tcfg = train_preset(preset)
     cfg = model_preset(preset).replace(vocab_size=201, max_seq_len=64)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from data_gen.config import GenConfig
+from .config import GenConfig
 
 FORMAT_VERSION = 4  # 2: dataset_hash covers the whole manifest; 3: balanced value assignment;
 

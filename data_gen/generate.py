@@ -31,8 +31,8 @@ from pathlib import Path
 
 import numpy as np
 
-from data_gen.config import GenConfig
-from data_gen.format import SPLITS, build_vocab, dataset_hash, manifest_fields, split_rows, token_dtype
+from .config import GenConfig
+from .format import SPLITS, build_vocab, dataset_hash, manifest_fields, split_rows, token_dtype
 
 # Random streams (first element of a SeedSequence spawn key).
 _STREAM_VALUES, _STREAM_PEOPLE, _STREAM_UNSEEN, _STREAM_NAMES, _STREAM_BALANCE = range(5)

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-from data_gen.format import sha256_file
+from depthbench.data_gen.format import sha256_file
 from depthbench.errors import UserError
 from depthbench.fsio import atomic_write_text
 from depthbench.version import __version__

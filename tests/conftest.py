@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from data_gen import Attribute, GenConfig
+from depthbench.data_gen import Attribute, GenConfig
 from depthbench.config import ModelConfig, TrainConfig
 from depthbench.data.generate import generate
 from depthbench.train.loop import train

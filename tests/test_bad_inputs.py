@@ -12,7 +12,7 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-from data_gen import dataset_hash, resolve_config
+from depthbench.data_gen import dataset_hash, resolve_config
 from depthbench import checkpoint as ckpt
 from depthbench.cli.main import main
 from depthbench.data.generate import generate

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from data_gen import Attribute, GenConfig
+from depthbench.data_gen import Attribute, GenConfig
 from depthbench.config import ModelConfig
 from depthbench.data.generate import generate
 from depthbench.data.synthetic import Dataset

@@ -8,8 +8,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from data_gen import Attribute, GenConfig
-from data_gen.generate import NamePermutation
+from depthbench.data_gen import Attribute, GenConfig
+from depthbench.data_gen.generate import NamePermutation
 from depthbench.data.generate import generate
 from depthbench.data.synthetic import Dataset, DatasetError, TrainBatches
 
@@ -243,7 +243,7 @@ def test_packed_order_draws_are_the_stable_argsort_of_the_same_doubles(shape, A,
     """The generator's order draws against the plain definition: a stable argsort of
     ``rng.random`` keys, the forced first attribute's key set to -1; the generator is left in
     the same state."""
-    from data_gen.generate import _random_orders
+    from depthbench.data_gen.generate import _random_orders
     first = np.random.default_rng(1).integers(0, A, shape) if forced else None
     plain_rng, packed_rng = np.random.default_rng(11), np.random.default_rng(11)
     keys = plain_rng.random(shape + (A,))
@@ -261,7 +261,7 @@ def test_the_tiered_task_is_the_dataset_the_committed_table3_rows_were_trained_o
     import csv
     from pathlib import Path
 
-    from data_gen import resolve_config
+    from depthbench.data_gen import resolve_config
     rows = Path(__file__).resolve().parents[1] / "reports" / "table3" / "rows" / "run.csv"
     with rows.open() as f:
         recorded = {r["dataset_hash"] for r in csv.DictReader(f)}

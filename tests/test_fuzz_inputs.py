@@ -24,7 +24,7 @@ from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from data_gen import dataset_hash
+from depthbench.data_gen import dataset_hash
 from depthbench.cli.main import main
 
 EXAMPLES = int(os.environ.get("DEPTHBENCH_FUZZ_EXAMPLES", "30"))

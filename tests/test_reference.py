@@ -12,8 +12,8 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from data_gen.config import paper, resolve_config, small, tiny
-from data_gen.generate import balanced_values
+from depthbench.data_gen.config import paper, resolve_config, small, tiny
+from depthbench.data_gen.generate import balanced_values
 from depthbench.data.generate import generate
 from depthbench.data.synthetic import Dataset
 from depthbench.evaluate.reference import NameBlind, know_everything, person_agnostic

@@ -338,9 +338,9 @@ def test_the_cli_imports_only_actions_and_configs():
                "depthbench.pipeline.load_spec", "depthbench.train.job.flop_summary",
                "depthbench.evaluate.harness.TASKS_DIR", "depthbench.evaluate.harness.run_depths",
                "depthbench.evaluate.harness.check_inputs",
-               "depthbench.data.generate.generate", "data_gen.resolve_config"}
+               "depthbench.data.generate.generate", "depthbench.data_gen.resolve_config"}
     for f in ("cli/main.py", "cli/grid.py", "cli/serve.py", "cli/text.py"):
-        used = {i for i in _imports(PKG / f, False) if i.startswith(("depthbench.", "data_gen"))}
+        used = {i for i in _imports(PKG / f, False) if i.startswith("depthbench.")}
         modules = {i for i in used if any(a.startswith(i + ".") for a in used)}
         extra = {i for i in used - modules if i not in allowed
                  and not any(i.startswith(a + ".") for a in allowed)}
@@ -355,3 +355,25 @@ def test_no_function_is_longer_than_about_60_lines():
             if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.end_lineno - n.lineno + 1 > 62:
                 long.append(f"{p.name}:{n.name} ({n.end_lineno - n.lineno + 1} lines)")
     assert not long, long
+
+
+def test_the_wheel_installs_nothing_at_the_top_level_but_depthbench():
+    import tomllib
+    cfg = tomllib.loads((PKG.parent / "pyproject.toml").read_text())["tool"]["setuptools"]
+    assert all(p == "depthbench" or p.startswith("depthbench.") for p in cfg["packages"]), cfg
+    # data_gen stays at the repository's top level and reads the same under its installed name
+    assert cfg["package-dir"]["depthbench.data_gen"] == "data_gen"
+    import depthbench.data_gen as gen
+    from depthbench.data_gen.config import GenConfig
+    assert gen.GenConfig is GenConfig and Path(gen.__file__).parent == PKG.parent / "data_gen"
+
+
+def test_a_checkout_run_without_installing_finds_data_gen_under_the_same_name(tmp_path):
+    # no editable install on the path: only the checkout (as a grid clone runs with PYTHONPATH)
+    code = ("import sys; sys.meta_path[:] = [m for m in sys.meta_path if 'editable' not in "
+            "repr(m).lower()]; import depthbench.data_gen.format as f, depthbench.data_gen as g; "
+            "assert g.__name__ == 'depthbench.data_gen' and f.SPLITS is g.SPLITS; print(g.__file__)")
+    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True,
+                         text=True, env={"PYTHONPATH": str(PKG.parent), "PATH": "/usr/bin:/bin"})
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == str(PKG.parent / "data_gen" / "__init__.py")

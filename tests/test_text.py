@@ -541,7 +541,7 @@ def test_corpora_that_would_read_wrong_exit_2_and_leave_nothing(tmp_path, case):
                 "validation": {"documents": 1, "tokens": 1, "bytes": 1}}},
 ])
 def test_a_text_manifest_edited_and_rehashed_is_refused_before_use(tmp_path, edit):
-    from data_gen import dataset_hash
+    from depthbench.data_gen import dataset_hash
     run, _ = _text_run(tmp_path)
     mpath = tmp_path / "ds" / "manifest.json"
     m = json.loads(mpath.read_text())

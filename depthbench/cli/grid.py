@@ -43,6 +43,7 @@ def run_cmd(spec, out, sets, seeds, plan, rerun, executor, as_json):
     """Run an experiment grid: generate, train, eval, probe, serve-bench, report.
 
     SPEC: a TOML file or a packaged experiment (smoke, quickstart, presets, table3, table3-lr,
+    table3-lr-x2, table3-lr-x4,
     table3-finish, probes, budgets, budgets-lr, table3-x2, table3-x4, table3-x4b, matched,
     fixed-depths, text-quickstart, text-table3, text-table3-deep, text-table3-deep-lr,
     paper-200m, paper-1b, paper-1b-text); without SPEC,

@@ -56,7 +56,7 @@ def generate(out, preset, config_file, sets, seed, force, as_json):
       depthbench generate --out data/tiny
       depthbench generate --out data/x --set attributes=city:4096:2,employer:128:1,university:128:1,major:64:1
     """
-    from data_gen import resolve_config
+    from depthbench.data_gen import resolve_config
     from depthbench.data.generate import generate as gen
 
     try:

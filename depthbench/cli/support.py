@@ -118,7 +118,7 @@ from depthbench.runtime import debug, progress_bar, say, set_verbosity  # noqa: 
 
 
 def parse_sets(pairs: tuple[str, ...]) -> dict:
-    from data_gen.config import parse_value
+    from depthbench.data_gen.config import parse_value
     out = {}
     for p in pairs:
         key, sep, value = p.partition("=")

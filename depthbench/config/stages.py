@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from data_gen.format import SPLITS
+from depthbench.data_gen.format import SPLITS
 from depthbench.config.base import ConfigError, PlainConfig, require
 from depthbench.config.model import MODEL_PRESETS, kv_layout
 from depthbench.config.train import DEVICES

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from data_gen.format import dataset_hash, sha256_file
+from depthbench.data_gen.format import dataset_hash, sha256_file
 from depthbench.data.builtin import BUILTINS, builtin_digest, builtin_documents
 from depthbench.data.cloze import build as build_cloze
 from depthbench.data.cloze import unigram_logp, unigram_score

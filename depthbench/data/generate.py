@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from data_gen import GenConfig, generate_into
+from depthbench.data_gen import GenConfig, generate_into
 from depthbench.errors import UserError
 from depthbench.fsio import check_replaceable, replaced_dir
 

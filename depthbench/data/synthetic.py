@@ -13,8 +13,8 @@ from pathlib import Path
 
 import numpy as np
 
-from data_gen.config import GenConfig
-from data_gen.format import (
+from depthbench.data_gen.config import GenConfig
+from depthbench.data_gen.format import (
     FORMAT_VERSION,
     SPLITS,
     array_specs,

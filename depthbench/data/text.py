@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from data_gen.format import dataset_hash, sha256_file
+from depthbench.data_gen.format import dataset_hash, sha256_file
 from depthbench.errors import UserError
 
 FORMAT = "depthbench-text"

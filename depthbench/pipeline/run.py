@@ -79,7 +79,7 @@ class Pipeline:
     # ---- the grid -------------------------------------------------------------------------------
     def stages(self) -> list[list[Stage]]:
         """The stages in groups; a group runs after the one before it has finished."""
-        from data_gen import resolve_config
+        from depthbench.data_gen import resolve_config
         s = self.spec
         gen_cfg = resolve_config(s.data.preset, overrides=s.data.set, seed=s.data.seed)
         if s.data.text:   # the corpus's inputs, as given (paths relative to where it runs)

@@ -398,7 +398,7 @@ def load_spec(spec: str | Path | None, overrides: dict | None = None) -> Experim
 
 def _cross_check(s: ExperimentSpec, path: Path) -> None:
     """What one section cannot check alone: presets with their overrides, the served run."""
-    from data_gen import resolve_config
+    from depthbench.data_gen import resolve_config
     from depthbench.config import resolve_presets
 
     try:

@@ -23,7 +23,7 @@ CONFIGS = {"train": TrainJob, "eval": EvalConfig, "probe-update": ProbeConfig,
 
 
 def _generate(cfg: dict) -> None:
-    from data_gen import GenConfig
+    from depthbench.data_gen import GenConfig
     from depthbench.data.generate import generate
     generate(GenConfig.from_dict(cfg["dataset"]), cfg["out"], force=True)
 

@@ -55,7 +55,7 @@ def _share_prefixes(trains: list[Stage], matched: list[Stage] = (), matched_step
 
 def _flop_model(gen_cfg, mcfg):
     """The FLOP model of ``mcfg`` on the dataset ``gen_cfg`` generates (before it exists)."""
-    from data_gen import build_vocab
+    from depthbench.data_gen import build_vocab
     from depthbench.flops import FlopModel
     return FlopModel.of(mcfg.replace(vocab_size=mcfg.vocab_size or len(build_vocab(gen_cfg))),
                         gen_cfg.seq_len - 1)

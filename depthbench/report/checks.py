@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from data_gen.format import SPLITS as SYNTHETIC_SPLITS
+from depthbench.data_gen.format import SPLITS as SYNTHETIC_SPLITS
 from depthbench.errors import UserError
 from depthbench.rows import SCHEMA, TEXT_EVAL
 from depthbench.schedules import MAX_DEPTH, parse_schedule

@@ -41,8 +41,8 @@ def flop_summary(schedule_spec: str, run: str | None = None, preset: str | None 
         fm = FlopModel(**rec["flop_model"])
         n_steps, tps = steps or rec["train"]["steps"], rec["tokens_per_step"]
     else:
-        from data_gen.config import PRESETS
-        from data_gen.format import build_vocab
+        from depthbench.data_gen.config import PRESETS
+        from depthbench.data_gen.format import build_vocab
         from depthbench.config import TRAIN_PRESETS, model_preset, train_preset
         gen = PRESETS[{"tiny": "tiny", "small": "small"}.get(preset, "paper")]()
         m = model_preset(preset)
