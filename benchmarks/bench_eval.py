@@ -23,10 +23,10 @@ import time
 import torch
 from bench_rows import Parser, add_args, count, from_kept, keep
 
-from depthbench.data_gen import resolve_config
 from depthbench.config import small_model, tiny_model
 from depthbench.data.generate import generate
 from depthbench.data.synthetic import Dataset
+from depthbench.data_gen import resolve_config
 from depthbench.evaluate.metrics import EvalSums
 from depthbench.evaluate.sweep import _batches, sweep, sweep_per_depth
 from depthbench.model import LoopedTransformer

@@ -31,8 +31,8 @@ def _tokens(cfg) -> int:
 
 
 def child_vectorized(n_people: int, out: str) -> dict:
-    from depthbench.data_gen import resolve_config
     from depthbench.data.generate import generate
+    from depthbench.data_gen import resolve_config
     cfg = resolve_config("paper", overrides={"n_people": n_people})
     t0 = time.perf_counter()
     generate(cfg, out)

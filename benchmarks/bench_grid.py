@@ -313,8 +313,8 @@ def shared_work(names: list[str]) -> dict:
     """Per spec: the loop-steps (steps x depth) of its training runs, and the share of them
     that lie in a shared prefix (``start_step``) and so are trained once, from the planned
     stages (a compute-matched run at the steps its match resolves to)."""
-    from depthbench.data_gen import resolve_config
     from depthbench.config import TrainJob, resolve_presets
+    from depthbench.data_gen import resolve_config
     from depthbench.pipeline import Pipeline
     from depthbench.pipeline.spec import load_spec
     from depthbench.pipeline.steps import matched_steps_of

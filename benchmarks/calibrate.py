@@ -204,8 +204,8 @@ EARLIER_TINY = {"model": {"init_loops": 4}, "train": {"lr": 3e-3, "decay_frac": 
 
 
 def _dataset(data_over: dict, root: Path) -> Path:
-    from depthbench.data_gen import GenConfig
     from depthbench.data.generate import generate
+    from depthbench.data_gen import GenConfig
     cfg = GenConfig.from_dict({**GenConfig(n_people=768).to_dict(), **data_over})
     key = hashlib.sha256(json.dumps(data_over, sort_keys=True).encode()).hexdigest()[:12]
     path = root / f"data-{key}"

@@ -55,7 +55,7 @@ def compiles(asked: bool, steps: int, device_type: str) -> tuple[bool, str]:
     """Whether a run of ``steps`` steps compiles its blocks, and why: asked for (the train
     config's ``compile``), and on a CPU only where the run is long enough to repay compiling and
     a C++ compiler is there. A pure function of the config and the machine, so that runs
-    sharing a prefix compile alike (``train.loop.shared_steps``)."""
+    sharing a prefix compile alike (``train.updates.shared_steps``)."""
     if not asked:
         return False, "eager"
     if device_type == "cpu":

@@ -1,11 +1,13 @@
 """Experiment trackers behind one small protocol (``Tracker``: ``log(metrics, step)`` and
 ``close()``), fed from what depthbench already writes: a run's ``metrics.jsonl`` (the training
 curve and its in-training evaluations) and result rows (a depth sweep's eval rows, probe and
-serve rows). The files stay the truth; a tracker is a view of them, written offline and replayed
-any time (``depthbench track``).
+serve rows). The files stay the truth; a tracker is a view of them, written offline: live as a
+run trains (``train --tracker``, ``[run] tracker`` in a spec: ``LiveCurve``), as each command
+writes its rows (``eval``, ``probe-update``, ``serve-bench``, ``serve-sim`` with ``--tracker``),
+and replayed any time (``depthbench track``).
 
     tensorboard   torch.utils.tensorboard's SummaryWriter (pip install tensorboard)
-    trackio       trackio, stored locally (pip install trackio)
+    trackio       trackio, its SQLite store under the tracker directory (pip install trackio)
     wandb         Weights & Biases, offline unless WANDB_MODE says otherwise (pip install wandb)
 """
 
@@ -16,9 +18,9 @@ import math
 from pathlib import Path
 from typing import Protocol
 
+from depthbench.config import TRACKERS
 from depthbench.errors import UserError
 
-TRACKERS = ("tensorboard", "trackio", "wandb")
 CURVE_KEYS = ("loss", "lr", "K", "tokens", "flops", "wall_clock", "cpu_clock")
 
 
@@ -54,6 +56,10 @@ class TensorBoard:
 
 class Trackio:
     def __init__(self, out: Path, run: str, config: dict):
+        import os
+        # trackio keeps its SQLite store in TRACKIO_DIR (read when it is first imported): under
+        # out, unless the user chose another
+        os.environ.setdefault("TRACKIO_DIR", str(out.resolve()))
         self.t = _need("trackio", "trackio")
         self.run = self.t.init(project=out.name, name=run, config=config)
 
@@ -76,6 +82,12 @@ class Wandb:
 
     def close(self) -> None:
         self.run.finish()
+
+
+def tracker_dir(given: str | Path | None, beside: str | Path) -> Path:
+    """Where a tracker writes: the directory given, else ``tracker/`` beside ``beside`` (a run
+    directory or a result file)."""
+    return Path(given) if given else Path(beside).parent / "tracker"
 
 
 def open_tracker(name: str, out: str | Path, run: str, config: dict | None = None) -> Tracker:
@@ -106,6 +118,26 @@ def curve_points(rows: list[dict]) -> list[tuple[int, dict[str, float]]]:
     return out
 
 
+class LiveCurve:
+    """A training run's curve logged as its rows are appended to metrics.jsonl (``row``), so
+    that a tracker shows a run while it trains; a resumed run logs the rows it appends. The
+    tracker opens at the first row, once the run has checked its inputs: a refused command
+    leaves no tracker run behind."""
+
+    def __init__(self, name: str, out: str | Path, run: str, config: dict | None = None):
+        self.args, self.tracker = (name, out, run, config), None
+
+    def row(self, row: dict) -> None:
+        if self.tracker is None:
+            self.tracker = open_tracker(*self.args)
+        for step, m in curve_points([row]):
+            self.tracker.log(m, step)
+
+    def close(self) -> None:
+        if self.tracker is not None:
+            self.tracker.close()
+
+
 def sweep_points(rows: list[dict]) -> dict[str, list[tuple[int, dict[str, float]]]]:
     """Per run, (serving depth, metrics) of its eval rows at their last step, each metric
     under ``sweep/SPLIT/``: a tracker's x axis is the serving depth here."""
@@ -122,10 +154,82 @@ def sweep_points(rows: list[dict]) -> dict[str, list[tuple[int, dict[str, float]
     return out
 
 
+PROBE_KEYS = ("nll_diff", "value_nll_diff")
+
+
+def probe_points(rows: list[dict]) -> dict[str, list[tuple[int, dict[str, float]]]]:
+    """Per run, (serving depth, metrics) of its probe rows: each probed checkpoint's benefit of
+    the deeper update under ``probe/after_U/`` (U: updates after the switch, or the step)."""
+    out: dict[str, list] = {}
+    for r in rows:
+        at = r.get("updates_after_switch")
+        at = f"after_{int(at)}" if isinstance(at, (int, float)) and math.isfinite(at) else \
+            f"step_{int(r.get('step') or 0)}"
+        m = {f"probe/{at}/{k}": v for k, v in _numbers(r).items() if k in PROBE_KEYS}
+        if m and "depth" in r:
+            out.setdefault(f"{r['run']}-probe", []).append((int(r["depth"]), m))
+    return out
+
+
+def serve_points(rows: list[dict]) -> dict[str, list[tuple[int, dict[str, float]]]]:
+    """Per served model, each mode's serve row under ``serve/MODE/`` (``serve/EXIT/MODE/``
+    where the rows sweep exits); the step is the row's place among the request rates served
+    (0: the closed loop, or the only rate)."""
+    def rate(r: dict) -> float:
+        return _numbers({"rate": r.get("rate")}).get("rate", 0.0)
+
+    rates = sorted({rate(r) for r in rows})
+    exits = len({str(r.get("exit")) for r in rows}) > 1
+    out: dict[str, dict[int, dict]] = {}
+    for r in rows:
+        name = "serve-" + Path(str(r.get("run") or "model")).name.replace(":", "-")
+        tag = f"serve/{r.get('exit')}/{r['mode']}" if exits else f"serve/{r['mode']}"
+        out.setdefault(name, {}).setdefault(rates.index(rate(r)), {}).update(
+            {f"{tag}/{k}": v for k, v in _numbers(r).items() if k != "rate"})
+    return {n: sorted(by.items()) for n, by in out.items()}
+
+
+ROW_POINTS = {"eval": sweep_points, "probe": probe_points, "serve": serve_points}
+
+
+def log_rows(rows: dict[str, list[dict]], tracker: str, out: str | Path,
+             suffix: str = "") -> dict[str, int]:
+    """Log result rows by kind (eval: each run's depth sweep; probe; serve) into ``tracker``
+    under ``out``; returns the points logged per tracker run."""
+    logged = {}
+    for kind, points in ROW_POINTS.items():
+        if not rows.get(kind):
+            continue
+        for run, pts in points(rows[kind]).items():
+            name = f"{run}-sweep" if kind == "eval" else run
+            at: dict[int, dict] = {}    # one log per step (trackers want steps in order)
+            for x, m in pts:
+                at.setdefault(x, {}).update(m)
+            t = open_tracker(tracker, out, name + suffix)
+            for x in sorted(at):
+                t.log(at[x], x)
+            t.close()
+            logged[name + suffix] = len(pts)
+    return logged
+
+
+def log_row_files(files: list[str | Path], tracker: str, out: str | Path) -> dict[str, int]:
+    """Log the eval, probe and serve rows of JSONL row files (a stage's outputs) into
+    ``tracker`` under ``out``; files that are not there, or hold other kinds, add nothing."""
+    rows: dict[str, list[dict]] = {}
+    for f in map(Path, files):
+        if f.suffix == ".jsonl" and f.is_file():
+            for line in f.read_text().splitlines():
+                r = json.loads(line) if line.strip() else {}
+                if r.get("kind") in ROW_POINTS:
+                    rows.setdefault(r["kind"], []).append(r)
+    return log_rows(rows, tracker, out)
+
+
 def replay(source: str | Path, tracker: str, out: str | Path) -> dict[str, int]:
     """Log ``source`` into ``tracker`` under ``out``: a run directory's metrics.jsonl (its
-    curve) and its eval rows, or a rows file or directory (each run's depth sweep). Returns the
-    points logged per run."""
+    curve) and its eval rows, or a rows file or directory (each run's depth sweep, probe and
+    serve rows). Returns the points logged per tracker run."""
     from depthbench.report.load import load_rows
     from depthbench.train.metrics import metrics_rows
     source, logged = Path(source), {}
@@ -141,16 +245,11 @@ def replay(source: str | Path, tracker: str, out: str | Path) -> dict[str, int]:
         if not evals.is_dir():
             return logged
         source = evals
-    ev = load_rows([source]).get("eval")
-    if ev is None:
+    frames = load_rows([source])
+    rows = {k: frames[k].to_dict("records") for k in ROW_POINTS if frames.get(k) is not None}
+    if not rows:
         if logged:
             return logged
-        raise UserError(f"{source} holds no run (metrics.jsonl) and no eval rows; give a run "
-                        "directory or the rows a depth sweep wrote")
-    for run, pts in sweep_points(ev.to_dict("records")).items():
-        t = open_tracker(tracker, out, f"{run}-sweep")
-        for depth, m in sorted(pts, key=lambda p: p[0]):
-            t.log(m, depth)
-        t.close()
-        logged[f"{run}-sweep"] = len(pts)
-    return logged
+        raise UserError(f"{source} holds no run (metrics.jsonl) and no eval, probe or serve "
+                        "rows; give a run directory or the rows a command wrote")
+    return {**logged, **log_rows(rows, tracker, out)}

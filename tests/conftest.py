@@ -3,9 +3,9 @@
 import pytest
 import torch
 
-from depthbench.data_gen import Attribute, GenConfig
 from depthbench.config import ModelConfig, TrainConfig
 from depthbench.data.generate import generate
+from depthbench.data_gen import Attribute, GenConfig
 from depthbench.train.loop import train
 
 torch.set_num_threads(1)

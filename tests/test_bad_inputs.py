@@ -12,10 +12,10 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-from depthbench.data_gen import dataset_hash, resolve_config
 from depthbench import checkpoint as ckpt
 from depthbench.cli.main import main
 from depthbench.data.generate import generate
+from depthbench.data_gen import dataset_hash, resolve_config
 
 
 @pytest.fixture(scope="module")

@@ -96,8 +96,8 @@ def _lm_eval(*args):
 def test_lm_eval_inputs_are_checked_before_it_runs(trained_run, small_data, tmp_path):
     """No dataset, another dataset's task files, a missing --include_path, --rows into the
     run: each one line, exit 2, the run untouched."""
-    from depthbench.data_gen import resolve_config
     from depthbench.data.generate import generate
+    from depthbench.data_gen import resolve_config
     generate(resolve_config("tiny", overrides={"exposure": 1, "n_people": 30}), tmp_path / "other")
     before = sorted(p.name for p in trained_run.rglob("*"))
     run = f"pretrained={trained_run},n_loops=2"
@@ -199,9 +199,9 @@ def test_the_report_takes_serve_rows_without_a_static_baseline(tmp_path):
 def test_a_dataset_without_unseen_people_evaluates_its_other_splits(tmp_path):
     """n_unseen_people = 0 leaves the control split empty: the default sweep reads the other
     splits (it crashed concatenating nothing); the empty split named alone is one line."""
-    from depthbench.data_gen import resolve_config
     from depthbench.config import ModelConfig, TrainConfig
     from depthbench.data.generate import generate
+    from depthbench.data_gen import resolve_config
     from depthbench.train.loop import train
     generate(resolve_config("tiny", overrides={"exposure": 1, "n_people": 8, "n_unseen_people": 0}),
              tmp_path / "d")

@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 import torch
 
-from depthbench.data_gen import Attribute, GenConfig
 from depthbench.config import ModelConfig
 from depthbench.data.generate import generate
 from depthbench.data.synthetic import Dataset
+from depthbench.data_gen import Attribute, GenConfig
 from depthbench.evaluate.metrics import TOKEN_TYPES, EvalSums, FactIndex
 from depthbench.evaluate.reference import NameBlind, StructureBlind, structure_blind
 from depthbench.evaluate.sweep import row_token_types, sweep

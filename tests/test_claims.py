@@ -40,9 +40,9 @@ def test_the_lower_oracles_read_about_nothing(name):
 def shortcuts(tmp_path_factory) -> dict:
     """The structural shortcut's reading per split on the task every person-task report ran
     on (table3's data section, regenerated: the same bytes, by its hash), with no model."""
-    from depthbench.data_gen import resolve_config
     from depthbench.data.generate import generate
     from depthbench.data.synthetic import Dataset
+    from depthbench.data_gen import resolve_config
     from depthbench.evaluate.reference import StructureBlind
     from depthbench.pipeline.spec import load_spec
     d = load_spec("table3").data

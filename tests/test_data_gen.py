@@ -8,10 +8,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from depthbench.data_gen import Attribute, GenConfig
-from depthbench.data_gen.generate import NamePermutation
 from depthbench.data.generate import generate
 from depthbench.data.synthetic import Dataset, DatasetError, TrainBatches
+from depthbench.data_gen import Attribute, GenConfig
+from depthbench.data_gen.generate import NamePermutation
 
 
 def small_config(seed=0, **kw):

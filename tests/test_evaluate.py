@@ -157,8 +157,8 @@ def test_two_process_eval_equals_one_process(trained_run, tmp_path):
 
 
 def test_eval_user_errors(trained_run, tmp_path):
-    from depthbench.data_gen import resolve_config
     from depthbench.data.generate import generate
+    from depthbench.data_gen import resolve_config
     generate(resolve_config("tiny", overrides={"exposure": 1, "n_people": 20}), tmp_path / "other")
     for args, needle in [
         (["--data", str(tmp_path / "other")], "trained on dataset"),

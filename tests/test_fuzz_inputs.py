@@ -24,8 +24,8 @@ from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from depthbench.data_gen import dataset_hash
 from depthbench.cli.main import main
+from depthbench.data_gen import dataset_hash
 
 EXAMPLES = int(os.environ.get("DEPTHBENCH_FUZZ_EXAMPLES", "30"))
 # DEPTHBENCH_FUZZ_RANDOM=1 draws fresh examples (a wider search) instead of CI's repeatable ones

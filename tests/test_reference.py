@@ -12,10 +12,10 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from depthbench.data_gen.config import paper, resolve_config, small, tiny
-from depthbench.data_gen.generate import balanced_values
 from depthbench.data.generate import generate
 from depthbench.data.synthetic import Dataset
+from depthbench.data_gen.config import paper, resolve_config, small, tiny
+from depthbench.data_gen.generate import balanced_values
 from depthbench.evaluate.reference import NameBlind, know_everything, person_agnostic
 
 SPLITS = ("eval_reordered", "eval_seen_order", "eval_unseen_people")

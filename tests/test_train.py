@@ -12,15 +12,16 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-from depthbench.data_gen import Attribute, GenConfig
 from depthbench import checkpoint as ckpt
 from depthbench.cli.main import main
 from depthbench.config import ModelConfig, TrainConfig
 from depthbench.data.generate import generate
+from depthbench.data_gen import Attribute, GenConfig
 from depthbench.flops import FlopModel, schedule_flops
 from depthbench.schedules import parse_schedule
-from depthbench.train.loop import lr_at, train
+from depthbench.train.loop import train
 from depthbench.train.metrics import metrics_rows
+from depthbench.train.updates import lr_at
 
 MODEL = ModelConfig(d_model=32, n_heads=4, n_core=1)
 SETS = ["--set", "d_model=32", "--set", "batch_size=16", "--set", "log_every=1",
@@ -244,7 +245,7 @@ def _strip_clocks(rows):
 
 
 def test_shared_steps_counts_the_identical_leading_updates():
-    from depthbench.train.loop import shared_steps
+    from depthbench.train.updates import shared_steps
     wsd = tcfg(steps=100, warmup_steps=10, decay_frac=0.2)
 
     def run(schedule, **kw):
@@ -352,7 +353,7 @@ def test_a_start_that_is_not_a_shared_prefix_exits_2_with_one_line(data, tmp_pat
 
 def test_compiling_is_decided_by_the_config_and_shared_prefixes_respect_it():
     from depthbench.runtime import CPU_COMPILE_MIN_STEPS, compiles
-    from depthbench.train.loop import shared_steps
+    from depthbench.train.updates import shared_steps
     long = tcfg(steps=CPU_COMPILE_MIN_STEPS, compile=True)
     short = long.replace(steps=CPU_COMPILE_MIN_STEPS - 1)
     assert compiles(True, long.steps, "cpu")[0] and not compiles(False, long.steps, "cpu")[0]

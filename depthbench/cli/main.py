@@ -56,8 +56,8 @@ def generate(out, preset, config_file, sets, seed, force, as_json):
       depthbench generate --out data/tiny
       depthbench generate --out data/x --set attributes=city:4096:2,employer:128:1,university:128:1,major:64:1
     """
-    from depthbench.data_gen import resolve_config
     from depthbench.data.generate import generate as gen
+    from depthbench.data_gen import resolve_config
 
     try:
         cfg = resolve_config(preset, config_file, parse_sets(sets), seed)
@@ -103,6 +103,7 @@ def generate(out, preset, config_file, sets, seed, force, as_json):
 @click.option("--start-step", type=cs.STEPS, help="The step of RUN's checkpoint (--start-from).")
 @click.option("--model-from", metavar="SPEC", help="Train ouro:DIR's or huginn:DIR's architecture.")
 @click.option("--from-weights", is_flag=True, help="--model-from: start from its weights, not random.")
+@cs.tracker_options
 @cs.config_option
 @cs.json_option
 def train(preset, steps, seed, sets, config_file, as_json, model_from, from_weights, **given):
@@ -114,6 +115,7 @@ def train(preset, steps, seed, sets, config_file, as_json, model_from, from_weig
       depthbench train --data data/tiny --out runs/ff --schedule fixed-first:0.8:4:1-16
       depthbench train --data data/tiny --out runs/u-matched --schedule uniform:1-16 --match-flops runs/ff
       depthbench train --data data/tiny --out runs/ouro-arch --model-from ouro:ckpt/ouro --set d_model=64
+      depthbench train --data data/tiny --out runs/u --tracker tensorboard   (logs under runs/tracker)
       torchrun --nproc_per_node=2 -m depthbench train --data data/tiny --out runs/ddp
     """
     from depthbench.config import TrainJob, read_config_file, resolve_presets
@@ -196,6 +198,7 @@ def export(run, out, step, as_json):
               help="lm-eval: run the sweep through lm_eval.simple_evaluate.")
 @click.option("--task", "tasks", multiple=True, help="A text run's lm-eval task (repeatable).")
 @click.option("--task-path", help="Text run: a folder of further lm-eval task YAMLs.")
+@cs.tracker_options
 @cs.config_option
 @cs.json_option
 def eval_cmd(config_file, as_json, **given):
@@ -213,9 +216,11 @@ def eval_cmd(config_file, as_json, **given):
 
     from depthbench.evaluate.sweep import run_eval
 
+    tracker = cs.pop_tracker(given)
     res = run_eval(build_config(EvalConfig, config_file, given))
     if "jsonl" not in res:  # another rank wrote the rows
         return
+    cs.log_to_tracker(tracker, "eval", res["rows"], str(res["jsonl"]))
     if res["ceiling_bits"] is None:   # a text run
         return echo_text_eval(res, as_json)
     df = pd.DataFrame(res["rows"])
@@ -244,6 +249,7 @@ def eval_cmd(config_file, as_json, **given):
 @click.option("--max-people", type=cs.COUNT, show_default=default_of(ProbeConfig, "max_people"))
 @click.option("--device", show_default=default_of(ProbeConfig, "device"), help="auto, cpu or cuda.")
 @click.option("--out", type=click.Path(), help="Result file base (.csv and .jsonl).")
+@cs.tracker_options
 @cs.config_option
 @cs.json_option
 def probe_update_cmd(config_file, as_json, **given):
@@ -256,8 +262,10 @@ def probe_update_cmd(config_file, as_json, **given):
     """
     from depthbench.train.probe import run_probe
 
+    tracker = cs.pop_tracker(given)
     cfg = build_config(ProbeConfig, config_file, given)
     res = run_probe(cfg)
+    cs.log_to_tracker(tracker, "probe", res["rows"], str(res["jsonl"]))
     for r in res["rows"]:
         asked = (f"; asked value {r['value_nll_diff']:+.4f} +- {r['value_ci95']:.4f}"
                  if "value_nll_diff" in r else "")

@@ -134,6 +134,7 @@ def _show(res: dict) -> None:
               help="A dataset or text workload's requests stop at end-of-sequence, so modes whose "
                    "exits change the tokens generate different counts (default: --ignore-eos, "
                    "every mode the same tokens per request, as vLLM's benchmark).")
+@cs.tracker_options
 @cs.config_option
 @cs.json_option
 def serve_bench_cmd(sets, modes, config_file, as_json, **given):
@@ -149,8 +150,10 @@ def serve_bench_cmd(sets, modes, config_file, as_json, **given):
     """
     from depthbench.serving.bench import run_bench
 
+    tracker = cs.pop_tracker(given)
     res = run_bench(build_config(ServeConfig, config_file, _modes(given, sets, modes)), log=cs.say)
     _show(res)
+    cs.log_to_tracker(tracker, "serve", res["rows"], res.get("jsonl") and str(res["jsonl"]))
     if res["adaptive_modes_agree"] is not None:
         click.echo(f"adaptive modes produce identical tokens: {res['adaptive_modes_agree']}")
     if "jsonl" in res:
@@ -175,6 +178,7 @@ def serve_bench_cmd(sets, modes, config_file, as_json, **given):
               help="Measure the real engine on this machine and write a fitted profile here.")
 @click.option("--calibrate-widths", show_default=default_of(SimConfig, "calibrate_widths"),
               help="Comma-separated widths the calibration runs.")
+@cs.tracker_options
 @cs.config_option
 @cs.json_option
 def serve_sim_cmd(sets, modes, means, rates, calibrate_widths, config_file, as_json, **given):
@@ -192,6 +196,7 @@ def serve_sim_cmd(sets, modes, means, rates, calibrate_widths, config_file, as_j
       depthbench serve-sim --random small --set d_model=512 --exit trace:8 --profile cpu.toml
     """
     from depthbench.serving.sim import run_sim
+    tracker = cs.pop_tracker(given)
     given = _modes(given, sets, modes)
     given["means"] = means and cs.float_list(means, "--means")
     given["rates"] = rates and cs.float_list(rates, "--rates")
@@ -202,6 +207,7 @@ def serve_sim_cmd(sets, modes, means, rates, calibrate_widths, config_file, as_j
                    + ", ".join(f"{k} {v:.3f}" for k, v in res["r2"].items()) + ")")
     else:
         _show(res)
+        cs.log_to_tracker(tracker, "serve", res.get("rows", []), res.get("jsonl") and str(res["jsonl"]))
         for k in ("csv", "jsonl", "plot"):
             if k in res:
                 click.echo(f"wrote {res[k]}")

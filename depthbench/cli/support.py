@@ -10,10 +10,11 @@ import math
 import signal
 import sys
 import threading
+from pathlib import Path
 
 import click
 
-from depthbench.config import ConfigError, read_config_file
+from depthbench.config import TRACKERS, ConfigError, read_config_file
 from depthbench.errors import UserError
 from depthbench.schedules import MAX_DEPTH
 
@@ -170,6 +171,37 @@ def config_option(fn):
 def json_option(fn):
     return click.option("--json", "as_json", is_flag=True,
                         help="Print a JSON summary as the last line.")(fn)
+
+
+def tracker_options(fn):
+    """``--tracker NAME`` and ``--tracker-dir DIR``: also log what the command writes to an
+    experiment tracker, offline (its rows or metrics.jsonl stay the truth)."""
+    fn = click.option("--tracker-dir", type=click.Path(file_okay=False),
+                      help="Where the tracker writes (default: tracker/ beside the run or the "
+                           "rows).")(fn)
+    return click.option("--tracker", type=click.Choice(TRACKERS),
+                        help="Also log to this experiment tracker, offline (pip install it; "
+                             "`depthbench track` replays rows later).")(fn)
+
+
+def pop_tracker(given: dict) -> tuple[str, str] | None:
+    """The (tracker, directory) a command was given, taken out of its config options."""
+    name, where = given.pop("tracker", None), given.pop("tracker_dir", None)
+    return (name, where or "") if name else None
+
+
+def log_to_tracker(tracker: tuple[str, str] | None, kind: str, rows: list[dict],
+                   written: str | None, default_dir: str = "tracker") -> None:
+    """Log a command's result rows of ``kind`` (eval, probe, serve) to ``tracker``: the rows
+    file it wrote where it wrote one (the truth, provenance included), else the rows it kept in
+    memory. The directory defaults to tracker/ beside the rows file."""
+    if tracker is None or not rows:
+        return
+    from depthbench.trackers import log_row_files, log_rows, tracker_dir
+    out = tracker_dir(tracker[1], written) if written else Path(tracker[1] or default_dir)
+    logged = (log_row_files([written], tracker[0], out) if written
+              else log_rows({kind: rows}, tracker[0], out))
+    say(f"logged {sum(logged.values())} points of {len(logged)} run(s) to {tracker[0]} under {out}")
 
 
 def _number_list(text: str, option: str, kind) -> tuple:

@@ -37,6 +37,7 @@ from depthbench.config.stages import (
 )
 from depthbench.config.train import (
     DEVICES,
+    TRACKERS,
     TRAIN_PRESETS,
     TrainConfig,
     TrainJob,
@@ -50,6 +51,6 @@ __all__ = [
     "copies_on_exit", "huginn_like_model", "kv_layout", "model_preset", "ouro_like_model",
     "paper_1b_model", "paper_200m_model", "shape_of", "small_model", "tiny_model", "DEFAULT_SERVE_MODES",
     "EVAL_SPLITS", "SERVE_MODES", "EvalConfig", "ProbeConfig", "ReportConfig", "ServeConfig",
-    "SimConfig", "depths_ok", "one_of", "DEVICES", "TRAIN_PRESETS", "TrainConfig", "TrainJob",
+    "SimConfig", "depths_ok", "one_of", "DEVICES", "TRACKERS", "TRAIN_PRESETS", "TrainConfig", "TrainJob",
     "resolve_presets", "split_sets", "train_preset",
 ]

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from depthbench.data_gen.format import SPLITS
 from depthbench.config.base import ConfigError, PlainConfig, require
 from depthbench.config.model import MODEL_PRESETS, kv_layout
 from depthbench.config.train import DEVICES
+from depthbench.data_gen.format import SPLITS
 from depthbench.errors import UserError
 from depthbench.schedules import MAX_DEPTH, parse_depths
 

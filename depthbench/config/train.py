@@ -142,6 +142,10 @@ def complete(model: dict) -> dict:
 DEVICES = ("auto", "cpu", "cuda")
 
 
+# the experiment trackers a run can be logged to (depthbench.trackers): views of its rows
+TRACKERS = ("tensorboard", "trackio", "wandb")
+
+
 @dataclass(frozen=True, kw_only=True)
 class TrainJob(PlainConfig):
     """One training run: ``train.run_train(job)``."""
@@ -160,6 +164,10 @@ class TrainJob(PlainConfig):
     start_from: str = ""           # RUN: a new run starts from RUN's checkpoint at start_step,
     start_step: int = 0            # which holds this run's own state there (checked)
     share_steps: tuple[int, ...] = ()  # also keep the checkpoints at these steps (runs start there)
+    # a live view (neither changes what the run computes): log the curve to this tracker as it
+    # trains, under tracker_dir ("": tracker/ beside the run directory)
+    tracker: str = ""
+    tracker_dir: str = ""
 
     @classmethod
     def from_dict(cls, d: dict):
@@ -184,3 +192,5 @@ class TrainJob(PlainConfig):
         require(bool(self.start_from) == (self.start_step > 0), "start_from",
                "start_from (a run directory) and start_step (>= 1) go together")
         require(bool(self.data) and bool(self.out), "data", "data and out must be given")
+        require(self.tracker in ("",) + TRACKERS, "tracker",
+               f"unknown tracker {self.tracker!r}; choose one of {', '.join(TRACKERS)}")

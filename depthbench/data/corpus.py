@@ -17,7 +17,6 @@ from pathlib import Path
 
 import numpy as np
 
-from depthbench.data_gen.format import dataset_hash, sha256_file
 from depthbench.data.builtin import BUILTINS, builtin_digest, builtin_documents
 from depthbench.data.cloze import build as build_cloze
 from depthbench.data.cloze import unigram_logp, unigram_score
@@ -32,6 +31,7 @@ from depthbench.data.text import (
     _dtype,
     _load_tokenizer,
 )
+from depthbench.data_gen.format import dataset_hash, sha256_file
 
 SUFFIXES = (".txt", ".jsonl", ".txt.gz", ".jsonl.gz")
 

@@ -73,6 +73,7 @@ class Pipeline:
         self.data, self.results = self.out / "data", self.out / "results"
         self.report_dir = Path(spec.report.out or report_dir or self.out / "report")
         self.stages_dir, self.plan_dir = self.out / "stages", self.out / "plan"
+        self.tracker_dir = Path(spec.run.tracker_dir or self.out / "tracker")
         self.keys: dict[str, str] = {}  # stage id -> hash of its config and inputs
         self.started: dict[str, float] = {}  # stage id -> when this process started it
 
@@ -107,6 +108,11 @@ class Pipeline:
             [self.report_dir / "index.html"], [st.id for st in evals + probes + serve + runs])
         return [g for g in ([gen], trains, matched, evals + probes + serve, [report]) if g]
 
+    def _tracker(self) -> dict:
+        """A training job's tracker keys: its curve logged live (they change no stage's key)."""
+        t = self.spec.run.tracker
+        return {"tracker": t, "tracker_dir": str(self.tracker_dir)} if t else {}
+
     def _device(self) -> str:
         return self.spec.run.device or train_preset(self.spec.train.preset).device
 
@@ -125,7 +131,8 @@ class Pipeline:
             tr = tr.replace(steps=steps, seed=seed, **({} if lr is None else {"lr": lr}))
             job = TrainJob(data=str(self.data), out=str(self.out / "runs" / name), model=m,
                            train=tr, schedule=schedule, resume=True, match_flops=match,
-                           keep_after_switch=keep, results=str(self.results), tags=tags or {})
+                           keep_after_switch=keep, results=str(self.results), tags=tags or {},
+                           **self._tracker())
             return Stage(f"train-{name}", "train", job.to_dict(),
                          [Path(job.out) / "checkpoints" / "latest"], ["generate", *after], gpus)
 
@@ -389,6 +396,9 @@ class Pipeline:
         spent = time.time() - self.t_start
         eta = spent / k * (n - k) if k < n else 0.0
         self.log(f"done [{k}/{n}] {st.id} ({_clock(spent)} elapsed, ETA {_clock(eta)})")
+        if self.spec.run.tracker and st.command in ("eval", "probe-update", "serve-bench"):
+            from depthbench.trackers import log_row_files
+            log_row_files(st.outputs, self.spec.run.tracker, self.tracker_dir)
 
     def _execute(self, todo: list[Stage]) -> None:
         if not todo:

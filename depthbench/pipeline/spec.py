@@ -13,7 +13,7 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from depthbench.config import DEFAULT_SERVE_MODES, EVAL_SPLITS, SERVE_MODES, ConfigError, kv_layout
+from depthbench.config import DEFAULT_SERVE_MODES, EVAL_SPLITS, SERVE_MODES, TRACKERS, ConfigError, kv_layout
 from depthbench.config.base import PlainConfig, require
 from depthbench.errors import UserError
 from depthbench.rows import budget_label
@@ -292,10 +292,17 @@ class RunSpec(PlainConfig):
     # schedule at several budgets) train them once: the later run starts from the earlier one's
     # checkpoint where they part, with the same result (train.shared_steps)
     share_prefixes: bool = True
+    # an experiment tracker fed as the grid runs (trackers are views: the rows stay the truth):
+    # each training run's curve live, each eval, probe and serve stage's rows as it finishes,
+    # under tracker_dir ("": OUT/tracker)
+    tracker: str = ""
+    tracker_dir: str = ""
 
     def __post_init__(self):
         self._check_types()
         require(0 <= self.workers <= 1024, "workers", "must be between 0 and 1024 (0: one per core)")
+        require(self.tracker in ("",) + TRACKERS, "tracker",
+               f"must be one of {', '.join(TRACKERS)} (or empty: none)")
         require(self.device in ("", "auto", "cpu", "cuda"), "device", "must be auto, cpu or cuda")
 
 
@@ -398,8 +405,8 @@ def load_spec(spec: str | Path | None, overrides: dict | None = None) -> Experim
 
 def _cross_check(s: ExperimentSpec, path: Path) -> None:
     """What one section cannot check alone: presets with their overrides, the served run."""
-    from depthbench.data_gen import resolve_config
     from depthbench.config import resolve_presets
+    from depthbench.data_gen import resolve_config
 
     try:
         resolve_config(s.data.preset, overrides=s.data.set, seed=s.data.seed)

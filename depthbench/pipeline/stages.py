@@ -23,8 +23,8 @@ CONFIGS = {"train": TrainJob, "eval": EvalConfig, "probe-update": ProbeConfig,
 
 
 def _generate(cfg: dict) -> None:
-    from depthbench.data_gen import GenConfig
     from depthbench.data.generate import generate
+    from depthbench.data_gen import GenConfig
     generate(GenConfig.from_dict(cfg["dataset"]), cfg["out"], force=True)
 
 
@@ -110,13 +110,15 @@ def differences(old: dict, new: dict) -> list[str]:
             for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
 
 
-# a training stage's keys that say where its shared prefix comes from, not what it computes
-_PREFIX_KEYS = ("start_from", "start_step", "share_steps")
+# a training stage's keys that say where its shared prefix comes from, or where a tracker shows
+# it, not what it computes
+_VIEW_KEYS = ("start_from", "start_step", "share_steps", "tracker", "tracker_dir")
 
 
 def _semantic(config: dict) -> dict:
-    """A stage's config without the shared-prefix keys (what its key and its reruns compare)."""
-    return {k: v for k, v in config.items() if k not in _PREFIX_KEYS}
+    """A stage's config without the keys that change nothing it computes (where its shared
+    prefix comes from, its tracker): what its key and its reruns compare."""
+    return {k: v for k, v in config.items() if k not in _VIEW_KEYS}
 
 
 def slug(schedule: str, seed: int) -> str:

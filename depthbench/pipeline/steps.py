@@ -22,7 +22,7 @@ def _share_prefixes(trains: list[Stage], matched: list[Stage] = (), matched_step
     the training stages with every run after the run it starts from."""
     from depthbench.schedules import parse_schedule
     from depthbench.train.job import resolved_train_config
-    from depthbench.train.loop import shared_steps, update_profile
+    from depthbench.train.updates import shared_steps, update_profile
     jobs = [TrainJob.from_dict(t.config) for t in trains]
     runs = [(j.model, j.train, j.schedule) for j in jobs]
     prof = [update_profile(j.train, parse_schedule(j.schedule)) for j in jobs]

@@ -41,9 +41,9 @@ def flop_summary(schedule_spec: str, run: str | None = None, preset: str | None 
         fm = FlopModel(**rec["flop_model"])
         n_steps, tps = steps or rec["train"]["steps"], rec["tokens_per_step"]
     else:
+        from depthbench.config import TRAIN_PRESETS, model_preset, train_preset
         from depthbench.data_gen.config import PRESETS
         from depthbench.data_gen.format import build_vocab
-        from depthbench.config import TRAIN_PRESETS, model_preset, train_preset
         gen = PRESETS[{"tiny": "tiny", "small": "small"}.get(preset, "paper")]()
         m = model_preset(preset)
         fm = FlopModel.of(m.replace(vocab_size=m.vocab_size or len(build_vocab(gen))), gen.seq_len - 1)
@@ -91,10 +91,20 @@ def run_train(job: TrainJob, log=print, progress: bool = True) -> dict:
         refuse_over_inputs([Path(job.results) / k / f"{name}.jsonl" for k in ("curves", "runs")],
                            run=job.out, data=job.data, flag="--results")
     tcfg = resolved_train_config(job)
-    summary = train(job.data, job.out, job.model, tcfg, job.schedule, resume=job.resume,
-                    progress=progress, log=log,
-                    start=(job.start_from, job.start_step) if job.start_from else None,
-                    share_steps=job.share_steps)
+    live = None
+    if job.tracker and int(os.environ.get("RANK", 0)) == 0:
+        from depthbench.trackers import LiveCurve, tracker_dir
+        live = LiveCurve(job.tracker, tracker_dir(job.tracker_dir, job.out), Path(job.out).name,
+                         {"schedule": job.schedule, "model": job.model.to_dict(),
+                          "train": tcfg.to_dict()})
+    try:
+        summary = train(job.data, job.out, job.model, tcfg, job.schedule, resume=job.resume,
+                        progress=progress, log=log,
+                        start=(job.start_from, job.start_step) if job.start_from else None,
+                        share_steps=job.share_steps, on_row=live and live.row)
+    finally:
+        if live is not None:
+            live.close()
     if job.results and int(os.environ.get("RANK", 0)) == 0:
         name, rec = Path(job.out).name, ckpt.read_run(job.out)
         keys = {"run": name, "schedule": rec["schedule"], "seed": rec["seed"],

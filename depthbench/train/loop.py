@@ -31,61 +31,8 @@ from depthbench.models.build import build_model
 from depthbench.runtime import Runtime, compiles, setup, teardown
 from depthbench.schedules import Schedule, parse_schedule
 from depthbench.train.metrics import _append, _read_metrics, _write_metrics, step_line
+from depthbench.train.updates import lr_at, shared_steps
 from depthbench.version import __version__
-
-
-def lr_at(step: int, cfg: TrainConfig, schedule: Schedule) -> float:
-    """Warmup, then cosine decay or warmup-stable-decay (linear decay over the last
-    ``decay_frac`` of training, or from the schedule's switch with ``decay_at_switch``)."""
-    total, floor = cfg.steps, cfg.lr * cfg.min_lr_ratio
-    if step < cfg.warmup_steps:
-        return cfg.lr * (step + 1) / cfg.warmup_steps
-    if cfg.lr_schedule == "cosine":
-        t = (step - cfg.warmup_steps) / max(1, total - cfg.warmup_steps)
-        return floor + (cfg.lr - floor) * 0.5 * (1 + math.cos(math.pi * min(t, 1.0)))
-    start = total - int(round(cfg.decay_frac * total))
-    switch = schedule.switch_step(total)
-    if cfg.decay_at_switch and switch is not None:
-        start = switch
-    if step < start:
-        return cfg.lr
-    t = (step - start + 1) / max(1, total - start)
-    return floor + (cfg.lr - floor) * (1 - min(t, 1.0))
-
-
-# the settings that decide what a run's first updates compute: everything but its length and
-# which checkpoints it writes (the length enters through the depth and LR of each step)
-_NOT_IN_UPDATES = ("steps", "keep_steps", "ckpt_every")
-
-
-def update_profile(train_cfg: TrainConfig, schedule: Schedule) -> tuple:
-    """Every step's (depth, learning rate): with the model, data and the rest of the recipe, what
-    decides the run's updates."""
-    import numpy as np
-    n = train_cfg.steps
-    return (schedule.depths(n, train_cfg.seed),
-            np.array([lr_at(i, train_cfg, schedule) for i in range(n)]))
-
-
-def shared_steps(a: tuple, b: tuple, profiles: tuple | None = None) -> int:
-    """How many leading updates two runs make identically. ``a`` and ``b`` are (ModelConfig,
-    TrainConfig, schedule spec) of runs on the same dataset: with the same model, seed (init and
-    data order) and recipe, and at each step the same depth and learning rate, both hold the same
-    weights, optimizer and RNG state after that many steps, so one can start from the other's
-    checkpoint there. 0 where they differ from the start. ``profiles``: their
-    ``update_profile``s, where the caller has them."""
-    (ma, ta, sa), (mb, tb, sb) = a, b
-    da = {k: v for k, v in ta.to_dict().items() if k not in _NOT_IN_UPDATES}
-    db = {k: v for k, v in tb.to_dict().items() if k not in _NOT_IN_UPDATES}
-    if ma.to_dict() != mb.to_dict() or da != db:
-        return 0
-    if compiles(ta.compile, ta.steps, "cpu")[0] != compiles(tb.compile, tb.steps, "cpu")[0]:
-        return 0   # compiled kernels round differently from eager ones
-    (ka, la), (kb, lb) = profiles or (update_profile(ta, parse_schedule(sa)),
-                                      update_profile(tb, parse_schedule(sb)))
-    n = min(len(ka), len(kb))
-    differ = ((ka[:n] != kb[:n]) | (la[:n] != lb[:n])).nonzero()[0]
-    return int(differ[0]) if len(differ) else n
 
 
 def n_params(model: torch.nn.Module) -> int:
@@ -153,11 +100,12 @@ def _same_run(old: dict, new: dict) -> list[str]:
 
 def train(data: str | Path, out: str | Path, model_cfg: ModelConfig, train_cfg: TrainConfig,
           schedule_spec: str, resume: bool = False, progress: bool = True,
-          log=print, start: tuple[str, int] | None = None, share_steps=()) -> dict:
+          log=print, start: tuple[str, int] | None = None, share_steps=(), on_row=None) -> dict:
     """Train (or resume) one run. ``start`` = (RUN, STEP): a new run starts from RUN's
     checkpoint at STEP, which must hold this run's own state there (``shared_steps``: refused
     otherwise); where RUN kept no checkpoint at STEP it trains from step 0, to the same result.
-    ``share_steps``: steps whose checkpoints this run also keeps, for runs that start there."""
+    ``share_steps``: steps whose checkpoints this run also keeps, for runs that start there.
+    ``on_row``: called with each row appended to metrics.jsonl (a tracker's live view)."""
     schedule = parse_schedule(schedule_spec)
     out = Path(out)
     rt = setup(train_cfg.device, train_cfg.threads)
@@ -167,7 +115,7 @@ def train(data: str | Path, out: str | Path, model_cfg: ModelConfig, train_cfg: 
         with lock:
             try:
                 return _train(Path(data), out, model_cfg, train_cfg, schedule, resume, progress,
-                              log, rt, start, tuple(share_steps))
+                              log, rt, start, tuple(share_steps), on_row)
             except BaseException:
                 # a new run that failed before its first checkpoint leaves nothing behind
                 if rt.is_main and fresh and (out / "run.json").is_file() and ckpt.latest(out) is None:
@@ -379,12 +327,18 @@ def _begin(data: Path, out: Path, model_cfg: ModelConfig, train_cfg: TrainConfig
 
 def _train(data: Path, out: Path, model_cfg: ModelConfig, train_cfg: TrainConfig,
            schedule: Schedule, resume: bool, progress: bool, log, rt: Runtime,
-           start: tuple[str, int] | None = None, share_steps: tuple = ()) -> dict:
+           start: tuple[str, int] | None = None, share_steps: tuple = (), on_row=None) -> dict:
     say = log if rt.is_main else (lambda *a, **k: None)
     ds, model_cfg, fm, model, opt, st, keep = _begin(data, out, model_cfg, train_cfg, schedule,
                                                      resume, rt, say, start, share_steps)
     tokens_per_step = train_cfg.tokens_per_step(ds.seq_len)
     metrics_path = out / "metrics.jsonl"
+
+    def record(row: dict) -> None:   # the file first: it stays the truth
+        _append(metrics_path, row, rt)
+        if on_row is not None and rt.is_main:
+            on_row(row)
+
     net = _wrap(model, train_cfg, rt)
     batches = ds.train_batches(train_cfg.batch_size, train_cfg.seed, rt.rank, rt.world)
     bar = _bar(train_cfg.steps, st.step) if progress and rt.is_main else None
@@ -412,14 +366,14 @@ def _train(data: Path, out: Path, model_cfg: ModelConfig, train_cfg: TrainConfig
             st.rows.append({"step": st.step, "K": K, "loss": loss_value, "lr": lr,
                             "tokens": st.tokens, "flops": st.flops, "wall_clock": st.wall,
                             "cpu_clock": st.cpu})
-            _append(metrics_path, st.rows[-1], rt)
+            record(st.rows[-1])
             if bar is None or bar.disable:   # no live bar (a log file, nohup, Slurm): a line
                 say(step_line(st, train_cfg.steps, K, loss_value, lr))
         if bar is not None:
             bar.update(1)
             bar.set_postfix(loss=f"{loss_value:.3f}", K=K)
         if train_cfg.eval_every and st.step % train_cfg.eval_every == 0:
-            _append(metrics_path, _eval_row(model, ds, train_cfg, rt, st.step), rt)
+            record(_eval_row(model, ds, train_cfg, rt, st.step))
             t_last, c_last = time.perf_counter(), time.process_time()
         if (st.step == train_cfg.steps or st.step in keep
                 or (train_cfg.ckpt_every and st.step % train_cfg.ckpt_every == 0)):

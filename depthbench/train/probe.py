@@ -26,7 +26,8 @@ from depthbench.rows import row_paths, tag_rows, write_rows
 from depthbench.runtime import progress_bar, setup, teardown
 from depthbench.schedules import parse_depths, parse_schedule
 from depthbench.stats import t_interval
-from depthbench.train.loop import lr_at, make_optimizer, train_step
+from depthbench.train.loop import make_optimizer, train_step
+from depthbench.train.updates import lr_at
 
 
 def probe_lr(ck: dict, tcfg: TrainConfig) -> float:
