@@ -827,3 +827,26 @@ def test_run_writes_its_report_under_its_own_directory(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     pipe = Pipeline(load_spec("quickstart"), tmp_path / "runs" / "quickstart")
     assert pipe.report_dir == tmp_path / "runs" / "quickstart" / "report"
+
+
+def test_the_serving_chart_legend_covers_no_bar(tmp_path):
+    # drawn from the quick start's committed serve rows; every bar's box and the legend's box
+    # in display coordinates, after the layout the saved figure has
+    from depthbench.report.figures import _Figures
+    from depthbench.report.sections import _serve_section
+    overlaps = []
+
+    class Checked(_Figures):
+        def save(self, fig, name, caption):
+            fig.tight_layout()
+            fig.canvas.draw()
+            ax = fig.axes[0]
+            legend = ax.get_legend().get_window_extent()
+            bars = [p.get_window_extent() for p in ax.patches if p.get_height() > 0]
+            overlaps.extend(b for b in bars if b.overlaps(legend))
+            assert bars
+            super().save(fig, name, caption)
+
+    sv = pd.read_csv(ROOT / "reports" / "quickstart" / "rows" / "serve.csv")
+    _serve_section(Checked(tmp_path), sv)
+    assert (tmp_path / "serving_speedup.png").is_file() and not overlaps
