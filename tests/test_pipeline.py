@@ -850,3 +850,25 @@ def test_the_serving_chart_legend_covers_no_bar(tmp_path):
     sv = pd.read_csv(ROOT / "reports" / "quickstart" / "rows" / "serve.csv")
     _serve_section(Checked(tmp_path), sv)
     assert (tmp_path / "serving_speedup.png").is_file() and not overlaps
+
+
+@pytest.mark.skipif(shutil.which("chromium") is None, reason="needs Debian's chromium")
+def test_a_reports_first_screen_in_a_real_browser_holds_its_verdicts_and_headline_figure(tmp_path):
+    # the documented check (docs/cli.md): chromium's own rendering at 1280 x 900; the verdicts
+    # are black text, the headline figure's curves the report's palette (#1f77b4, #d62728,
+    # #2ca02c: the quick start's three schedules)
+    import subprocess
+
+    import numpy as np
+    from matplotlib.image import imread
+    shot = tmp_path / "first.png"
+    subprocess.run(["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+                    "--window-size=1280,900", f"--screenshot={shot}",
+                    (ROOT / "reports" / "quickstart" / "index.html").as_uri()],
+                   capture_output=True, timeout=120, check=True)
+    px = (imread(shot)[..., :3] * 255).round()
+    assert px.shape[:2] == (900, 1280)
+    colored = [np.abs(px - np.array(c)).max(axis=-1) < 24
+               for c in ((31, 119, 180), (214, 39, 40), (44, 160, 44))]
+    assert all(m[450:].sum() > 200 for m in colored)   # the figure's curves, on the first screen
+    assert (px[:450].max(axis=-1) < 60).sum() > 5000    # the verdicts' text above it
