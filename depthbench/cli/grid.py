@@ -88,7 +88,7 @@ def report_cmd(config_file, as_json, **given):
     \b
     Examples:
       depthbench report runs/quickstart/report/rows --out reports/mine
-      depthbench report runs/a/eval/step_0000800.jsonl runs/b/eval --out reports/ab
+      depthbench report runs/uniform/eval runs/ff/eval --out reports/ab
     """
     from depthbench.report import run_report
 

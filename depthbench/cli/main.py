@@ -54,7 +54,8 @@ def generate(out, preset, config_file, sets, seed, force, as_json):
     \b
     Examples:
       depthbench generate --out data/tiny
-      depthbench generate --out data/x --set attributes=city:4096:2,employer:128:1,university:128:1,major:64:1
+      depthbench generate --out data/x --set exposure=1 --set attributes=city:4096:2,employer:128:1,major:64:1
+      (one exposure tier: the tiered default needs one value count for every attribute)
     """
     from depthbench.data.generate import generate as gen
     from depthbench.data_gen import resolve_config
@@ -112,7 +113,8 @@ def train(preset, steps, seed, sets, config_file, as_json, model_from, from_weig
     \b
     Examples:
       depthbench train --data data/tiny --out runs/uniform --schedule uniform:1-16
-      depthbench train --data data/tiny --out runs/ff --schedule fixed-first:0.8:4:1-16
+      depthbench train --data data/tiny --out runs/ff --schedule fixed-first:0.8:4:1-16 \\
+          --set keep_steps=[1200]
       depthbench train --data data/tiny --out runs/u-matched --schedule uniform:1-16 --match-flops runs/ff
       depthbench train --data data/tiny --out runs/ouro-arch --model-from ouro:ckpt/ouro --set d_model=64
       depthbench train --data data/tiny --out runs/u --tracker tensorboard   (logs under runs/tracker)
@@ -172,7 +174,7 @@ def export(run, out, step, as_json):
     \b
     Examples:
       depthbench export runs/u --out exports/u
-      depthbench eval --model depthbench:exports/u --data data/text --out results/u
+      python -c "import depthbench; print(depthbench.load_model('depthbench:exports/u'))"
     """
     from depthbench.export import export_run
     cfg = export_run(run, out, step)
@@ -207,10 +209,12 @@ def eval_cmd(config_file, as_json, **given):
     \b
     Examples:
       depthbench eval runs/uniform --depths 1-16
+      depthbench eval runs/ff
       depthbench eval runs/ff --split eval_reordered --checkpoint 1200 --out results/ff1200
       (a checkpoint the run kept: train ... --set keep_steps=[1200])
       torchrun --nproc_per_node=2 -m depthbench eval runs/uniform
-      depthbench eval --model ouro:ckpt/ouro --data text --out results/ouro
+      depthbench eval --model ouro:ckpt/ouro --data data/ouro-text --out results/ouro
+      (data/ouro-text: prepare-text CORPUS --tokenizer ckpt/ouro/tokenizer.json)
     """
     import pandas as pd
 
@@ -257,8 +261,8 @@ def probe_update_cmd(config_file, as_json, **given):
 
     \b
     Examples:
-      depthbench train --data data/tiny --out runs/ff --schedule fixed-first:0.8:4:1-16 --set keep_steps=[1200]
       depthbench probe-update runs/ff --step 1200 --depths-a 4 --depths-b 16
+      (runs/ff as train's example keeps it: --set keep_steps=[1200], the switch)
     """
     from depthbench.train.probe import run_probe
 
