@@ -174,7 +174,7 @@ def quiet() -> bool:
     return logging.getLogger("depthbench").getEffectiveLevel() > logging.INFO
 
 
-def progress_bar(total: int, desc: str, unit: str = "it"):
+def progress_bar(total: int | None, desc: str, unit: str = "it"):
     """A tqdm bar on stderr, off where stderr is not a terminal (a log file, nohup, Slurm), as
     lm-eval and vLLM show theirs, and under -q."""
     import sys

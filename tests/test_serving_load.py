@@ -157,3 +157,38 @@ def test_lookahead_costs_a_simulated_trace_the_loop_it_costs_the_engine():
     off = {r["mode"]: r for r in simulate(cfg, load_profile("h100"))["results"]}["cdb"]
     on = {r["mode"]: r for r in simulate(cfg.replace(lookahead=True), load_profile("h100"))["results"]}["cdb"]
     assert on["mean_depth"] > off["mean_depth"] + 0.5 and on["tokens_per_s"] < off["tokens_per_s"]
+
+
+@pytest.mark.parametrize("command", [
+    ["serve-sim", "--random", "ouro-like", "--max-depth", "4", "--exit", "trace:2",
+     "--requests", "24", "--modes", "static,cdb", "--profile", "h100"],
+    ["serve-bench", "--random", "ouro-like", "--set", "d_model=32", "--set", "n_heads=4",
+     "--max-depth", "4", "--exit", "argmax:2", "--requests", "12", "--width", "4",
+     "--modes", "static,cdb"]])
+def test_serving_counts_every_token_it_emits_on_its_progress_bar(command, tmp_path, monkeypatch):
+    # interleaved on the real engine, one mode after another in the simulator: each bar (one per
+    # side-by-side run, the baseline's knob search included) ends at its total, every token of
+    # its requests (the default ignores EOS), and the reported modes' tokens are among them
+    import depthbench.serving.compare as compare
+    made = []
+
+    class Bar:
+        def __init__(self, total, desc, unit="it"):
+            self.total, self.n = total, 0
+            made.append(self)
+
+        def update(self, n=1):
+            self.n += n
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *a):
+            pass
+
+    monkeypatch.setattr(compare, "progress_bar", Bar)
+    r = CliRunner().invoke(main, command + ["--out", str(tmp_path / "s")])
+    assert r.exit_code == 0, r.output
+    rows = [json.loads(x) for x in (tmp_path / "s.jsonl").read_text().splitlines()]
+    assert made and all(b.n == b.total > 0 for b in made)
+    assert sum(b.n for b in made) >= sum(x["output_tokens"] for x in rows) > 0

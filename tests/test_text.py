@@ -829,3 +829,34 @@ def test_the_trigram_references_equal_a_naive_count_and_tell_a_trained_continuat
             assert c.trigram_pmi(it, ch) == pytest.approx(want, abs=1e-8)
     assert _rule_accuracy(items, c.trigram) > 0.7
     assert _rule_accuracy(items, c.trigram_pmi) > 0.7
+
+
+class _Bar:
+    """A recording progress bar (what ``runtime.progress_bar`` returns, without a terminal)."""
+    made: list = []
+
+    def __init__(self, total, desc, unit="it"):
+        self.total, self.desc, self.n = total, desc, 0
+        _Bar.made.append(self)
+
+    def update(self, n=1):
+        self.n += n
+
+    def close(self):
+        pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *a):
+        pass
+
+
+def test_prepare_text_counts_every_document_it_writes_on_its_progress_bar(tmp_path, monkeypatch):
+    import depthbench.data.corpus as corpus_mod
+    _Bar.made = []
+    monkeypatch.setattr(corpus_mod, "progress_bar", _Bar)
+    d, _ = corpus(tmp_path)
+    m = prepare_text([str(d)], tmp_path / "a", vocab_size=300, val_fraction=0.1, seq_len=16)
+    (bar,) = [b for b in _Bar.made if b.desc == "prepare-text"]
+    assert bar.n == sum(m["splits"][s]["documents"] for s in m["splits"]) > 0

@@ -32,6 +32,7 @@ from depthbench.data.text import (
     _load_tokenizer,
 )
 from depthbench.data_gen.format import dataset_hash, sha256_file
+from depthbench.runtime import progress_bar
 
 SUFFIXES = (".txt", ".jsonl", ".txt.gz", ".jsonl.gz")
 
@@ -250,6 +251,7 @@ class _Splits:
         self.counts = {s: {"documents": 0, "tokens": 0, "bytes": 0} for s in SPLITS}
         self.held_out: list[str] = []
         self.sinks = {s: open(tmp / f"{s}.bin", "wb") for s in SPLITS}
+        self.bar = progress_bar(None, "prepare-text", "docs")   # the total is not known ahead
 
     def write(self, docs, split: str) -> None:
         batch: list[str] = []
@@ -277,8 +279,10 @@ class _Splits:
             c["bytes"] += len(doc.encode("utf-8"))
             if split == "validation" and len(self.held_out) < 2048:
                 self.held_out.append(doc)
+        self.bar.update(len(batch))
 
     def close(self) -> None:
+        self.bar.close()
         for f in self.sinks.values():
             f.close()
 

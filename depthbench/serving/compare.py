@@ -22,6 +22,7 @@ import numpy as np
 
 from depthbench.config import ServeConfig, kv_layout, shape_of
 from depthbench.flops import FlopModel
+from depthbench.runtime import progress_bar
 from depthbench.serving.executor import STAGES, TurnClock
 from depthbench.serving.scheduler import (
     POOLED,
@@ -157,28 +158,33 @@ def run_side_by_side(entries: dict, requests: list[Request],
                            sched.t0), done
 
     out = {}
-    if not interleave:   # one engine at a time: no more memory than the largest mode needs
-        for key in entries:
-            sched, cfg, reqs, steps = prepare(key)
-            if warm:
-                warm()
-            deque(steps, maxlen=0)   # run every step
-            out[key] = result(sched, cfg, reqs)
-        return out
-    live = {key: prepare(key) for key in entries}
-    if warm:
-        warm()
-    while live:
-        key = min(live, key=lambda k: live[k][0].emitted)
-        sched, cfg, reqs, steps = live[key]
-        sched.clock.resume()
-        try:
-            next(steps)
-        except StopIteration:
-            del live[key]
-            out[key] = result(sched, cfg, reqs)
-        finally:
-            sched.clock.pause()
+    total = len(entries) * sum(q.max_new_tokens for q in requests)
+    with progress_bar(total, "serve", "tokens") as bar:   # outside every timed step
+        if not interleave:   # one engine at a time: no more memory than the largest mode needs
+            for key in entries:
+                sched, cfg, reqs, steps = prepare(key)
+                if warm:
+                    warm()
+                deque(steps, maxlen=0)   # run every step
+                out[key] = result(sched, cfg, reqs)
+                bar.update(sched.emitted)
+            return out
+        live = {key: prepare(key) for key in entries}
+        if warm:
+            warm()
+        while live:
+            key = min(live, key=lambda k: live[k][0].emitted)
+            sched, cfg, reqs, steps = live[key]
+            before = sched.emitted
+            sched.clock.resume()
+            try:
+                next(steps)
+            except StopIteration:
+                del live[key]
+                out[key] = result(sched, cfg, reqs)
+            finally:
+                sched.clock.pause()
+            bar.update(sched.emitted - before)
     return {key: out[key] for key in entries}
 
 
