@@ -139,8 +139,10 @@ def test_each_spec_runs_its_arms_at_the_lr_its_sweep_chose(name):
     assert json.loads((ROOT / "reports" / name / "lr_sweep.json").read_text())["chosen_lr"] == chosen
     specs = [*(ROOT / "depthbench" / "experiments").glob("*.toml"),
              *(ROOT / "docs" / "specs").glob("*.toml")]
+    import re   # "run table3-lr" names that sweep; "run table3-lr-x2" names another
     users = [p for p in specs if p.stem != name
-             and (f"run {name}" in p.read_text() or f"{name}.toml" in p.read_text())]
+             and (re.search(rf"run {re.escape(name)}(?![\w-])", p.read_text())
+                  or f"{name}.toml" in p.read_text())]
     assert users, f"no spec takes its LRs from {name}"
     for p in users:
         train = tomllib.loads(p.read_text())["train"]
