@@ -10,16 +10,17 @@ from depthbench.version import __version__  # noqa: F401
 def _checkout_data_gen() -> None:
     """The dataset generator lives at the repository's top level (``data_gen/``, numpy only) and
     installs as ``depthbench.data_gen``, a name that cannot collide in a researcher's
-    environment. In a checkout used without installing it (``PYTHONPATH=.``), load it under that
-    name from beside the package, so that imports read the same either way."""
+    environment. Imported from a checkout (the package beside a pyproject.toml), it is the
+    checkout's own data_gen, loaded under that name, whether the checkout is installed
+    (editable) or only on the path (``PYTHONPATH=.``): so imports read the same either way, and
+    another install of depthbench on the path never lends its generator to this one."""
     name = f"{__name__}.data_gen"
-    if name in sys.modules or importlib.util.find_spec(name) is not None:
-        return
-    init = Path(__file__).resolve().parent.parent / "data_gen" / "__init__.py"
+    root = Path(__file__).resolve().parent.parent
+    init = root / "data_gen" / "__init__.py"
+    if name in sys.modules or not (init.is_file() and (root / "pyproject.toml").is_file()):
+        return   # installed from a wheel: depthbench/data_gen is a plain subpackage
     spec = importlib.util.spec_from_file_location(name, init,
                                                   submodule_search_locations=[str(init.parent)])
-    if spec is None or not init.is_file():
-        return   # neither installed nor a checkout: the import that needs it says so
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
     spec.loader.exec_module(module)

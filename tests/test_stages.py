@@ -278,7 +278,7 @@ def test_module_imports_have_no_cycle():
 # ground floor is torch-free; cli and docs are the top.
 FLOORS = [
     ("depthbench.errors", "depthbench.stats", "depthbench.vocab", "depthbench.version",
-     "depthbench.provenance"),
+     "depthbench.provenance", "depthbench.console"),
     ("depthbench.fsio", "depthbench.runtime", "depthbench.schedules", "depthbench.rows",
      "depthbench.exits"),
     ("depthbench.config",),

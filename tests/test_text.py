@@ -832,7 +832,7 @@ def test_the_trigram_references_equal_a_naive_count_and_tell_a_trained_continuat
 
 
 class _Bar:
-    """A recording progress bar (what ``runtime.progress_bar`` returns, without a terminal)."""
+    """A recording progress bar (what ``console.progress_bar`` returns, without a terminal)."""
     made: list = []
 
     def __init__(self, total, desc, unit="it"):

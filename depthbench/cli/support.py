@@ -115,7 +115,7 @@ def emit_json(obj: dict) -> None:
     click.echo(json.dumps(obj, sort_keys=True, default=str))
 
 
-from depthbench.runtime import debug, progress_bar, say, set_verbosity  # noqa: E402,F401  (bars, log)
+from depthbench.console import debug, progress_bar, say, set_verbosity  # noqa: E402,F401  (bars, log)
 
 
 def parse_sets(pairs: tuple[str, ...]) -> dict:

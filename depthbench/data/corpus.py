@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
+from depthbench.console import progress_bar
 from depthbench.data.builtin import BUILTINS, builtin_digest, builtin_documents
 from depthbench.data.cloze import build as build_cloze
 from depthbench.data.cloze import unigram_logp, unigram_score
@@ -32,7 +33,6 @@ from depthbench.data.text import (
     _load_tokenizer,
 )
 from depthbench.data_gen.format import dataset_hash, sha256_file
-from depthbench.runtime import progress_bar
 
 SUFFIXES = (".txt", ".jsonl", ".txt.gz", ".jsonl.gz")
 

@@ -15,13 +15,14 @@ import torch
 
 from depthbench.checkpoint import open_run, run_dir_of
 from depthbench.config import EVAL_SPLITS, EvalConfig
+from depthbench.console import progress_bar
 from depthbench.data.synthetic import Dataset
 from depthbench.errors import UserError
 from depthbench.evaluate.metrics import EvalSums, FactIndex, token_types
 from depthbench.evaluate.reference import NameBlind, PersonAgnostic, StructureBlind
 from depthbench.fsio import atomic_write_many, refuse_over_inputs
 from depthbench.rows import items_base, row_files, row_paths, tag_rows
-from depthbench.runtime import Runtime, progress_bar, shard_range
+from depthbench.runtime import Runtime, shard_range
 
 
 def _batches(ds: Dataset, split: str, batch_size: int, rt: Runtime | None, max_rows: int | None):

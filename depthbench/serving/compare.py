@@ -21,8 +21,8 @@ from collections import deque
 import numpy as np
 
 from depthbench.config import ServeConfig, kv_layout, shape_of
+from depthbench.console import progress_bar
 from depthbench.flops import FlopModel
-from depthbench.runtime import progress_bar
 from depthbench.serving.executor import STAGES, TurnClock
 from depthbench.serving.scheduler import (
     POOLED,

@@ -18,12 +18,13 @@ import torch
 
 from depthbench.checkpoint import open_run, run_dir_of
 from depthbench.config import ProbeConfig, TrainConfig
+from depthbench.console import progress_bar
 from depthbench.data.synthetic import TrainBatches
 from depthbench.evaluate.sweep import sweep
 from depthbench.evaluate.text import text_sweep
 from depthbench.fsio import refuse_over_inputs
 from depthbench.rows import row_paths, tag_rows, write_rows
-from depthbench.runtime import progress_bar, setup, teardown
+from depthbench.runtime import setup, teardown
 from depthbench.schedules import parse_depths, parse_schedule
 from depthbench.stats import t_interval
 from depthbench.train.loop import make_optimizer, train_step
