@@ -192,8 +192,7 @@ def serve_points(rows: list[dict]) -> dict[str, list[tuple[int, dict[str, float]
 ROW_POINTS = {"eval": sweep_points, "probe": probe_points, "serve": serve_points}
 
 
-def log_rows(rows: dict[str, list[dict]], tracker: str, out: str | Path,
-             suffix: str = "") -> dict[str, int]:
+def log_rows(rows: dict[str, list[dict]], tracker: str, out: str | Path) -> dict[str, int]:
     """Log result rows by kind (eval: each run's depth sweep; probe; serve) into ``tracker``
     under ``out``; returns the points logged per tracker run."""
     logged = {}
@@ -205,11 +204,11 @@ def log_rows(rows: dict[str, list[dict]], tracker: str, out: str | Path,
             at: dict[int, dict] = {}    # one log per step (trackers want steps in order)
             for x, m in pts:
                 at.setdefault(x, {}).update(m)
-            t = open_tracker(tracker, out, name + suffix)
+            t = open_tracker(tracker, out, name)
             for x in sorted(at):
                 t.log(at[x], x)
             t.close()
-            logged[name + suffix] = len(pts)
+            logged[name] = len(pts)
     return logged
 
 

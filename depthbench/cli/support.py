@@ -10,7 +10,6 @@ import math
 import signal
 import sys
 import threading
-from pathlib import Path
 
 import click
 
@@ -191,14 +190,14 @@ def pop_tracker(given: dict) -> tuple[str, str] | None:
 
 
 def log_to_tracker(tracker: tuple[str, str] | None, kind: str, rows: list[dict],
-                   written: str | None, default_dir: str = "tracker") -> None:
+                   written: str | None) -> None:
     """Log a command's result rows of ``kind`` (eval, probe, serve) to ``tracker``: the rows
     file it wrote where it wrote one (the truth, provenance included), else the rows it kept in
-    memory. The directory defaults to tracker/ beside the rows file."""
+    memory. The directory defaults to tracker/ beside the rows file (or here)."""
     if tracker is None or not rows:
         return
     from depthbench.trackers import log_row_files, log_rows, tracker_dir
-    out = tracker_dir(tracker[1], written) if written else Path(tracker[1] or default_dir)
+    out = tracker_dir(tracker[1], written or "rows")
     logged = (log_row_files([written], tracker[0], out) if written
               else log_rows({kind: rows}, tracker[0], out))
     say(f"logged {sum(logged.values())} points of {len(logged)} run(s) to {tracker[0]} under {out}")
