@@ -122,3 +122,66 @@ def test_the_norm_eps_is_read_from_the_config(d, tmp_path):
     eps = cfg.get("rms_norm_eps", cfg.get("norm_eps"))
     norms = [m for m in model.modules() if isinstance(m, RMSNorm)]
     assert norms and all(m.eps == eps for m in norms)
+
+
+def _first_miss(depths: list[int]) -> int:
+    """The first generation step at which the KV layouts can differ: step k (k >= 1 runs the
+    token step k-1 emitted, to exit depth ``depths[k]``; step 0 is the prefill) runs a loop that
+    an earlier decoded token never reached. The steps before it read every position at every
+    loop they run; ``len(depths)`` where there is no such step."""
+    return next((k for k in range(2, len(depths)) if min(depths[1:k]) < depths[k]), len(depths))
+
+
+# (mode, prefill chunk): every mode whose tokens exit, cdb also with chunked prefill
+EXIT_RUNS = [("no_refill", 0), ("batch1", 0), ("cdb", 0), ("cdb", 3)]
+
+
+def _serve_exits(model, spec: str, K: int, policy: str, prompt: list[int], mode: str, chunk: int):
+    eng = Engine(model, parse_exit(spec, max_depth=K), policy, 1, 64, n_prompt_slots=chunk)
+    q = Scheduler(eng, mode, 1, prefill_chunk=chunk).run([Request(0, list(prompt), 8)])[0]
+    return q.output, q.depths
+
+
+@pytest.mark.parametrize("d", [d for d in DIRS if (d / "generate_adaptive.json").is_file()],
+                         ids=lambda d: d.name)
+def test_early_exit_generations_equal_the_original_adaptive_compute(d):
+    """Huginn's own ``generate_with_adaptive_compute`` (batch 1, the prompt at full depth) under
+    its argmax-stability and latent-diff criteria: depthbench's engine, in every mode whose
+    tokens exit, emits the same tokens at the same exit depths. The original's cache leaves a
+    token that exited before loop i out of the attention at loop i: ``skip_exited`` equals it
+    everywhere; the other full layouts equal it up to the first token that runs deeper than an
+    earlier decoded one (where the original masks and they read that token's exit state)."""
+    _, model, *_ = setup(d)
+    cases = json.loads((d / "generate_adaptive.json").read_text())["cases"]
+    # the original counts argmax stability from 0 at the first loop, depthbench from 1
+    spec = {"argmax-stability": lambda t: f"argmax:{int(t) + 1}", "latent-diff": lambda t: f"latent:{t}"}
+    n = [_first_miss(c["exit_depths"]) for c in cases]
+    assert any(k < len(c["exit_depths"]) for k, c in zip(n, cases))     # masking matters
+    assert sum(min(c["exit_depths"][:k]) < c["num_steps"] for k, c in zip(n, cases)) >= 8
+    for c, k in zip(cases, n):
+        for policy in ("skip_exited", "depth_indexed", "last_exited"):
+            for mode, chunk in EXIT_RUNS:
+                got = _serve_exits(model, spec[c["criterion"]](c["exit_threshold"]), c["num_steps"],
+                                   policy, c["prompt"], mode, chunk)
+                upto = len(c["new_tokens"]) if policy == "skip_exited" else k   # the rest reads a skip
+                assert (got[0][:upto], got[1][:upto]) == (c["new_tokens"][:upto], c["exit_depths"][:upto]), \
+                    (c, policy, mode, chunk)
+
+
+@pytest.mark.parametrize("d", [d for d in DIRS if (d / "generate_exit.json").is_file()],
+                         ids=lambda d: d.name)
+def test_q_exit_generations_equal_the_original_read_out(d):
+    """Ouro's own generation with ``exit_threshold``: every token runs all loops and is read out
+    at its Q-exit loop. depthbench's greedy loop over ``exit_logits`` gives the same tokens and
+    read-out loops. (The serving engine's ``qexit`` stops a token's loops at its exit instead,
+    so later tokens read less computed KV: an early exit the original never takes.)"""
+    _, model, *_ = setup(d)
+    K = model.default_depth
+    for c in json.loads((d / "generate_exit.json").read_text())["cases"]:
+        x, depths = torch.tensor([c["prompt"]]), []
+        with torch.no_grad():
+            for _ in c["new_tokens"]:
+                logits, depth = model.exit_logits(x, K, None, threshold=c["exit_threshold"])
+                depths.append(int(depth[0, -1]))
+                x = torch.cat([x, logits[:, -1].argmax(-1, keepdim=True)], 1)
+        assert (x[0, len(c["prompt"]):].tolist(), depths) == (c["new_tokens"], c["exit_depths"])

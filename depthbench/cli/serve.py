@@ -35,7 +35,7 @@ def _workload(cls) -> list:
         click.option("--exit", show_default=_d("exit"), help="Exit criterion: fixed:K, latent:TAU, "
                      "kl:TAU, entropy:TAU, argmax:N, gate:Q, qexit:Q, replay:FILE.json, trace:MEAN."),
         click.option("--kv-policy", show_default=_d("kv_policy"),
-                     help="depth_indexed, last_exited, single or first_then_shared[:N]."),
+                     help="depth_indexed, last_exited, skip_exited, single or first_then_shared[:N]."),
         click.option("--width", type=cs.WIDTH, show_default=_d("width"),
                      help="Rows per core launch at most."),
         click.option("--requests", type=click.IntRange(1, 1 << 20), show_default=_d("requests")),

@@ -226,13 +226,13 @@ def model_preset(name: str) -> ModelConfig:
     return MODEL_PRESETS[name]()
 
 
-KV_POLICIES = ("depth_indexed", "last_exited", "single", "first_then_shared")
+KV_POLICIES = ("depth_indexed", "last_exited", "skip_exited", "single", "first_then_shared")
 
 
 def kv_layout(policy: str, max_depth: int) -> tuple[int, bool, bool]:
     """(private slots per core layer, whether a shared slot follows them, whether exits copy)
-    of a KV policy: ``depth_indexed``, ``last_exited``, ``single`` or ``first_then_shared[:N]``
-    (N private loops, default 1). See ``serving.kvcache``."""
+    of a KV policy: ``depth_indexed``, ``last_exited``, ``skip_exited``, ``single`` or
+    ``first_then_shared[:N]`` (N private loops, default 1). See ``serving.kvcache``."""
     name, sep, arg = str(policy).partition(":")
     if name == "first_then_shared":
         n = 1
@@ -246,7 +246,7 @@ def kv_layout(policy: str, max_depth: int) -> tuple[int, bool, bool]:
         raise ConfigError(f"unknown KV policy {policy!r}; choose one of {', '.join(KV_POLICIES)} "
                           "(first_then_shared:N for N private loops)")
     return {"depth_indexed": (max_depth, False, False), "last_exited": (max_depth, False, True),
-            "single": (0, True, False)}[name]
+            "skip_exited": (max_depth, False, False), "single": (0, True, False)}[name]
 
 
 def copies_on_exit(policy: str, max_depth: int, depths) -> int:

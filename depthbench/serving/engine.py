@@ -225,7 +225,8 @@ class Engine(HostState):
         rel = self.kv.read_rel(rows_t, loops, L)
         views = [SlotView(self.kv, self.kv.core_slots(j, loops), rows_t, pos, L,
                           self.kv.core_read_slots(j, rel)) for j in range(self.cfg.n_core)]
-        s = m.core_step(s_prev[:, None], self.E[it][:, None], pos[:, None], views, mask)[:, 0]
+        s = m.core_step(s_prev[:, None], self.E[it][:, None], pos[:, None], views,
+                        self.kv.core_mask(rows_t, loops, mask))[:, 0]
         self.S[it] = s
         self.loop[it] = loops
         self.stats["core_rows"] += len(items)

@@ -11,6 +11,9 @@ d_t its exit depth and e = min(i, d_t):
                          the read picks the slot per position
     last_exited          the same values, laid out by copying: a token that exits at d copies
                          its depth-d KV into slots d+1..max_depth, and reads take slot i
+    skip_exited          private slot i, and a token that exited before loop i is left out of
+                         the attention at loop i (d_t < i is masked), as the original Huginn
+                         code's default cache does with early exits
     single               the shared slot: the earlier token's last state (N = 0)
     first_then_shared:N  private slot e if e <= N, else the shared slot (N = 1 without :N)
 
@@ -100,8 +103,10 @@ class KVStore:
         self.depth = torch.full((n_rows, max_len), max_depth, device=device, dtype=torch.long)
         self.positions = torch.arange(max_len, device=device)
         self.max_len = max_len
+        # skip_exited reads slot i and masks the tokens that never reached it
+        self.skips = policy == "skip_exited"
         # per-position reads are needed where a read's slot depends on the earlier token's exit
-        self.per_position = not self.copies and 0 < self.n_private
+        self.per_position = not self.copies and 0 < self.n_private and not self.skips
 
     def nbytes(self) -> int:
         return 2 * self.k.numel() * self.k.element_size()
@@ -134,6 +139,15 @@ class KVStore:
 
     def core_read_slots(self, j: int, rel: torch.Tensor | None) -> torch.Tensor | None:
         return None if rel is None else self.cfg.n_prelude + j * self.per_core + rel
+
+    def core_mask(self, rows: torch.Tensor, loops: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """The attention mask (B, 1, 1, L) of the core layers for items at ``loops``: ``mask``,
+        less (``skip_exited``) the positions whose token exited before the item's loop (a token
+        in flight counts as max_depth, so an item always sees itself)."""
+        if not self.skips:
+            return mask
+        L = mask.shape[-1]
+        return mask & (self.depth[rows, :L] >= loops[:, None])[:, None, None, :]
 
     # ---- exits ----------------------------------------------------------------------------------------
     def reset(self, rows: torch.Tensor, pos: torch.Tensor | None = None) -> None:

@@ -225,7 +225,7 @@ class Scheduler:
                     break   # wait until the prompts in flight leave room for this one whole
                 raise UserError(f"a prompt of {len(q.prompt)} tokens exceeds --prefill-chunk "
                                 f"{self.chunk}, and this KV layout does not split prompts "
-                                "(only depth_indexed and last_exited do); raise the chunk")
+                                "(only depth_indexed, last_exited and skip_exited do); raise the chunk")
             for j in range(p, p + n):
                 slot = self.slots_free.pop()
                 self.prompt_of[slot] = (q, j)
