@@ -54,7 +54,8 @@ EXPERIMENTS = (
                "depthbench run docs/specs/table3-rowlr.toml", in_readme=False),
     Experiment("table3-lengths", "Table 3 against training length (the paper's Figure 2 left): "
                "table3's arms at 1x and 2x its steps on its tiered task (at table3-rowlr's LRs), "
-               "compared within each length, and whether each arm's mean serving NLL has reached a plateau (4x has "
+               "compared within each length, and whether each arm's mean serving NLL has reached "
+               "a plateau (4x has "
                "its own report, table3-4x: three lengths in one report make Holm's family too "
                "large for 8 seeds to decide)",
                "depthbench run table3-x2, then depthbench report reports/table3-rowlr/rows "

@@ -197,7 +197,8 @@ def test_run_with_out_writes_its_report_there_not_under_the_current_directory(tm
                                                                               monkeypatch):
     monkeypatch.chdir(tmp_path)
     spec = tmp_path / "quickstart.toml"  # named like the packaged experiment
-    spec.write_text('name = "quickstart"\n[data]\nset = { exposure = 1, n_people = 24, n_unseen_people = 4 }\n'
+    spec.write_text('name = "quickstart"\n[data]\n'
+                    'set = { exposure = 1, n_people = 24, n_unseen_people = 4 }\n'
                     '[train]\nschedules = ["fixed:2"]\nsteps = 3\nset = { d_model = 16, '
                     'batch_size = 4, warmup_steps = 1, log_every = 1 }\n[eval]\ndepths = "1-2"\n'
                     'splits = ["eval_reordered"]\n[probe]\nenabled = false\n[serve]\n'

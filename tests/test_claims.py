@@ -4,6 +4,7 @@ Each claim below is one the results pages make; a rerun that breaks one fails he
 prose says. The pages' numbers themselves are generated (tests/test_docs.py)."""
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -139,7 +140,7 @@ def test_each_spec_runs_its_arms_at_the_lr_its_sweep_chose(name):
     assert json.loads((ROOT / "reports" / name / "lr_sweep.json").read_text())["chosen_lr"] == chosen
     specs = [*(ROOT / "depthbench" / "experiments").glob("*.toml"),
              *(ROOT / "docs" / "specs").glob("*.toml")]
-    import re   # "run table3-lr" names that sweep; "run table3-lr-x2" names another
+    # "run table3-lr" names that sweep; "run table3-lr-x2" names another
     users = [p for p in specs if p.stem != name
              and (re.search(rf"run {re.escape(name)}(?![\w-])", p.read_text())
                   or f"{name}.toml" in p.read_text())]
@@ -220,7 +221,8 @@ def test_the_figures_read_the_same_at_2_threads(one_thread):
 
 
 def test_table3_at_2_threads_reaches_its_verdicts_but_the_smallest():
-    """table3-rowlr's 8 seeds (table3 at the LRs its earlier sweep chose) rerun with every run on 2 CPU threads (docs/threads/table3-2threads.toml,
+    """table3-rowlr's 8 seeds (table3 at the LRs its earlier sweep chose) rerun with every run
+    on 2 CPU threads (docs/threads/table3-2threads.toml,
     on an AVX-512 CPU whose 2-thread kernels round differently from table3's 1-thread runs, so
     the readings drift apart over training): every mean-serving-NLL verdict and the two larger
     recall deficits (fixed-first 0.8 and matched uniform) are reached again; fixed-first 0.67's

@@ -39,7 +39,8 @@ def test_an_exported_run_reloads_to_the_same_logits_and_documents_itself(trained
     parts = ("embedding", "prelude", "core", "coda", "head", "other")
     assert sum(arch["parameters"][p] for p in parts) == arch["parameters"]["total"]
     assert cfg["origin"]["step"] == ck["step"] and cfg["origin"]["schedule"] == "uniform:1-4"
-    assert (tmp_path / "x" / "vocab.json").is_file() and "looped" in (tmp_path / "x" / "README.md").read_text()
+    out = tmp_path / "x"
+    assert (out / "vocab.json").is_file() and "looped" in (out / "README.md").read_text()
     with safe_open(str(tmp_path / "x" / "model.safetensors"), "pt") as f:
         assert set(f.keys()) == set(run_model.state_dict())
     # an earlier checkpoint by --step

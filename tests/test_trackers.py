@@ -40,7 +40,7 @@ def test_a_replay_logs_the_runs_curve_and_its_sweep_exactly(trained_run, recorde
     curve = [json.loads(x) for x in (trained_run / "metrics.jsonl").read_text().splitlines()]
     got = recorded[trained_run.name]
     assert [s for s, _ in got] == [r["step"] for r in curve]
-    for (step, m), row in zip(got, curve):
+    for (_, m), row in zip(got, curve):
         assert m == {f"train/{k}": float(row[k]) for k in trackers.CURVE_KEYS if k in row}
     sweep = recorded[f"{trained_run.name}-sweep"]
     assert [d for d, _ in sweep] == [1, 2, 3]

@@ -113,8 +113,8 @@ def _fig_bits(figs, re: pd.DataFrame, color: dict, ctrl: pd.DataFrame | None = N
               "(eval_reordered, final checkpoints). Lines: mean over seeds; bands: 95% confidence "
               "intervals over seeds (t-interval); dashed black: the task ceiling; dotted: the "
               "floor (every value's training frequency, no person); dash-dot: the name-blind "
-              "record completer (every training record, no name); " + _shortcut_words(re) + "dashed grey: the same models "
-              "on unseen people, the metric's bias.")
+              "record completer (every training record, no name); " + _shortcut_words(re)
+              + "dashed grey: the same models on unseen people, the metric's bias.")
 
 
 def _fig_exact(figs, re: pd.DataFrame, color: dict, ctrl: pd.DataFrame | None = None) -> None:

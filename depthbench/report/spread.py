@@ -122,5 +122,6 @@ def spread_section(fin: pd.DataFrame, tables: list, notes: list) -> None:
                        "worst seed's depth-averaged exact match over the median's "
                        f"(>= {WORST_OF_MEDIAN:g}), largest seed SD at a judged depth "
                        f"(<= {MAX_SD:.0%}), lowest judged seed-mean above the lower oracles the rows "
-                       f"carry ({_oracle_words(fin)}; >= {ABOVE_BRACKETS:.0%}), best seed-mean (<= {MAX_SHARE:.0%})",
+                       f"carry ({_oracle_words(fin)}; >= {ABOVE_BRACKETS:.0%}), "
+                       f"best seed-mean (<= {MAX_SHARE:.0%})",
                        spread))
