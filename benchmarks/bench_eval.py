@@ -29,7 +29,7 @@ from depthbench.data.synthetic import Dataset
 from depthbench.data_gen import resolve_config
 from depthbench.evaluate.metrics import EvalSums
 from depthbench.evaluate.sweep import _batches, sweep, sweep_per_depth
-from depthbench.model import LoopedTransformer
+from depthbench.models.looped import LoopedTransformer
 
 BATCHES = (32, 64, 128, 256)
 

@@ -38,10 +38,10 @@ import torch.nn.functional as F
 from bench_rows import Parser, count, json_out
 from torch.func import functional_call, grad_and_value, stack_module_state, vmap
 
-import depthbench.model as model_module
+import depthbench.models.looped as model_module
 from depthbench.config import model_preset, train_preset
 from depthbench.flops import FlopModel
-from depthbench.model import LoopedTransformer
+from depthbench.models.looped import LoopedTransformer
 from depthbench.runtime import setup
 from depthbench.train.loop import make_optimizer, train_step
 

@@ -45,7 +45,7 @@ import torch.nn.functional as F
 from bench_rows import Parser, add_args, count, from_kept, keep
 
 from depthbench.config import tiny_model
-from depthbench.model import LoopedTransformer
+from depthbench.models.looped import LoopedTransformer
 
 B, T, V = 64, 22, 201
 

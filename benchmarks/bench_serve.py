@@ -161,7 +161,7 @@ def kv_section(args) -> dict:
 
     from depthbench.config import model_preset
     from depthbench.exits import parse_exit
-    from depthbench.model import LoopedTransformer
+    from depthbench.models.looped import LoopedTransformer
     from depthbench.serving.compare import random_workload, resolve_knobs
     from depthbench.serving.engine import Engine
     from depthbench.serving.kvcache import SlotView

@@ -28,7 +28,7 @@ from bench_rows import Parser, add_args, from_kept, keep
 
 from depthbench.config import ModelConfig, tiny_model
 from depthbench.flops import FlopModel
-from depthbench.model import LoopedTransformer
+from depthbench.models.looped import LoopedTransformer
 
 
 def matmul_peak(n: int = 1024, reps: int = 20) -> float:

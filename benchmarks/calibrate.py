@@ -263,9 +263,9 @@ def run_one(recipe: str, schedule: str, seed: int, threads: int, work: str) -> d
         summary = train(data, Path(tmp) / "run", mcfg, tcfg, train_schedule, progress=False,
                         log=lambda *a, **k: None)
         wall = time.perf_counter() - t0
-        from depthbench.checkpoint import load_model
+        from depthbench.checkpoint import load_run
         from depthbench.train.metrics import metrics_rows
-        model, _ = load_model(Path(tmp) / "run")
+        model, _ = load_run(Path(tmp) / "run")
         curve = [round(r["loss"], 3) for r in metrics_rows(Path(tmp) / "run")
                  if "loss" in r and r["step"] % 50 == 0]
     out = {"recipe": recipe, "schedule": schedule, "seed": seed, "threads": threads,

@@ -134,7 +134,7 @@ def run_one(recipe: str, schedule: str, seed: int, threads: int, work: str) -> d
     """Train one run from scratch and read its validation NLL at every depth; the result row."""
     import torch
     torch.set_num_threads(threads)
-    from depthbench.checkpoint import load_model
+    from depthbench.checkpoint import load_run
     from depthbench.config.train import resolve_presets
     from depthbench.data.text import TextDataset
     from depthbench.evaluate.text import text_sweep
@@ -147,7 +147,7 @@ def run_one(recipe: str, schedule: str, seed: int, threads: int, work: str) -> d
         summary = train(data, Path(tmp) / "run", mcfg, tcfg, schedule, progress=False,
                         log=lambda *a, **k: None)
         wall = time.perf_counter() - t0
-        model, _ = load_model(Path(tmp) / "run")
+        model, _ = load_run(Path(tmp) / "run")
     res = text_sweep(model, TextDataset(data), DEPTHS)
     return {"recipe": recipe, "schedule": schedule, "seed": seed, "threads": threads,
             "dataset": TextDataset(data).manifest["dataset_hash"][:12],

@@ -32,5 +32,5 @@ _checkout_data_gen()
 def load_model(spec: str, device="cpu", dtype=None):
     """A looped model behind depthbench's protocol: ``ouro:DIR``, ``huginn:DIR``, ``hf:DIR`` or a
     depthbench run; ``model(idx, n_loops=k)`` gives (B, T, V) logits. See ``depthbench.models``."""
-    from depthbench.models.load import load_model as _load
+    from depthbench.loading import load_model as _load
     return _load(spec, device=device, dtype=dtype)

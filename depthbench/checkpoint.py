@@ -255,7 +255,7 @@ def read_run(run_dir: Path) -> dict:
     return rec
 
 
-def load_model(run_or_ckpt: str | Path, step: int | None = None, device="cpu"):
+def load_run(run_or_ckpt: str | Path, step: int | None = None, device="cpu"):
     """(model in eval mode, checkpoint dict) from a run directory or checkpoint file."""
     from depthbench.config import ConfigError, ModelConfig
     from depthbench.models.build import build_model
@@ -337,7 +337,7 @@ def open_run(run_or_ckpt: str | Path, step: int | None = None, data: str | Path 
     was trained on (``data``, else the one its run records), checked to match."""
     from depthbench.data.synthetic import open_dataset
 
-    model, ck = load_model(run_or_ckpt, step, device=device)
+    model, ck = load_run(run_or_ckpt, step, device=device)
     run_dir = run_dir_of(run_or_ckpt)
     meta = read_run(run_dir) if run_dir is not None else {}
     if step is None and Path(run_or_ckpt).is_dir() and meta:

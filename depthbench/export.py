@@ -90,7 +90,7 @@ def _card(config: dict) -> str:
         f"- trained: schedule `{o['schedule']}`, seed {o['seed']}, step {o['step']}, "
         f"{o['modeled_train_flops'] or 0:.3g} modeled FLOPs, dataset {o['dataset_hash']}",
         f"- made by depthbench {o['depthbench_version']} ({o['git_commit'] or 'no commit'})", "",
-        "Load it with `depthbench.models.load.load_model('depthbench:DIR')`; the weights are "
+        "Load it with `depthbench.loading.load_model('depthbench:DIR')`; the weights are "
         f"plain safetensors ({WEIGHTS}) named as in `config.json`'s `model` config.", ""])
 
 
@@ -99,10 +99,10 @@ def export_run(run: str | Path, out: str | Path, step: int | None = None) -> dic
     config written."""
     from safetensors.torch import save_file
 
-    from depthbench.checkpoint import load_model, run_dir_of
+    from depthbench.checkpoint import load_run, run_dir_of
     from depthbench.fsio import atomic_write_many, check_replaceable, replaced_dir
     out = Path(out)
-    model, ck = load_model(run, step)
+    model, ck = load_run(run, step)
     run_dir = run_dir_of(run)
     if run_dir is not None and (out.resolve() == run_dir.resolve()
                                 or run_dir.resolve() in out.resolve().parents):

@@ -13,7 +13,7 @@ if str(ROOT / "benchmarks") not in sys.path:   # the scripts import their shared
 from bench_gpu import Stack, math_attention  # noqa: E402
 
 from depthbench.config import model_preset, train_preset  # noqa: E402
-from depthbench.model import LoopedTransformer  # noqa: E402
+from depthbench.models.looped import LoopedTransformer  # noqa: E402
 from depthbench.runtime import setup  # noqa: E402
 from depthbench.train.loop import make_optimizer, train_step  # noqa: E402
 
@@ -21,7 +21,7 @@ from depthbench.train.loop import make_optimizer, train_step  # noqa: E402
 def test_math_attention_equals_the_fused_kernel():
     q, k, v = (torch.randn(2, 3, 7, 8, generator=torch.Generator().manual_seed(i)) for i in range(3))
     fused = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
-    import depthbench.model as m
+    import depthbench.models.looped as m
     with math_attention():
         mine = m.F.scaled_dot_product_attention(q, k, v, is_causal=True)
     assert m.F is torch.nn.functional

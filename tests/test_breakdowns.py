@@ -19,7 +19,7 @@ from depthbench.data_gen import Attribute, GenConfig
 from depthbench.evaluate.metrics import TOKEN_TYPES, EvalSums, FactIndex
 from depthbench.evaluate.reference import NameBlind, StructureBlind, structure_blind
 from depthbench.evaluate.sweep import row_token_types, sweep
-from depthbench.model import LoopedTransformer
+from depthbench.models.looped import LoopedTransformer
 
 SPLITS = ("eval_reordered", "eval_seen_order", "eval_unseen_people")
 

@@ -18,8 +18,8 @@ import depthbench
 from depthbench.config import ModelConfig
 from depthbench.exits import parse_exit
 from depthbench.flops import FlopModel
-from depthbench.model import LoopedTransformer
 from depthbench.models.config import build
+from depthbench.models.looped import LoopedTransformer
 from depthbench.serving.engine import Engine
 from depthbench.serving.kvcache import KV_POLICIES
 from depthbench.serving.scheduler import Request, Scheduler
@@ -196,7 +196,7 @@ def test_the_kv_store_holds_the_kv_heads_only(served):
 
 def test_the_hf_wrapper_loads_what_save_pretrained_wrote_and_reads_strictly(tmp_path):
     pytest.importorskip("transformers", minversion="5.24")
-    from depthbench.models.load import ModelSpecError
+    from depthbench.loading import ModelSpecError
     m = _hf_dory()
     m.hf.save_pretrained(tmp_path / "dory")
     back = depthbench.load_model(f"hf:{tmp_path / 'dory'}")

@@ -13,7 +13,7 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-from depthbench.checkpoint import load_model
+from depthbench.checkpoint import load_run
 from depthbench.cli.main import main
 from depthbench.data.synthetic import Dataset
 from depthbench.evaluate.metrics import EvalSums, FactIndex, fact_bits
@@ -21,7 +21,7 @@ from depthbench.evaluate.sweep import sweep, sweep_per_depth
 
 
 def test_one_pass_sweep_equals_per_depth_passes(trained_run, small_data):
-    model, _ = load_model(trained_run)
+    model, _ = load_run(trained_run)
     ds = Dataset(small_data)
     depths = [1, 2, 3, 5, 8]
     for split in ("eval_reordered", "eval_unseen_people"):
@@ -35,7 +35,7 @@ def test_one_pass_sweep_equals_per_depth_passes(trained_run, small_data):
 
 
 def test_exact_match_equals_greedy_decoding(trained_run, small_data):
-    model, _ = load_model(trained_run)
+    model, _ = load_run(trained_run)
     ds = Dataset(small_data)
     s = ds.split("eval_reordered")
     tokens = np.asarray(s.tokens[:20], dtype=np.int64)
@@ -105,7 +105,7 @@ def test_uniform_over_value_tokens_scores_zero_and_a_perfect_oracle_the_ceiling(
 
 
 def test_trained_model_recalls_trained_people_not_unseen_ones(trained_run, small_data):
-    model, _ = load_model(trained_run)
+    model, _ = load_run(trained_run)
     ds = Dataset(small_data)
     def read(split):
         return sweep(model, ds, split, [2])[2].result(ds.attributes)

@@ -9,10 +9,10 @@ import torch
 from click.testing import CliRunner
 from safetensors import safe_open
 
-from depthbench.checkpoint import load_model as load_run
+from depthbench.checkpoint import load_run
 from depthbench.cli.main import main
 from depthbench.config import ModelConfig, TrainConfig
-from depthbench.models.load import load_model
+from depthbench.loading import load_model
 from depthbench.train.loop import train
 
 

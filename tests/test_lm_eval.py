@@ -11,7 +11,7 @@ lm_eval = pytest.importorskip("lm_eval", reason="the lmeval extra is not install
 
 from click.testing import CliRunner  # noqa: E402
 
-from depthbench.checkpoint import load_model  # noqa: E402
+from depthbench.checkpoint import load_run  # noqa: E402
 from depthbench.cli.main import main  # noqa: E402
 from depthbench.data.synthetic import Dataset  # noqa: E402
 from depthbench.errors import UserError  # noqa: E402
@@ -21,7 +21,7 @@ from depthbench.evaluate.sweep import sweep  # noqa: E402
 
 def test_harness_sweep_agrees_with_depthbench_eval(trained_run, small_data):
     ds = Dataset(small_data)
-    model, _ = load_model(trained_run)
+    model, _ = load_run(trained_run)
     rows = harness_sweep(str(trained_run), str(small_data), [1, 3], ["eval_reordered",
                                                                    "eval_unseen_people"])
     assert len(rows) == 4

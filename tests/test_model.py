@@ -10,7 +10,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from depthbench.config import MODEL_PRESETS, ModelConfig, TrainConfig, model_preset
 from depthbench.flops import FlopModel
-from depthbench.model import LoopedTransformer
+from depthbench.models.looped import LoopedTransformer
 
 VARIANTS = [
     dict(),

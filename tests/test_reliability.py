@@ -19,7 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from depthbench import checkpoint as ckpt
-from depthbench.checkpoint import CheckpointError, load_model
+from depthbench.checkpoint import CheckpointError, load_run
 from depthbench.cli.main import main, parse_sets
 from depthbench.errors import UserError
 from depthbench.exits import ExitSpecError, parse_exit
@@ -138,11 +138,11 @@ def test_a_crafted_pickle_is_refused_and_never_runs(trained_run, tmp_path):
         pickle.dump({"format": 1, "model": _Payload()}, f)
     _sign(evil)
     with pytest.raises(CheckpointError, match="not a readable depthbench checkpoint"):
-        load_model(evil)
+        load_run(evil)
     torch.save({"format": 1, "model": _Payload()}, tmp_path / "evil2.pt")
     _sign(tmp_path / "evil2.pt")
     with pytest.raises(CheckpointError):
-        load_model(tmp_path / "evil2.pt")
+        load_run(tmp_path / "evil2.pt")
     assert not _Payload.marker.exists()
     r = CliRunner().invoke(main, ["eval", str(evil), "--data", "x"])
     assert r.exit_code == 2 and not _Payload.marker.exists()
@@ -154,7 +154,7 @@ def test_truncated_checkpoint_is_refused(trained_run, tmp_path):
     cut.write_bytes(src.read_bytes()[: src.stat().st_size // 2])
     _sign(cut)
     with pytest.raises(CheckpointError, match="truncated"):
-        load_model(cut)
+        load_run(cut)
 
 
 # ---- property-based tests of the parsers ------------------------------------------------------------

@@ -11,7 +11,7 @@ from depthbench.cli.main import main
 from depthbench.config import ModelConfig, ServeConfig
 from depthbench.exits import ExitSpecError, parse_exit
 from depthbench.flops import FlopModel
-from depthbench.model import LoopedTransformer
+from depthbench.models.looped import LoopedTransformer
 from depthbench.serving.bench import serve_bench
 from depthbench.serving.compare import random_workload
 from depthbench.serving.engine import Engine

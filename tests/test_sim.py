@@ -14,7 +14,7 @@ from click.testing import CliRunner
 from depthbench.cli.main import main
 from depthbench.config import ConfigError, ModelConfig, SimConfig
 from depthbench.exits import parse_exit
-from depthbench.model import LoopedTransformer
+from depthbench.models.looped import LoopedTransformer
 from depthbench.serving.compare import random_workload
 from depthbench.serving.engine import Engine
 from depthbench.serving.profile import Profile, calibrate, fit_records, load_profile, stage_work
@@ -151,7 +151,7 @@ def test_scheduler_and_simulator_run_without_torch():
         "import sys\n"
         "sys.modules['torch'] = None\n"
         "from depthbench.serving import scheduler\n"
-        "assert not any(m.startswith('depthbench.serving.engine') or m == 'depthbench.model'\n"
+        "assert not any(m.startswith('depthbench.serving.engine') or m == 'depthbench.models.looped'\n"
         "               for m in sys.modules), 'the scheduler imported the engine'\n"
         "from depthbench.config import SimConfig\n"
         "from depthbench.serving.profile import load_profile\nfrom depthbench.serving.sim import simulate\n"

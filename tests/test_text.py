@@ -17,7 +17,7 @@ from depthbench.config import ModelConfig
 from depthbench.data.corpus import documents, prepare_text
 from depthbench.data.text import TextBatches, TextDataset
 from depthbench.evaluate.text import text_sweep
-from depthbench.model import LoopedTransformer
+from depthbench.models.looped import LoopedTransformer
 
 WORDS = ("the quick brown fox jumps over a lazy dog while seven wizards quietly judge boxing "
          "matches near old river banks and every curious child reads long stories about "

@@ -212,8 +212,8 @@ def test_training_with_the_exit_gate_and_truncated_backprop(data, tmp_path):
     cfg = MODEL.replace(exit_gate=True, n_grad_loops=2)
     s = train(data, tmp_path / "g", cfg, tcfg(steps=4), "uniform:1-5", progress=False, log=quiet)
     assert s["steps"] == 4 and s["final_loss"] > 0
-    from depthbench.checkpoint import load_model
-    model, _ = load_model(tmp_path / "g")
+    from depthbench.checkpoint import load_run
+    model, _ = load_run(tmp_path / "g")
     assert model.cfg.exit_gate and "gate.weight" in model.state_dict()
 
 

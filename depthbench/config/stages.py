@@ -107,7 +107,7 @@ class ServeConfig(PlainConfig):
     """A serving benchmark, every batching mode on one workload: ``serving.bench.run_bench``."""
     run: str = ""                  # run directory or checkpoint (or random)
     random: str = ""               # a random-weight model of this model preset instead
-    model: str = ""                # or any looped model: ouro:DIR, huginn:DIR, hf:DIR (models.load)
+    model: str = ""                # or any looped model: ouro:DIR, huginn:DIR, hf:DIR (depthbench.loading)
     model_set: dict = field(default_factory=dict)  # model config overrides of random
     data: str = ""                 # workload dataset ("": the run's)
     modes: tuple[str, ...] = DEFAULT_SERVE_MODES

@@ -27,7 +27,7 @@ import torch.nn.functional as F
 from lm_eval.api.model import TemplateLM
 from lm_eval.api.registry import register_model
 
-from depthbench.checkpoint import check_compatible, load_model, read_run, run_dir_of
+from depthbench.checkpoint import check_compatible, load_run, read_run, run_dir_of
 from depthbench.checkpoint import load as load_checkpoint
 from depthbench.data.synthetic import Dataset, open_dataset
 from depthbench.errors import UserError
@@ -75,13 +75,13 @@ class DepthbenchLM(TemplateLM):
         self._dev = torch.device(device if usable else "cpu")
         step = _int_arg("checkpoint_step", checkpoint_step, 0, 10**9) \
             if checkpoint_step is not None else None
-        from depthbench.models.load import parse_spec
+        from depthbench.loading import parse_spec
         if parse_spec(pretrained)[0] != "run":   # ouro:DIR, huginn:DIR, hf:DIR
-            from depthbench.models.load import open_with_text
+            from depthbench.loading import open_with_text
             self.model, ds = open_with_text(pretrained, data, self._dev)
             self.checkpoint = self.model.source
         else:
-            self.model, ck = load_model(pretrained, step, device=self._dev)
+            self.model, ck = load_run(pretrained, step, device=self._dev)
             self.checkpoint = ck["path"]
             run_dir = run_dir_of(pretrained)
             data = data or (read_run(run_dir).get("data") if run_dir is not None else None)
@@ -216,7 +216,7 @@ SPLIT_TASKS = {"eval_reordered": "reordered", "eval_seen_order": "seen_order",
 
 def _is_spec(run: str) -> bool:
     """Whether ``run`` names a ported or wrapped model (ouro:DIR, ...), not a depthbench run."""
-    from depthbench.models.load import parse_spec
+    from depthbench.loading import parse_spec
     return parse_spec(run)[0] != "run"
 
 
@@ -388,7 +388,7 @@ def check_inputs(args: list[str]) -> None:
         refuse_over_inputs([out], run_dir, Path(data) if data else None, [run] if run else [],
                            flag="--output_path")
     if run and _is_spec(run):   # nothing lands inside a checkpoint folder
-        from depthbench.models.load import refuse_inside
+        from depthbench.loading import refuse_inside
         refuse_inside(_opt(args, "--rows") + _opt(args, "--output_path") + _opt(args, "-o"), run)
 
 

@@ -161,7 +161,7 @@ def _nonempty(ds: Dataset, splits: list[str], named: bool) -> list[str]:
 def _model_eval(cfg: EvalConfig, rt):
     """``eval --model SPEC``: a ported or wrapped model on a text dataset tokenized its way."""
     from depthbench.data.synthetic import open_dataset
-    from depthbench.models.load import check_text_dataset, load_model, parse_spec, refuse_inside
+    from depthbench.loading import check_text_dataset, load_model, parse_spec, refuse_inside
     from depthbench.schedules import parse_depths
     if parse_spec(cfg.model)[0] == "run":
         raise UserError(f"--model {cfg.model} names a depthbench run; give it as RUN (eval RUN) "

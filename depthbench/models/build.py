@@ -37,7 +37,7 @@ def build_model(cfg: ModelConfig):
     config as ``cfg`` and its shape from it (no exit gate is trained)."""
     import torch
     if cfg.arch == "looped":
-        from depthbench.model import LoopedTransformer
+        from depthbench.models.looped import LoopedTransformer
         return LoopedTransformer(cfg)
     if cfg.arch == "ouro":
         from depthbench.models.ouro import OuroLM

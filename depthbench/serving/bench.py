@@ -16,7 +16,7 @@ import torch
 from depthbench.config import ServeConfig
 from depthbench.errors import UserError
 from depthbench.exits import parse_exit, replay_file
-from depthbench.model import LoopedTransformer
+from depthbench.models.looped import LoopedTransformer
 from depthbench.rows import row_paths
 from depthbench.runtime import hold_freed_memory
 from depthbench.serving.bound import sweep, withheld_reason, withhold
@@ -72,7 +72,7 @@ def text_workload(ds, n: int, prompt_len: int, max_new_tokens: int, seed: int,
 
 def _model_text_workload(model, cfg: ServeConfig) -> list[Request]:
     from depthbench.data.synthetic import open_dataset
-    from depthbench.models.load import check_text_dataset
+    from depthbench.loading import check_text_dataset
     if not cfg.model:
         raise UserError("--data gives the workload of a RUN or a --model; --random prompts are "
                         "random tokens (leave --data out)")
@@ -86,7 +86,7 @@ def _model_and_workload(cfg: ServeConfig, rt, outs, replay):
     """A --model's or a --random model's (model, requests, sequence length, source, row keys)."""
     from depthbench.fsio import refuse_over_inputs
     if cfg.model:
-        from depthbench.models.load import load_model, refuse_inside
+        from depthbench.loading import load_model, refuse_inside
         refuse_inside(outs, cfg.model)
         model = load_model(cfg.model, rt.device)
         source = model.source

@@ -31,7 +31,7 @@ import numpy as np
 import torch
 
 from depthbench.exits import ExitCriterion
-from depthbench.model import LoopedTransformer
+from depthbench.models.looped import LoopedTransformer
 from depthbench.serving.executor import Clock, HostState
 from depthbench.serving.kvcache import KVStore, SlotView, copies_on_exit
 

@@ -306,7 +306,7 @@ def calibrate(cfg: SimConfig, log=None) -> tuple[Profile, dict]:
     each of ``cfg.calibrate_widths``) with launch timers on; fit a profile to the timings."""
     import torch
 
-    from depthbench.model import LoopedTransformer
+    from depthbench.models.looped import LoopedTransformer
 
     mcfg = sim_model(cfg)
     torch.manual_seed(cfg.seed)

@@ -139,7 +139,7 @@ def simulate(cfg: SimConfig, profile: Profile, mcfg: ModelConfig | None = None) 
         with_arrivals,
     )
     if mcfg is None and cfg.model:
-        from depthbench.models.load import load_shape
+        from depthbench.loading import load_shape
         mcfg = load_shape(cfg.model)
     mcfg = mcfg or sim_model(cfg)
     cfg = resolve_knobs(cfg, profile.device_type)
@@ -285,7 +285,7 @@ def run_sim(cfg: SimConfig, log=None) -> dict:
     outs = [*(row_paths(cfg.out) if cfg.out else ()), *([Path(cfg.plot)] if cfg.plot else [])]
     shape = None
     if cfg.model:   # checked (and its shape read) before anything is printed
-        from depthbench.models.load import load_shape, refuse_inside
+        from depthbench.loading import load_shape, refuse_inside
         refuse_inside(outs, cfg.model)
         shape = load_shape(cfg.model)
     refuse_over_inputs(outs, inputs=[p for p in (cfg.profile, replay) if p and Path(p).suffix])

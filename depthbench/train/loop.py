@@ -26,8 +26,8 @@ from depthbench.errors import UserError
 from depthbench.evaluate.sweep import sweep
 from depthbench.flops import FlopModel
 from depthbench.fsio import DirLock, atomic_write_text, is_empty_dir, remove_interrupted_writes
-from depthbench.model import LoopedTransformer
 from depthbench.models.build import build_model
+from depthbench.models.looped import LoopedTransformer
 from depthbench.runtime import Runtime, compiles, setup, teardown
 from depthbench.schedules import Schedule, parse_schedule
 from depthbench.train.metrics import _append, _read_metrics, _write_metrics, step_line
@@ -135,7 +135,7 @@ def _prepare(ds, model_cfg: ModelConfig, train_cfg: TrainConfig) -> ModelConfig:
         raise UserError("eval_every evaluates recall during training, which needs a synthetic "
                         "dataset; leave it 0 for a text corpus and run `depthbench eval`")
     if model_cfg.init_from:   # a checkpoint's weights: text tokenized its way, its vocabulary
-        from depthbench.models.load import check_start_weights
+        from depthbench.loading import check_start_weights
         check_start_weights(model_cfg.init_from, ds)
         return model_cfg
     if model_cfg.vocab_size == 0:

@@ -32,7 +32,7 @@ def load_model(spec: str, device="cpu", dtype=None, step: int | None = None):
     import torch
     kind, path = parse_spec(spec)
     if kind == "run":
-        from depthbench.checkpoint import load_model as load_run
+        from depthbench.checkpoint import load_run
         model, ck = load_run(path, step, device=device)
         model.source = ck["path"]
         return model
