@@ -27,7 +27,7 @@ def _lines(page: str) -> list[str]:
 
 def test_rerunning_the_generator_changes_no_file():
     for path, text in docs.pages(ROOT).items():
-        assert path.read_text() == text, f"run python -m depthbench.docs ({path.name} is stale)"
+        assert path.read_text() == text, f"run depthbench docs ({path.name} is stale)"
 
 
 def test_readme_is_short_and_every_generated_block_is_filled():

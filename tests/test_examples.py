@@ -27,7 +27,7 @@ STEPS, PRESET_STEPS = 40, 1500   # training shortened by this factor; the steps 
 NARROW = ["--set", "d_model=16"]
 # the order a reader takes the commands in (an example may read what an earlier one wrote)
 ORDER = ["generate", "train", "flops", "export", "eval", "probe-update", "run", "report", "track",
-         "serve-bench", "serve-sim", "prepare-text", "scale-report"]
+         "serve-bench", "serve-sim", "prepare-text", "scale-report", "docs"]
 
 # example -> why it cannot run on this machine as written
 NEEDS = {

@@ -1,17 +1,12 @@
-"""The serving and harness commands of ``depthbench``: ``serve-bench`` (a thin adapter over
-``serving.bench.run_bench``), ``serve-sim`` (over ``serving.sim.run_sim``) and ``lm-eval``
-(lm-eval's own command line with the depthbench model and tasks registered)."""
+"""The serving commands: ``depthbench serve-bench`` (a thin adapter over
+``serving.bench.run_bench``) and ``serve-sim`` (over ``serving.sim.run_sim``)."""
 
 from __future__ import annotations
-
-import contextlib
-import io
-import sys
 
 import click
 
 from depthbench.cli import support as cs
-from depthbench.cli.support import build_config, default_of, emit_json, fail, parse_sets
+from depthbench.cli.support import build_config, default_of, emit_json, parse_sets
 from depthbench.config import ServeConfig, SimConfig
 from depthbench.errors import UserError
 
@@ -215,79 +210,3 @@ def serve_sim_cmd(sets, modes, means, rates, calibrate_widths, config_file, as_j
             click.echo("kept no rows: give --out FILE_BASE to write them (.csv and .jsonl)")
     if as_json:
         emit_json({k: v for k, v in res.items() if k != "rows"})
-
-
-@click.command("lm-eval", context_settings={"ignore_unknown_options": True,
-                                          "allow_extra_args": True, "help_option_names": []})
-@click.pass_context
-def lm_eval_cmd(ctx):
-    """lm-eval's own command line with the `depthbench` model and tasks registered.
-
-    \b
-    Examples:
-      depthbench lm-eval run --model depthbench --model_args pretrained=runs/uniform,n_loops=4 \\
-          --tasks depthbench --metadata '{"data": "data/tiny"}'
-      depthbench lm-eval ls tasks
-    The depthbench task folder is added to --include_path unless one is given.
-
-    \b
-    With --depths, the tasks run at every serving depth of the list (a fresh model per depth)
-    and --rows FILE writes one `task` row per task and depth, for `depthbench report`:
-      depthbench lm-eval run --model depthbench --model_args pretrained=runs/text-uniform \\
-          --tasks depthbench_cloze,hellaswag --depths 1-16 --rows results/tasks
-    It takes --model_args (no n_loops), --tasks, --limit, --batch_size, --metadata and
-    --include_path.
-    """
-    try:
-        from lm_eval.__main__ import cli_evaluate
-
-        from depthbench.evaluate.harness import TASKS_DIR  # registers the model
-    except ImportError:
-        fail("lm-eval is not installed: pip install 'depthbench[lmeval]'")
-    args = list(ctx.args)
-    if any(a == "--depths" or a.startswith("--depths=") for a in args):
-        return _lm_eval_depths(args)
-    from depthbench.evaluate.harness import check_inputs
-    try:
-        check_inputs(args)
-    except UserError as e:
-        fail(str(e))
-    if args and args[0] not in ("-h", "--help") and "--include_path" not in args:
-        args += ["--include_path", str(TASKS_DIR)]
-    sys.argv = ["lm-eval", *args]
-    # lm-eval's log lines are held back until it succeeds: a bad model argument or dataset
-    # ends as one error line, not a page of INFO lines and a traceback
-    held = io.StringIO()
-    try:
-        with contextlib.redirect_stderr(held):
-            cli_evaluate()
-    except UserError as e:
-        fail(str(e))
-    except BaseException:
-        sys.stderr.write(held.getvalue())
-        raise
-    sys.stderr.write(held.getvalue())
-
-
-
-
-
-def _lm_eval_depths(args: list[str]) -> None:
-    """``depthbench lm-eval [run] --depths SPEC ...`` (see ``harness.run_depths``)."""
-    from depthbench.evaluate.harness import run_depths
-
-    held = io.StringIO()   # lm-eval's log lines, shown only when it fails unexpectedly
-    try:
-        with contextlib.redirect_stderr(held):
-            rows, written = run_depths(args)
-    except UserError:
-        raise
-    except BaseException:
-        sys.stderr.write(held.getvalue())
-        raise
-    for r in rows:
-        scores = "  ".join(f"{k} {v:.4f}" for k, v in r.items()
-                           if k.startswith(("acc", "exact_match")) and isinstance(v, float))
-        click.echo(f"depth {r['depth']:>2}  {r['task']}  {scores}")
-    for f in written:
-        click.echo(f"wrote {f}")

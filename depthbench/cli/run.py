@@ -1,5 +1,7 @@
-"""The grid commands: ``depthbench run`` (a spec's whole grid, resumable) and ``depthbench
-report`` (figures and tables from result rows)."""
+"""The grid and report commands: ``depthbench run`` (a spec's whole grid, resumable),
+``report`` (figures and tables from result rows), ``scale-report`` (Table 3 across grids),
+``track`` (rows into an experiment tracker) and ``docs`` (every generated page from the
+committed rows)."""
 
 from __future__ import annotations
 
@@ -126,3 +128,51 @@ def track_cmd(sources, tracker, out, as_json):
                f"under {out}")
     if as_json:
         emit_json({"tracker": tracker, "out": str(out), "logged": logged})
+
+
+@click.command("scale-report")
+@click.argument("grids", nargs=-1, required=True, type=click.Path())
+@click.option("--out", required=True, type=click.Path(file_okay=False),
+              help="Report directory, e.g. reports/text-scale.")
+@click.option("--title", default="Table 3 across model sizes", show_default=True)
+@cs.json_option
+def scale_report_cmd(grids, out, title, as_json):
+    """Draw Table 3's gap against model size and training FLOPs from several text grids.
+
+    GRIDS are the rows of one text Table 3 grid each (a report's rows/ or a run's results/),
+    one per model size or training length, each compared with its own uniform:1-16 arm on
+    paired seeds. The report states the trend by a rule fixed in advance, whether each grid's
+    model uses its depth, and the paper's published gaps beside them.
+
+    \b
+    Examples:
+      depthbench scale-report reports/text-scale-d16/rows reports/text-table3-deep-lr3e-3/rows \\
+          reports/text-scale-d128/rows --out reports/text-scale
+    """
+    from depthbench.report.scale import build_scale_report
+    files = build_scale_report(list(grids), out, title)
+    click.echo(f"wrote {len(files)} files to {out}")
+    if as_json:
+        emit_json({"out": str(out), "files": [str(f) for f in files]})
+
+
+@click.command("docs")
+@click.option("--check", is_flag=True, help="Write nothing; exit 1 if a page is not what the rows give.")
+@click.option("--root", type=click.Path(file_okay=False), default=None,
+              help="The source tree (the folder with README.md, docs/ and reports/; default: "
+                   "this checkout).")
+def docs_cmd(check, root):
+    """Regenerate the README's generated blocks and docs/results.md from the committed rows.
+
+    \b
+    Examples:
+      depthbench docs
+      depthbench docs --check     (exit 1 if a page would change)
+    """
+    import sys
+
+    from depthbench.docs import main as docs_main
+    code = docs_main((["--check"] if check else []) + (["--root", root] if root else []),
+                     prog="depthbench docs")
+    if code:
+        sys.exit(code)
