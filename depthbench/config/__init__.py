@@ -26,8 +26,10 @@ from depthbench.config.model import (
 from depthbench.config.stages import (
     DEFAULT_SERVE_MODES,
     EVAL_SPLITS,
+    MODES,
     SERVE_MODES,
     EvalConfig,
+    Mode,
     ProbeConfig,
     ReportConfig,
     ServeConfig,
@@ -50,7 +52,7 @@ __all__ = [
     "ConfigError", "read_config_file", "KV_POLICIES", "MODEL_PRESETS", "LoopShape", "ModelConfig",
     "copies_on_exit", "huginn_like_model", "kv_layout", "model_preset", "ouro_like_model",
     "paper_1b_model", "paper_200m_model", "shape_of", "small_model", "tiny_model", "DEFAULT_SERVE_MODES",
-    "EVAL_SPLITS", "SERVE_MODES", "EvalConfig", "ProbeConfig", "ReportConfig", "ServeConfig",
+    "EVAL_SPLITS", "MODES", "Mode", "SERVE_MODES", "EvalConfig", "ProbeConfig", "ReportConfig", "ServeConfig",
     "SimConfig", "depths_ok", "one_of", "DEVICES", "TRACKERS", "TRAIN_PRESETS", "TrainConfig", "TrainJob",
     "resolve_presets", "split_sets", "train_preset",
 ]

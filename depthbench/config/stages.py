@@ -16,10 +16,30 @@ from depthbench.schedules import MAX_DEPTH, parse_depths
 EVAL_SPLITS = SPLITS[1:]
 
 
-# static: cdb's scheduler (resident pool, coda batching) with every token at max depth, so that
-# cdb's speedup over it is what depth buys; static_lockstep: today's token-lockstep batches at
-# max depth (pool = width), beside it on request
-SERVE_MODES = ("static", "no_refill", "batch1", "cdb", "static_lockstep")
+@dataclass(frozen=True)
+class Mode:
+    """A batching mode: what the scheduler reads of it, in one table (``MODES``)."""
+    name: str
+    exits: bool          # tokens exit at their own depth (else every token runs max_depth)
+    pooled: bool         # run by the continuous-depth-batching policy: a resident pool of
+                         # rows, coda batching, chunked prefill
+    one_row: bool = False   # one request at a time
+    doc: str = ""
+
+
+MODES = {m.name: m for m in (
+    Mode("static", exits=False, pooled=True,
+         doc="cdb's scheduling with every token at max depth: cdb's speedup over it is what "
+             "depth buys"),
+    Mode("no_refill", exits=True, pooled=False,
+         doc="tokens exit early, but a batch waits for its slowest token"),
+    Mode("batch1", exits=True, pooled=False, one_row=True, doc="one request at a time, with exits"),
+    Mode("cdb", exits=True, pooled=True,
+         doc="continuous depth batching: batches re-formed between loop iterations"),
+    Mode("static_lockstep", exits=False, pooled=False,
+         doc="token-lockstep batches at max depth (pool = width), beside static on request"),
+)}
+SERVE_MODES = tuple(MODES)
 
 
 DEFAULT_SERVE_MODES = ("static", "no_refill", "batch1", "cdb")

@@ -20,20 +20,17 @@ from collections import deque
 
 import numpy as np
 
-from depthbench.config import ServeConfig, kv_layout, shape_of
+from depthbench.config import MODES, ServeConfig, kv_layout, shape_of
 from depthbench.console import progress_bar
 from depthbench.flops import FlopModel
 from depthbench.serving.executor import STAGES, TurnClock
 from depthbench.serving.scheduler import (
-    POOLED,
     Request,
     Scheduler,
     cdb_sizes,
     chunk_default,
     knob_defaults,
 )
-
-ADAPTIVE = ("cdb", "no_refill", "batch1")   # the modes whose tokens exit at their own depth
 
 
 def random_workload(vocab_size: int, n: int, prompt_len: int, max_new_tokens: int,
@@ -107,9 +104,9 @@ def resolve_knobs(cfg, device_type: str):
 def engine_rows(mode: str, cfg: ServeConfig) -> int:
     """KV rows an engine needs for ``mode``: 1 for batch1, cdb's pool (cdb and static), else
     the width."""
-    if mode == "batch1":
+    if MODES[mode].one_row:
         return 1
-    rows = (cdb_sizes(cfg.width, cfg.min_coda_batch, cfg.pool)[1] if mode in POOLED
+    rows = (cdb_sizes(cfg.width, cfg.min_coda_batch, cfg.pool)[1] if MODES[mode].pooled
             else cfg.width)
     return min(rows, cfg.requests)  # never more KV rows than requests
 
@@ -117,7 +114,7 @@ def engine_rows(mode: str, cfg: ServeConfig) -> int:
 def prompt_slots(mode: str, cfg: ServeConfig) -> int:
     """Prompt-token work items an engine needs for ``mode``: the prefill chunk in the pooled
     modes (chunked prefill), else none."""
-    return max(0, cfg.prefill_chunk) if mode in POOLED else 0   # auto unresolved: off
+    return max(0, cfg.prefill_chunk) if MODES[mode].pooled else 0   # auto unresolved: off
 
 
 def splits_prompts(cfg: ServeConfig) -> bool:
@@ -128,7 +125,7 @@ def splits_prompts(cfg: ServeConfig) -> bool:
 
 
 def _scheduler(eng, mode: str, cfg: ServeConfig) -> Scheduler:
-    return Scheduler(eng, mode, 1 if mode == "batch1" else cfg.width, cfg.admit_min,
+    return Scheduler(eng, mode, 1 if MODES[mode].one_row else cfg.width, cfg.admit_min,
                      cfg.min_coda_batch, cfg.coda_wait, cfg.pool, prompt_slots(mode, cfg),
                      splits_prompts(cfg), cfg.concurrency)
 
@@ -367,7 +364,7 @@ def compare_modes(engines, mcfg, requests: list[Request], cfg: ServeConfig, seq_
         ran_with = keys.get(k, keys["static"])[1]   # the knobs this mode ran with, resolved
         r.update(width=ran_with.width, **{knob: getattr(ran_with, knob) for knob in KNOBS})
     same = None
-    adaptive = [m for m in ADAPTIVE if m in cfg.modes]
+    adaptive = [m for m in cfg.modes if MODES[m].exits]
     if len(adaptive) > 1:
         ref = [q.output for q in done[adaptive[0]]]
         same = all([q.output for q in done[m]] == ref for m in adaptive[1:])

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from depthbench.config import LoopShape, ModelConfig, SimConfig, kv_layout, model_preset, shape_of
+from depthbench.config import MODES, LoopShape, ModelConfig, SimConfig, kv_layout, model_preset, shape_of
 from depthbench.errors import UserError
 from depthbench.exits import parse_exit
 from depthbench.serving.executor import STAGES
@@ -356,9 +356,10 @@ def measure(model, cfg: SimConfig, modes=(), widths=()) -> dict[tuple[int, str],
         return mode, c, make
 
     keys = [(w, m) for w in widths or (cfg.width,) for m in modes or cfg.modes]
-    ran = run_side_by_side({k: entry(*k) for k in keys if k[1] != "batch1"}, reqs, cfg.interleave)
+    ran = run_side_by_side({k: entry(*k) for k in keys if not MODES[k[1]].one_row}, reqs,
+                           cfg.interleave)
     for k in keys:
-        if k[1] == "batch1":
+        if MODES[k[1]].one_row:
             ran |= run_side_by_side({k: entry(*k)}, reqs[: max(8, cfg.requests // 16)], False)
     out = {}
     for k in keys:

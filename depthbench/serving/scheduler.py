@@ -29,12 +29,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from enum import IntEnum
 
-from depthbench.config import SERVE_MODES
+from depthbench.config import MODES
 from depthbench.errors import UserError
 from depthbench.serving.executor import Executor
-
-MODES = SERVE_MODES
-POOLED = ("cdb", "static")          # the modes run by the continuous-depth-batching policy
 
 
 def knob_defaults(width: int, device_type: str = "cuda", min_coda_batch: int = 0) -> dict:
@@ -117,8 +114,8 @@ class Scheduler:
         self.concurrency = concurrency
         self.held: deque[Request] = deque()
         self.engine, self.mode, self.clock = engine, mode, engine.clock
-        self.width = 1 if mode == "batch1" else width
-        cdb = mode in POOLED
+        self.width = 1 if MODES[mode].one_row else width
+        cdb = MODES[mode].pooled
         # rows free up one or two at a time; prefilling each newcomer alone costs more than
         # the decode it enables (a prefill reads every weight max_depth times), so while work is
         # in flight new requests are admitted once ``admit_min`` rows are free (or all arrived
@@ -204,7 +201,7 @@ class Scheduler:
         the executor decides from the criterion's signals). The one place a mode chooses its
         exits: the static modes run every token at max depth whatever the criterion; every other
         mode follows the criterion."""
-        if self.mode in ("static", "static_lockstep"):
+        if not MODES[self.mode].exits:
             return [self.engine.max_depth] * len(reqs)
         crit = self.engine.crit
         if not crit.known_in_advance:
@@ -290,7 +287,7 @@ class Scheduler:
         cap = self.concurrency or len(order)
         self.waiting, self.held = deque(order[:cap]), deque(order[cap:])
         self.t0 = self.clock.now()
-        yield from self._run_cdb() if self.mode in POOLED else self._run_token_batches()
+        yield from self._run_cdb() if MODES[self.mode].pooled else self._run_token_batches()
 
     def _run_token_batches(self) -> Iterator[None]:
         """static_lockstep, no_refill, batch1: a batch of tokens starts together and ends together; the

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from depthbench.config import LoopShape, ModelConfig, SimConfig, copies_on_exit
+from depthbench.config import MODES, LoopShape, ModelConfig, SimConfig, copies_on_exit
 from depthbench.errors import UserError
 from depthbench.exits import ExitCriterion, parse_exit, replay_file
 from depthbench.serving.bound import withheld_reason, withhold
@@ -181,7 +181,7 @@ def sweep_png(points: list[dict], title: str) -> bytes:
     fig, ax = plt.subplots(figsize=(6, 4))
     pts = sorted(points, key=lambda r: r["mean_depth"])
     bound = {}
-    full_depth = ("static", "static_lockstep", "full_depth")
+    full_depth = ("full_depth", *(m for m, mode in MODES.items() if not mode.exits))
     for r in pts:
         if r["mode"] not in full_depth and r["bound"] is not None:
             bound.setdefault(r["trace_mean"], (r["mean_depth"], r["bound"]))
