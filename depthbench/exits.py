@@ -56,6 +56,11 @@ class ExitCriterion:
     lookahead: bool = False
     seed: int = 0
 
+    @classmethod
+    def fixed(cls, k: int, max_depth: int | None = None) -> ExitCriterion:
+        """Every token at loop ``k`` (within 1..``max_depth``, default ``k``)."""
+        return cls("fixed", k, max_depth=max_depth or k)
+
     @property
     def needs_logits(self) -> bool:
         return self.kind in ("kl", "entropy", "argmax")

@@ -206,11 +206,17 @@ class ServeConfig(PlainConfig):
         if self.random:
             one_of(self.random, tuple(MODEL_PRESETS), "random")
         require(not self.model_set or bool(self.random), "model_set", "only applies to random")
-        from depthbench.exits import parse_exit
         try:
-            parse_exit(self.exit, self.min_depth, self.max_depth, self.lookahead, self.seed)
+            _ = self.criterion   # parses, or says why not
         except UserError as e:
             raise ConfigError(f"exit: {e}") from None
+
+    @property
+    def criterion(self):
+        """The exit criterion (``exits.ExitCriterion``) that ``exit`` and the depth knobs name:
+        parsed here, where the config enters, for every stage that serves."""
+        from depthbench.exits import parse_exit
+        return parse_exit(self.exit, self.min_depth, self.max_depth, self.lookahead, self.seed)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -15,7 +15,7 @@ import torch
 
 from depthbench.config import ServeConfig
 from depthbench.errors import UserError
-from depthbench.exits import parse_exit, replay_file
+from depthbench.exits import ExitCriterion, replay_file
 from depthbench.models.looped import LoopedTransformer
 from depthbench.rows import row_paths
 from depthbench.runtime import hold_freed_memory
@@ -112,7 +112,7 @@ def serve_bench(model: LoopedTransformer, requests: list[Request], cfg: ServeCon
                 seq_len_for_flops: int, progress=None) -> dict:
     model.eval()
     cfg = resolve_knobs(cfg, next(model.parameters()).device.type)
-    crit = parse_exit(cfg.exit, cfg.min_depth, cfg.max_depth, cfg.lookahead, cfg.seed)
+    crit = cfg.criterion
     check_gate(model, crit)
     requests = with_arrivals(requests, cfg.rate, cfg.seed)
     crit.check_covers([q.id for q in requests])
@@ -136,7 +136,7 @@ def serve_bench(model: LoopedTransformer, requests: list[Request], cfg: ServeCon
     profile, fit = machine_profile(model, requests, cfg, max_len, progress)
     costs = ProfileCosts(model.shape, profile, cfg.max_depth,
                          float(np.mean([len(q.prompt) for q in requests])))
-    full = parse_exit(f"fixed:{cfg.max_depth}", 1, cfg.max_depth)
+    full = ExitCriterion.fixed(cfg.max_depth)
 
     def priced(mode, c):   # full-depth candidates, priced on the fitted profile
         return lambda clock=None: SimEngine(model.shape, full, c.kv_policy, engine_rows(mode, c),
@@ -160,7 +160,7 @@ def warm_memory(model, requests: list[Request], rows: int, kv_policy: str) -> No
     paid it)."""
     n = min(rows, len(requests))
     prompts = [max((q.prompt for q in requests), key=len)] * n
-    full = parse_exit("fixed:1", 1, 1)
+    full = ExitCriterion.fixed(1)
     Engine(model, full, kv_policy, n, len(prompts[0]) + 1).prefill(list(range(n)), prompts)
 
 
@@ -169,7 +169,7 @@ def machine_profile(model, requests: list[Request], cfg: ServeConfig, max_len: i
     real engine, fitted (``profile.fit_profile``) whatever modes are compared; and how well the
     fit explains them (``fit_profile``'s info: per stage R^2 and relative error)."""
     dev = next(model.parameters())
-    full = parse_exit(f"fixed:{cfg.max_depth}", 1, cfg.max_depth)
+    full = ExitCriterion.fixed(cfg.max_depth)
     runs = sweep(lambda w: Engine(model, full, cfg.kv_policy, w, max_len, record=True),
                  requests, cfg.width, cfg.pool, log)
     prof, info = fit_profile(model.shape, runs, cfg, dev.element_size(), dev.device.type,
@@ -226,7 +226,7 @@ def run_bench(cfg: ServeConfig, log=None) -> dict:
     else:
         model, requests, seq_len, source, keys = _model_and_workload(cfg, rt, outs, replay)
     _refuse_foreign_outputs(cfg)
-    check_gate(model, parse_exit(cfg.exit, cfg.min_depth, cfg.max_depth))   # before any output
+    check_gate(model, cfg.criterion)   # before any output
     if log:
         log(f"device: {rt.reason}; model {source}: {sum(p.numel() for p in model.parameters()):,} "
             "parameters; "

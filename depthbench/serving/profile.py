@@ -14,7 +14,6 @@ import numpy as np
 
 from depthbench.config import MODES, LoopShape, ModelConfig, SimConfig, kv_layout, model_preset, shape_of
 from depthbench.errors import UserError
-from depthbench.exits import parse_exit
 from depthbench.serving.executor import STAGES
 
 PROFILE_DIR = Path(__file__).parent / "profiles"
@@ -339,7 +338,7 @@ def measure(model, cfg: SimConfig, modes=(), widths=()) -> dict[tuple[int, str],
 
     hold_freed_memory()
     dev = next(model.parameters()).device.type
-    crit = parse_exit(cfg.exit, cfg.min_depth, cfg.max_depth, cfg.lookahead, cfg.seed)
+    crit = cfg.criterion
     reqs = random_workload(model.cfg.vocab_size, cfg.requests, cfg.prompt_len, cfg.max_new_tokens,
                            cfg.seed, cfg.length_spread)
     max_len = max(len(q.prompt) + q.max_new_tokens for q in reqs) + 1

@@ -38,7 +38,7 @@ from pathlib import Path
 
 from depthbench.config import MODES, LoopShape, ModelConfig, SimConfig, copies_on_exit
 from depthbench.errors import UserError
-from depthbench.exits import ExitCriterion, parse_exit, replay_file
+from depthbench.exits import ExitCriterion, replay_file
 from depthbench.serving.bound import withheld_reason, withhold
 from depthbench.serving.executor import Clock, HostState
 from depthbench.serving.profile import (
@@ -143,7 +143,7 @@ def simulate(cfg: SimConfig, profile: Profile, mcfg: ModelConfig | None = None) 
         mcfg = load_shape(cfg.model)
     mcfg = mcfg or sim_model(cfg)
     cfg = resolve_knobs(cfg, profile.device_type)
-    crit = parse_exit(cfg.exit, cfg.min_depth, cfg.max_depth, cfg.lookahead, cfg.seed)
+    crit = cfg.criterion
     reqs = with_arrivals(random_workload(mcfg.vocab_size, cfg.requests, cfg.prompt_len,
                                          cfg.max_new_tokens, cfg.seed, cfg.length_spread),
                          cfg.rate, cfg.seed)
