@@ -322,6 +322,20 @@ def run_dir_of(run_or_ckpt: str | Path) -> Path | None:
     return d if (d / "run.json").is_file() else None
 
 
+def run_name(run_or_ckpt: str | Path) -> str:
+    """The name a run's rows carry: its run directory's name (for a checkpoint inside a run
+    too), else the checkpoint file's stem."""
+    d = run_dir_of(run_or_ckpt)
+    return d.name if d is not None else Path(run_or_ckpt).stem
+
+
+def run_keys(name: str, ck: dict, meta: dict) -> dict:
+    """The columns that key a row to the checkpoint it reads: run, schedule, seed, step (every
+    eval, text, lm-eval and probe row starts with them)."""
+    return {"run": name, "schedule": ck.get("schedule"), "seed": meta.get("seed"),
+            "step": ck["step"]}
+
+
 def check_compatible(ck: dict, ds, data: str | Path) -> None:
     """The one check that a checkpoint was trained on dataset ``ds`` (read from ``data``)."""
     if ck.get("dataset_hash") != ds.hash:

@@ -27,7 +27,7 @@ import torch.nn.functional as F
 from lm_eval.api.model import TemplateLM
 from lm_eval.api.registry import register_model
 
-from depthbench.checkpoint import check_compatible, load_run, read_run, run_dir_of
+from depthbench.checkpoint import check_compatible, load_run, read_run, run_dir_of, run_keys, run_name
 from depthbench.checkpoint import load as load_checkpoint
 from depthbench.data.synthetic import Dataset, open_dataset
 from depthbench.errors import UserError
@@ -221,7 +221,7 @@ def _is_spec(run: str) -> bool:
 
 
 def _run_name(run: str) -> str:
-    return run if _is_spec(run) else Path(run).name
+    return run if _is_spec(run) else run_name(run)
 
 
 def _per_depth(run: str, data: str, depths: list[int], tasks: list[str], tm, step, limit,
@@ -266,8 +266,7 @@ def harness_sweep(run: str, data: str, depths: list[int], splits: list[str],
             rec = res[f"depthbench_recall_{SPLIT_TASKS[s]}"]
             lik = res[f"depthbench_likelihood_{SPLIT_TASKS[s]}"]
             rows.append({
-                "run": Path(run).name, "schedule": ck.get("schedule"), "seed": meta.get("seed"),
-                "step": ck["step"], "depth": k, "split": s, "nll": None,
+                **run_keys(_run_name(run), ck, meta), "depth": k, "split": s, "nll": None,
                 "value_nll": lik["value_nll,none"],
                 "exact_match": rec["exact_match,none"],
                 # one asked fact per eval row, rows_per_person rows per person
@@ -325,8 +324,7 @@ def harness_tasks(run: str, data: str, depths: list[int], tasks: list[str],
             metrics = _metrics(r)
             if not metrics:   # a group without aggregate metrics
                 continue
-            rows.append({"run": _run_name(run), "schedule": ck.get("schedule"),
-                         "seed": meta.get("seed"), "step": ck["step"], "depth": k, "task": t,
+            rows.append({**run_keys(_run_name(run), ck, meta), "depth": k, "task": t,
                          **metrics, "modeled_train_flops": ck.get("flops"),
                          "dataset_hash": ds.hash, "checkpoint": ck["path"], "harness": "lm-eval"})
     return rows

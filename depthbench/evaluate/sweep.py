@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from depthbench.checkpoint import open_run, run_dir_of
+from depthbench.checkpoint import open_run, run_dir_of, run_keys, run_name
 from depthbench.config import EVAL_SPLITS, EvalConfig
 from depthbench.console import progress_bar
 from depthbench.data.synthetic import Dataset
@@ -96,8 +96,7 @@ def result_rows(ck: dict, run_meta: dict, run_name: str, ds: Dataset, split: str
     rows = []
     for depth, s in sorted(sums.items()):
         rows.append({
-            "run": run_name, "schedule": ck.get("schedule"), "seed": run_meta.get("seed"),
-            "step": ck["step"], "depth": depth, "split": split,
+            **run_keys(run_name, ck, run_meta), "depth": depth, "split": split,
             **s.result(ds.attributes),
             "floor_bits_per_person": floor["bits_per_person"],
             "floor_exact_match": floor["exact_match"],
@@ -141,11 +140,6 @@ def _text_eval(cfg: EvalConfig, model, ck, meta, name, ds, depths, rt) -> list[d
     res = text_sweep(model, ds, depths, rt, cfg.batch_size, cfg.max_people or None)
     cloze = cloze_accuracy(model, ds, depths, rt.device)
     return text_rows(ck, meta, name, ds, res, sum(p.numel() for p in model.parameters()), cloze)
-
-
-def _run_name(run: str | Path) -> str:
-    d = run_dir_of(run)
-    return d.name if d is not None else Path(run).stem
 
 
 def _nonempty(ds: Dataset, splits: list[str], named: bool) -> list[str]:
@@ -194,7 +188,7 @@ def _refuse_foreign_rows(out) -> None:
 def _run_rows(cfg: EvalConfig, rt, depths: list[int], splits: list[str]):
     """A depthbench run's eval rows (synthetic splits, text, or through lm-eval)."""
     model, ck, meta, ds = open_run(cfg.run, cfg.checkpoint, cfg.data or None, rt.device)
-    name = _run_name(cfg.run)
+    name = run_name(cfg.run)
     out = cfg.out or Path(run_dir_of(cfg.run) or Path(cfg.run).parent) / "eval" / \
         f"step_{ck['step']:07d}"
     refuse_over_inputs(row_paths(out), run_dir_of(cfg.run), ds.path, [cfg.run])

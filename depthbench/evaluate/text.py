@@ -8,6 +8,7 @@ import math
 
 import numpy as np
 
+from depthbench.checkpoint import run_keys
 from depthbench.data.cloze import (
     Counts,
     needed,
@@ -206,8 +207,7 @@ def text_rows(ck: dict, meta: dict, run_name: str, ds: TextDataset, res: dict[in
     that depth where ``cloze`` gives them."""
     n_items = len(cloze_items(ds)) if cloze else 0
     rules = cloze_rules(ds) if cloze else {}
-    return [{"run": run_name, "schedule": ck.get("schedule"), "seed": meta.get("seed"),
-             "step": ck["step"], "depth": k, "split": "validation", "nll": r["nll"],
+    return [{**run_keys(run_name, ck, meta), "depth": k, "split": "validation", "nll": r["nll"],
              "bits_per_byte": r["bits_per_byte"], "tokens": r["tokens"],
              **({**cloze[k], "cloze_items": n_items, **rules} if cloze else {}),
              "params": params,

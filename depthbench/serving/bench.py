@@ -195,7 +195,7 @@ def run_bench(cfg: ServeConfig, log=None) -> dict:
     """The serve stage: load the checkpoint (or build the random model) on ``cfg.device``, run
     every mode on one workload, write ``serve`` rows to ``cfg.out`` (``.csv``/``.jsonl``, with
     the full record as ``.json``) and the cdb mode's exit depths to ``cfg.save_trace``."""
-    from depthbench.checkpoint import open_run, run_dir_of
+    from depthbench.checkpoint import open_run, run_dir_of, run_name
     from depthbench.fsio import atomic_write_many, refuse_over_inputs
     from depthbench.rows import row_files, tag_rows
     from depthbench.runtime import setup
@@ -220,9 +220,7 @@ def run_bench(cfg: ServeConfig, log=None) -> dict:
                                  cfg.stop_at_eos) if ds.kind == "text" else \
             dataset_workload(ds, cfg.requests, cfg.max_new_tokens, cfg.seed, cfg.stop_at_eos)
         seq_len, source = ds.seq_len - 1, str(ck["path"])
-        run_dir = run_dir_of(cfg.run)
-        keys = {"run": run_dir.name if run_dir else Path(cfg.run).stem,
-                "schedule": ck.get("schedule")}
+        keys = {"run": run_name(cfg.run), "schedule": ck.get("schedule")}
     else:
         model, requests, seq_len, source, keys = _model_and_workload(cfg, rt, outs, replay)
     _refuse_foreign_outputs(cfg)

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import torch
 
-from depthbench.checkpoint import open_run, run_dir_of
+from depthbench.checkpoint import open_run, run_dir_of, run_keys, run_name
 from depthbench.config import ProbeConfig, TrainConfig
 from depthbench.console import progress_bar
 from depthbench.data.synthetic import TrainBatches
@@ -100,9 +100,8 @@ def run_probe(cfg: ProbeConfig) -> dict:
         if "value_nll" in diffs:
             v_mean, v_half, _ = t_interval(diffs["value_nll"][k])
             asked = {"value_nll_diff": v_mean, "value_ci95": v_half}
-        rows.append({"run": run_dir.name if run_dir else Path(cfg.run).stem,
-                     "schedule": ck.get("schedule"), "seed": meta.get("seed"), "step": ck["step"],
-                     "depth": k, "depth_a": cfg.depth_a, "depth_b": cfg.depth_b,
+        rows.append({**run_keys(run_name(cfg.run), ck, meta), "depth": k,
+                     "depth_a": cfg.depth_a, "depth_b": cfg.depth_b,
                      "nll_diff": mean, "ci95": half, "batches": len(d),
                      "lr": cfg.lr or probe_lr(ck, tcfg),
                      "updates_after_switch": None if switch is None else ck["step"] - switch,
