@@ -276,32 +276,34 @@ def pick_baseline(candidates: dict, requests: list[Request], engines) -> tuple[s
     return max(tps, key=tps.get), tps, runs
 
 
-def add_bounds(r: dict, done: list[Request], base: dict, static: dict, fm: FlopModel,
-               fm_params: FlopModel, k_max: int, costs, n_max: tuple[int, int, int]) -> None:
-    """One mode's bound and speedups: ``ideal_s`` (``bound.ideal_seconds`` of the work it did:
-    T*), ``fraction`` = T* / its whole-run seconds (its own; no other mode enters it),
-    ``speedup`` over full-depth serving at its best knobs (``base``), ``bound`` = speedup /
-    fraction (its speedup at T*), ``speedup_vs_static`` over ``static`` at the comparison's
-    knobs, the FLOP ceiling and the paper's eq. 1 estimate on its own depths."""
+def mode_bounds(r: dict, done: list[Request], base: dict, static: dict, fm: FlopModel,
+                fm_params: FlopModel, k_max: int, costs, n_max: tuple[int, int, int]) -> dict:
+    """One mode's bound and speedups, from its result ``r``: ``ideal_s`` (``bound.ideal_seconds``
+    of the work it did: T*), ``fraction`` = T* / its whole-run seconds (its own; no other mode
+    enters it), ``speedup`` over full-depth serving at its best knobs (``base``), ``bound`` =
+    speedup / fraction (its speedup at T*), ``speedup_vs_static`` over ``static`` at the
+    comparison's knobs, the FLOP ceiling and the paper's eq. 1 estimate on its own depths."""
     from depthbench.serving.bound import ideal_route, workload_work
     width, pool, chunk = n_max
     ideal, route = ideal_route(costs, workload_work(done, k_max, width, pool, chunk))
-    r["ideal_s"] = ideal
-    # where the time goes: the ideal's launches per emitted token by stage, beside the mode's own
-    r["ideal_launches_per_token"] = {s: w.launches / max(1, r["output_tokens"])
-                                     for s, w in route.items()}
-    r["fraction"] = ideal / r["wall_s"]
-    r["speedup"] = r["tokens_per_s"] / base["tokens_per_s"]
-    r["bound"] = r["speedup"] / r["fraction"] if r["fraction"] else None
-    r["speedup_vs_static"] = r["tokens_per_s"] / static["tokens_per_s"]
+    fraction = ideal / r["wall_s"]
+    speedup = r["tokens_per_s"] / base["tokens_per_s"]
     ceiling = fm.ceiling(k_max, r["mean_depth"])
-    r["ceiling"] = ceiling
-    r["fraction_of_ceiling"] = r["speedup"] / ceiling
-    r["fraction_of_gain"] = (r["speedup"] - 1) / (ceiling - 1) if ceiling > 1 + 1e-9 else None
-    r["decode_speedup"] = r["decode_tokens_per_s"] / base["decode_tokens_per_s"]
-    r["decode_fraction_of_ceiling"] = r["decode_speedup"] / ceiling
-    r["paper_bound"] = paper_bound(fm_params, k_max, [d for q in done for d in q.depths])
-    r["paper_fraction"] = r["speedup"] / r["paper_bound"]
+    decode_speedup = r["decode_tokens_per_s"] / base["decode_tokens_per_s"]
+    paper = paper_bound(fm_params, k_max, [d for q in done for d in q.depths])
+    return {
+        "ideal_s": ideal,
+        # where the time goes: the ideal's launches per emitted token by stage, beside the mode's
+        "ideal_launches_per_token": {s: w.launches / max(1, r["output_tokens"])
+                                     for s, w in route.items()},
+        "fraction": fraction, "speedup": speedup,
+        "bound": speedup / fraction if fraction else None,
+        "speedup_vs_static": r["tokens_per_s"] / static["tokens_per_s"],
+        "ceiling": ceiling, "fraction_of_ceiling": speedup / ceiling,
+        "fraction_of_gain": (speedup - 1) / (ceiling - 1) if ceiling > 1 + 1e-9 else None,
+        "decode_speedup": decode_speedup, "decode_fraction_of_ceiling": decode_speedup / ceiling,
+        "paper_bound": paper, "paper_fraction": speedup / paper,
+    }
 
 
 def result_rows(res: dict, **keys) -> list[dict]:
@@ -359,8 +361,8 @@ def compare_modes(engines, mcfg, requests: list[Request], cfg: ServeConfig, seq_
     n_max = (cfg.width, max(c.pool for _, c in cands.values()),
              max(c.prefill_chunk for _, c in cands.values()))
     for k, r in results.items():
-        add_bounds(r, done[k], results["full_depth"], results["static"], fm, fm_params,
-                   cfg.max_depth, costs, n_max)
+        r.update(mode_bounds(r, done[k], results["full_depth"], results["static"], fm, fm_params,
+                             cfg.max_depth, costs, n_max))
         ran_with = keys.get(k, keys["static"])[1]   # the knobs this mode ran with, resolved
         r.update(width=ran_with.width, **{knob: getattr(ran_with, knob) for knob in KNOBS})
     same = None
