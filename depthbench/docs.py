@@ -53,15 +53,16 @@ EXPERIMENTS = (
                "after it, at the Table 3 recipe, read on the asked value's NLL",
                "depthbench run probes"),
     Experiment("table3-rowlr", "Table 3 at the LRs an earlier sweep chose on the whole row's NLL "
-               "(the 1x point of table3-lengths and the 1-thread side of table3-2threads)",
+               "(the 1-thread side of table3-2threads; table3-x4 still runs at these LRs)",
                "depthbench run docs/specs/table3-rowlr.toml", in_readme=False),
     Experiment("table3-lengths", "Table 3 against training length (the paper's Figure 2 left): "
-               "table3's arms at 1x and 2x its steps on its tiered task (at table3-rowlr's LRs), "
+               "table3's arms at 1x and 2x its steps on its tiered task, each length at the LRs "
+               "its own sweep chose on the asked value (table3-lr, table3-lr-x2), "
                "compared within each length, and whether each arm's mean serving NLL has reached "
                "a plateau (4x has "
                "its own report, table3-4x: three lengths in one report make Holm's family too "
                "large for 8 seeds to decide)",
-               "depthbench run table3-x2, then depthbench report reports/table3-rowlr/rows "
+               "depthbench run table3-x2, then depthbench report reports/table3/rows "
                "reports/table3-x2/rows --out reports/table3-lengths"),
     Experiment("table3-4x", "Table 3 at 4x its steps on its tiered task, 8 seeds from two "
                "specs (table3-x4: seeds 0-3, table3-x4b: seeds 4-7; each spec's own report is "
