@@ -409,6 +409,7 @@ def cases():
     ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", cases(), ids=[c[0] for c in cases()])
 def test_bad_input_exits_2_with_one_line(bad, tmp_path, case):
     _, argv, needle = case

@@ -27,6 +27,7 @@ def _plan(code: Path, spec: dict, d: Path) -> dict:
     return {p.stem: json.loads(p.read_text()) for p in (d / "exp" / "plan").glob("*.json")}
 
 
+@pytest.mark.slow
 def test_the_against_grid_trains_the_same_model_on_the_same_task_in_both_codes(tmp_path):
     have = subprocess.run(["git", "-C", str(ROOT), "cat-file", "-e", f"{COMMIT}^{{commit}}"],
                           capture_output=True).returncode == 0

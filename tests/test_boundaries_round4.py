@@ -93,6 +93,7 @@ def _lm_eval(*args):
                           capture_output=True, text=True, timeout=300)
 
 
+@pytest.mark.slow
 def test_lm_eval_inputs_are_checked_before_it_runs(trained_run, small_data, tmp_path):
     """No dataset, another dataset's task files, a missing --include_path, --rows into the
     run: each one line, exit 2, the run untouched."""
@@ -124,6 +125,7 @@ def test_lm_eval_inputs_are_checked_before_it_runs(trained_run, small_data, tmp_
     assert sorted(p.name for p in trained_run.rglob("*")) == before
 
 
+@pytest.mark.slow
 def test_an_lm_eval_task_of_the_other_dataset_kind_is_one_line(trained_run, small_data, tmp_path):
     """The people's recall tasks on a text dataset, the cloze on a synthetic one: one line that
     says which kind each is (they crashed with a KeyError or read as a missing file)."""
@@ -172,6 +174,7 @@ def test_an_lm_eval_task_of_the_other_dataset_kind_is_one_line(trained_run, smal
     ("calibrate_text.py", ["--schedules", "cyclic:4"]), ("calibrate_text.py", ["--seeds", "1-x"]),
     ("cloze_floors.py", ["/nonexistent"]), ("cloze_floors.py", [str(ROOT / "docs")]),
 ])
+@pytest.mark.slow
 def test_benchmark_scripts_refuse_bad_arguments_in_one_line(script, args):
     p = subprocess.run([sys.executable, str(ROOT / "benchmarks" / script), *args],
                        capture_output=True, text=True, timeout=120)

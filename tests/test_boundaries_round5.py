@@ -413,6 +413,7 @@ def _tree(tmp: Path) -> Path:
     (lambda r: (r / "README.md").write_text("<!-- generated: nope -->\nx\n<!-- end -->\n"),
      "block 'nope' has no generator"),
 ])
+@pytest.mark.slow
 def test_the_docs_generator_refuses_in_one_line(tmp_path, break_it, needle):
     root = _tree(tmp_path)
     break_it(root)

@@ -21,6 +21,7 @@ SENTENCE = st.builds(lambda words, end: " ".join(words) + end,
                               max_size=40), st.sampled_from([".", "?", "!", ";", ":", ","]))
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None)
 @given(st.lists(SENTENCE, min_size=1, max_size=60), st.integers(20, 400))
 def test_pieces_rejoin_to_the_paragraph_and_cut_only_at_sentence_ends(sentences, cap):

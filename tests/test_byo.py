@@ -57,6 +57,7 @@ def _invoke(args):
     return CliRunner().invoke(main, [str(a) for a in args])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["ouro", "huginn"])
 def test_eval_gives_nll_and_bits_per_byte_per_depth_as_a_plain_forward_does(ported, kind):
     out = ported / f"rows-{kind}"
@@ -81,6 +82,7 @@ def test_eval_gives_nll_and_bits_per_byte_per_depth_as_a_plain_forward_does(port
             assert x["cloze_accuracy"] == native[x["depth"]]["cloze_accuracy"]
 
 
+@pytest.mark.slow
 def test_lm_eval_runs_a_task_at_depths_1_to_4_as_the_native_cloze(ported):
     spec = f"huginn:{ported / 'huginn'}"
     r = _invoke(["lm-eval", "run", "--model", "depthbench", "--model_args", f"pretrained={spec}",
@@ -167,6 +169,7 @@ def _broken(root: Path, kind: str, how: str) -> Path:
     ("ouro", "model_type", "'llama'"), ("huginn", "truncated", "not a readable safetensors"),
     ("huginn", "config_type", "n_embd"), ("ouro", "rope_scaling", "rope_scaling"),
     ("ouro", "no_config", "no config.json")])
+@pytest.mark.slow
 def test_bad_checkpoints_exit_2_with_one_line_and_write_nothing(ported, tmp_path, kind, how, says):
     d = _broken(tmp_path, kind, how)
     runs = [["serve-bench", "--model", f"{kind}:{d}", "--requests", "2", "--out", tmp_path / "o1"],

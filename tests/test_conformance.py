@@ -174,6 +174,7 @@ def test_static_serving_equals_greedy_generation(served):
         assert q.output == _greedy(m, q.prompt, 5, 4)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("policy", KV_POLICIES)
 def test_every_batching_mode_serves_the_same_tokens_under_every_kv_layout(served, policy):
     _, m = served

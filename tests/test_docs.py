@@ -6,6 +6,8 @@ import json
 import sys
 from pathlib import Path
 
+import pytest
+
 from depthbench import docs
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -25,6 +27,7 @@ def _lines(page: str) -> list[str]:
     return (ROOT / "docs" / page).read_text().splitlines()
 
 
+@pytest.mark.slow
 def test_rerunning_the_generator_changes_no_file():
     for path, text in docs.pages(ROOT).items():
         assert path.read_text() == text, f"run depthbench docs ({path.name} is stale)"
@@ -38,6 +41,7 @@ def test_readme_is_short_and_every_generated_block_is_filled():
     assert all(b[2].strip() for b in blocks), "an empty generated block"
 
 
+@pytest.mark.slow
 def test_generator_check_mode_reports_a_stale_page(tmp_path):
     (tmp_path / "docs").mkdir()
     (tmp_path / "reports").symlink_to(ROOT / "reports")   # every report's rows, as committed

@@ -139,6 +139,7 @@ def test_eval_cli_writes_tidy_rows(trained_run, tmp_path):
     assert r.exit_code == 0 and json.loads(r.stdout.strip().splitlines()[-1])["step"] == 200
 
 
+@pytest.mark.slow
 def test_two_process_eval_equals_one_process(trained_run, tmp_path):
     args = ["-m", "depthbench", "eval", str(trained_run), "--depths", "1,3", "--split",
             "eval_reordered"]

@@ -149,6 +149,7 @@ def test_the_needs_list_names_only_examples_that_exist():
     assert set(NEEDS) <= {x for _, x in help_examples()}
 
 
+@pytest.mark.slow
 def test_the_readme_pipeline_by_hand_runs_as_written(tmp_path):
     for example in readme_block():
         code, out = run_example(example, tmp_path)
@@ -163,6 +164,7 @@ def chain(command: str, example: str) -> str:
     return "alone" if command in ("serve-sim", "prepare-text", "scale-report") else "person"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("which", ["person", "grid", "alone"])
 def test_every_help_example_runs_as_written(which, scratch):
     failed, ran = [], 0

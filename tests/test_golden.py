@@ -144,6 +144,7 @@ def _serve_exits(model, spec: str, K: int, policy: str, prompt: list[int], mode:
 
 @pytest.mark.parametrize("d", [d for d in DIRS if (d / "generate_adaptive.json").is_file()],
                          ids=lambda d: d.name)
+@pytest.mark.slow
 def test_early_exit_generations_equal_the_original_adaptive_compute(d):
     """Huginn's own ``generate_with_adaptive_compute`` (batch 1, the prompt at full depth) under
     its argmax-stability and latent-diff criteria: depthbench's engine, in every mode whose

@@ -19,6 +19,7 @@ from depthbench.evaluate.harness import DepthbenchLM, harness_sweep  # noqa: E40
 from depthbench.evaluate.sweep import sweep  # noqa: E402
 
 
+@pytest.mark.slow
 def test_harness_sweep_agrees_with_depthbench_eval(trained_run, small_data):
     ds = Dataset(small_data)
     model, _ = load_run(trained_run)
@@ -33,6 +34,7 @@ def test_harness_sweep_agrees_with_depthbench_eval(trained_run, small_data):
         assert row["harness"] == "lm-eval" and row["step"] == 400
 
 
+@pytest.mark.slow
 def test_each_depth_gets_its_own_model_and_no_shared_cache(trained_run, small_data):
     # the harness' response cache keys only on request text; depthbench never enables it, and
     # two depths of the same checkpoint give different likelihoods
@@ -62,6 +64,7 @@ def test_bad_model_arguments(trained_run, args, needle):
         DepthbenchLM()
 
 
+@pytest.mark.slow
 def test_lm_eval_wrapper_command(trained_run, small_data, tmp_path):
     r = subprocess.run(
         [sys.executable, "-m", "depthbench", "lm-eval", "run", "--model", "depthbench",

@@ -53,6 +53,7 @@ def run_spec(tmp_path, text, *extra):
     return CliRunner().invoke(main, ["run", str(spec), "--out", str(tmp_path / "exp"), *extra])
 
 
+@pytest.mark.slow
 def test_pipeline_runs_every_stage_then_skips_them_and_resumes(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     t0 = time.time()
@@ -166,6 +167,7 @@ def _rows_without_clocks(exp: Path) -> dict:
     return out
 
 
+@pytest.mark.slow
 def test_shared_prefixes_train_once_and_change_no_row(tmp_path, monkeypatch):
     """fixed-first:0.5:2:1-4 starts from fixed:2's checkpoint at its switch (the grid's pool of 2
     runs it once fixed:2 is done), the compute-matched uniform run from the full uniform run's;
@@ -386,6 +388,7 @@ def _report_fails(tmp_path, paths, needle):
     assert not (tmp_path / "r").exists()
 
 
+@pytest.mark.slow
 def test_report_reads_a_file_named_twice_once_and_refuses_copied_rows(tmp_path):
     d = _hand_made_rows(tmp_path)
     build_report([d], tmp_path / "once")
@@ -440,6 +443,7 @@ workers = 1
 """
 
 
+@pytest.mark.slow
 def test_budget_grid_spends_each_share_of_the_flop_budget(tmp_path, monkeypatch):
     from depthbench.checkpoint import read_run
     from depthbench.flops import FlopModel, schedule_flops
@@ -505,6 +509,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # rebuilt in tests/test_scale.py)
 @pytest.mark.parametrize("name", sorted(p.name for p in (ROOT / "reports").iterdir()
                                         if (p / "rows").is_dir()))
+@pytest.mark.slow
 def test_each_committed_report_is_rebuilt_from_its_committed_rows(tmp_path, name):
     report = ROOT / "reports" / name
     build_report([report / "rows"], tmp_path / "again", title=name)
@@ -689,6 +694,7 @@ def test_lr_sweep_report_chooses_each_arm_by_mean_serving_nll(tmp_path):
     assert json.loads((tmp_path / "rep2" / "lr_sweep.json").read_text())["chosen_lr"] == naive
 
 
+@pytest.mark.slow
 def test_length_report_compares_within_each_length_and_draws_them(tmp_path):
     """Rows of a lengths grid: each comparison is made within one length (pairing runs of the
     same length only: the naive per-length difference), tabled and drawn against length."""
@@ -749,6 +755,7 @@ def test_plateaus_read_the_change_in_mean_serving_nll_between_lengths(tmp_path):
 
 @pytest.mark.parametrize("name,cut", [("eval.jsonl", "mid-row"), ("eval.csv", "mid-row"),
                                       ("eval.jsonl", "null run"), ("eval.csv", "no newline")])
+@pytest.mark.slow
 def test_truncated_row_files_and_rows_without_a_run_are_refused(tmp_path, name, cut):
     """A row file cut in the middle of its last row (JSONL or CSV) and a row without its run are
     one line, exit 2, no report; a whole file saved without its final newline reads as it is."""

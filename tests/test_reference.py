@@ -31,6 +31,7 @@ def _make(tmp_path, cfg, name):
     # the paper preset at 131,072 people (2 per value) instead of 2^20: the same value sets
     pytest.param("paper", marks=pytest.mark.slow),
 ])
+@pytest.mark.slow
 def test_lower_oracles_read_about_zero_and_oracle_reads_ceiling_on_every_preset(tmp_path, preset):
     cfg = {"tiny": tiny, "small": small, "paper": paper}[preset]()
     if preset == "paper":

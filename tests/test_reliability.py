@@ -44,6 +44,7 @@ def _all_artifacts_readable(run: Path) -> None:
     metrics_rows(run)  # raises on a corrupt line (a torn last line is tolerated and dropped)
 
 
+@pytest.mark.slow
 def test_training_survives_ten_sigkills_and_ends_as_the_uninterrupted_run(small_data, tmp_path):
     ref = tmp_path / "ref"
     subprocess.run(_cli(*TRAIN, "--data", str(small_data), "--out", str(ref)), check=True,
@@ -211,6 +212,7 @@ def test_vocab_rejects_unknown_tokens_with_a_user_error(text):
     assert v.decode(ids) == " ".join(text.split())
 
 
+@pytest.mark.slow
 def test_depthbench_run_killed_between_and_inside_stages_finishes_with_the_same_results(tmp_path):
     from test_pipeline import SMALL
     spec = tmp_path / "spec.toml"
@@ -276,6 +278,7 @@ def _wait_for_lock(d: Path, proc, timeout=60.0) -> int:
     raise AssertionError("the first writer never took the lock")
 
 
+@pytest.mark.slow
 def test_a_second_train_into_one_run_directory_is_refused(small_data, tmp_path):
     run = tmp_path / "run"
     first = subprocess.Popen(_cli(*TRAIN, "--data", str(small_data), "--out", str(run)),

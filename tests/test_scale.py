@@ -111,6 +111,7 @@ def test_the_trend_is_read_at_the_length_most_grids_share(tmp_path):
     assert tr.loc["fixed-first 67%", "verdict"].startswith("not resolved")
 
 
+@pytest.mark.slow
 def test_the_report_is_written_and_refusals_are_one_line(tmp_path):
     small, large = _grid(tmp_path, "s", 50_000), _grid(tmp_path, "l", 500_000, -0.02)
     out = tmp_path / "report"

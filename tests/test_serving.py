@@ -85,6 +85,7 @@ def test_static_mode_equals_plain_greedy_generation_at_max_depth(kw):
 CRITERIA = ["latent:0.3", "kl:0.05", "entropy:3.5", "argmax:2", "trace:2.5", "fixed:2", "gate:0.5"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("policy", KV_POLICIES)
 @pytest.mark.parametrize("spec", CRITERIA)
 def test_batching_never_changes_outputs(policy, spec):
@@ -435,6 +436,7 @@ def test_modes_side_by_side_take_turns_and_serve_what_they_serve_alone(rate):
         assert sum(side[m][0]["wall_s"] for m in modes) <= elapsed
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("policy", KV_POLICIES)
 @pytest.mark.parametrize("spec", CRITERIA)
 def test_chunked_prefill_never_changes_outputs(policy, spec):

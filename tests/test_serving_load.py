@@ -165,6 +165,7 @@ def test_lookahead_costs_a_simulated_trace_the_loop_it_costs_the_engine():
     ["serve-bench", "--random", "ouro-like", "--set", "d_model=32", "--set", "n_heads=4",
      "--max-depth", "4", "--exit", "argmax:2", "--requests", "12", "--width", "4",
      "--modes", "static,cdb"]])
+@pytest.mark.slow
 def test_serving_counts_every_token_it_emits_on_its_progress_bar(command, tmp_path, monkeypatch):
     # interleaved on the real engine, one mode after another in the simulator: each bar (one per
     # side-by-side run, the baseline's knob search included) ends at its total, every token of

@@ -260,6 +260,7 @@ def test_a_modes_numbers_do_not_depend_on_the_other_modes_compared():
 @pytest.mark.parametrize("knobs", [{}, {"min_coda_batch": 1, "coda_wait": 1},
                                    {"admit_min": 12, "pool": 32, "min_coda_batch": 16},
                                    {"prefill_chunk": 16}])
+@pytest.mark.slow
 def test_no_fraction_exceeds_1_02_on_the_gpu_profiles(profile, knobs):
     """The roofline profiles (a launch costs its weight reads, its FLOPs or its host time,
     whichever is most): no mode, at any of the knob sets, beats the ideal time of its work by
@@ -362,6 +363,7 @@ def _random_workloads(n: int, seed: int):
             modes=("static", "no_refill", "cdb", "static_lockstep"))
 
 
+@pytest.mark.slow
 def test_no_mode_beats_its_bound_over_a_seeded_sweep_of_workloads():
     """The bound bounds: over a seeded sweep of simulated workloads (prompts of 4 to 1024 tokens,
     with and without chunked prefill, on both GPU profiles) no mode's fraction of the ideal time

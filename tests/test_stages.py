@@ -68,6 +68,7 @@ def grid(tmp_path_factory):
     return root
 
 
+@pytest.mark.slow
 def test_the_printed_plan_run_in_a_shell_gives_the_pipelines_rows(grid, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     r = CliRunner().invoke(main, ["run", str(grid / "spec.toml"), "--out", "exp", "--plan"])
@@ -88,6 +89,7 @@ def test_the_printed_plan_run_in_a_shell_gives_the_pipelines_rows(grid, tmp_path
     assert_same_rows(grid / "exp" / "results", tmp_path / "exp" / "results")
 
 
+@pytest.mark.slow
 def test_submitit_local_executor_gives_the_pipelines_rows(grid, tmp_path, monkeypatch):
     pytest.importorskip("submitit")
     monkeypatch.chdir(tmp_path)
@@ -128,6 +130,7 @@ workers = 1
 """
 
 
+@pytest.mark.slow
 def test_changed_settings_are_reported_and_rerun_only_when_asked(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     spec = tmp_path / "spec.toml"
@@ -192,6 +195,7 @@ device = "cuda"
 """
 
 
+@pytest.mark.slow
 def test_stages_use_the_specs_device(tmp_path, monkeypatch):
     # paper grids: eval, probe and serve run on the GPU the training preset names
     pipe = Pipeline(load_spec("paper-200m"), tmp_path / "exp")

@@ -46,6 +46,7 @@ def test_documents_are_read_in_order_from_every_form(tmp_path):
     assert list(documents([str(d)])) == docs
 
 
+@pytest.mark.slow
 def test_prepare_text_is_deterministic_and_round_trips(tmp_path):
     d, docs = corpus(tmp_path)
     m1 = prepare_text([str(d)], tmp_path / "a", vocab_size=300, val_fraction=0.1, seq_len=16)
@@ -74,6 +75,7 @@ def test_prepare_text_is_deterministic_and_round_trips(tmp_path):
     assert cloze and all(len(c["choices"]) == 4 and 0 <= c["label"] < 4 for c in cloze)
 
 
+@pytest.mark.slow
 def test_a_given_tokenizer_is_used_as_is(tmp_path):
     d, _ = corpus(tmp_path)
     prepare_text([str(d)], tmp_path / "a", vocab_size=300, val_fraction=0.1, seq_len=16)
@@ -94,6 +96,7 @@ def test_training_windows_are_seeded_and_split_across_ranks(tmp_path):
     assert not np.array_equal(one.batch(6), b)
 
 
+@pytest.mark.slow
 def test_text_sweep_matches_a_forward_per_depth(tmp_path):
     d, _ = corpus(tmp_path)
     prepare_text([str(d)], tmp_path / "ds", vocab_size=300, val_fraction=0.2, seq_len=16)
@@ -114,6 +117,7 @@ def test_text_sweep_matches_a_forward_per_depth(tmp_path):
         assert res[k]["bits_per_byte"] == pytest.approx(nll / math.log(2) / nbytes, rel=1e-5)
 
 
+@pytest.mark.slow
 def test_train_and_eval_a_text_run_through_the_cli(tmp_path):
     d, _ = corpus(tmp_path)
     r = CliRunner().invoke(main, ["prepare-text", str(d), "--out", str(tmp_path / "ds"),
@@ -138,6 +142,7 @@ def test_train_and_eval_a_text_run_through_the_cli(tmp_path):
     assert r.exit_code == 2 and "validation" in r.output
 
 
+@pytest.mark.slow
 def test_a_run_on_a_dataset_of_another_tokenizer_or_kind_exits_2(tmp_path):
     """A text run evaluated on a text dataset of another vocabulary, and a synthetic run on a
     text dataset: one line, exit 2, nothing written."""
@@ -192,6 +197,7 @@ def test_bad_corpora_exit_2_and_leave_nothing(tmp_path, case):
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".db-")]
 
 
+@pytest.mark.slow
 def test_a_text_spec_runs_through_the_pipeline_to_a_report(tmp_path):
     """A corpus spec: prepare-text, training, validation NLL per depth and the text report."""
     d, _ = corpus(tmp_path)
@@ -254,6 +260,7 @@ def _text_run(tmp_path):
     return tmp_path / "run", TextDataset(tmp_path / "ds")
 
 
+@pytest.mark.slow
 def test_lm_eval_loglikelihood_equals_the_native_nll_of_a_text_run(tmp_path):
     pytest.importorskip("lm_eval")
     from depthbench.checkpoint import open_run
@@ -269,6 +276,7 @@ def test_lm_eval_loglikelihood_equals_the_native_nll_of_a_text_run(tmp_path):
     assert -sum(ll for ll, _ in lls) / native["tokens"] == pytest.approx(native["nll"], rel=1e-5)
 
 
+@pytest.mark.slow
 def test_a_text_run_through_lm_eval_tasks_at_every_depth(tmp_path):
     pytest.importorskip("lm_eval")
     from depthbench.report import build_report
@@ -342,6 +350,7 @@ def _split_docs(ds: TextDataset) -> dict[str, list[str]]:
     return out
 
 
+@pytest.mark.slow
 def test_a_document_reached_by_any_route_is_one_document_on_one_side(tmp_path):
     """The same file named twice, a directory and a file inside it, a symlink, a copy under
     another name, a hidden .ipynb_checkpoints copy and a re-wrapped paragraph: each document is
@@ -367,6 +376,7 @@ def test_a_document_reached_by_any_route_is_one_document_on_one_side(tmp_path):
     assert split["validation"] and not set(split["validation"]) & set(split["train"])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", range(4))
 def test_duplicates_never_straddle_the_split(tmp_path, seed):
     """Property: a corpus where random documents repeat (in other files, re-spaced) gives
@@ -393,6 +403,7 @@ def _near_copy(doc: str, rng) -> str:
     return (out.upper() if rng.random() < 0.3 else out) + rng.choice(["!", "?", " ."])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", range(3))
 def test_near_duplicates_are_dropped_so_none_straddles_the_split(tmp_path, seed):
     """Property, against the exact Jaccard similarity of word 5-gram sets (a naive all-pairs
@@ -459,6 +470,7 @@ def test_a_held_out_document_contained_in_training_is_dropped(tmp_path, seed):
             + m["near_duplicates_removed"]["documents"]) == 300
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("variant", ["NFD", "NFKC-ligature", "zero-width", "bom-inside"])
 def test_another_unicode_form_of_a_document_is_the_same_document(tmp_path, variant):
     """A copy in decomposed Unicode, with a ligature for its letters, or with invisible format
@@ -540,6 +552,7 @@ def test_corpora_that_would_read_wrong_exit_2_and_leave_nothing(tmp_path, case):
     {"splits": {"train": {"documents": 1, "tokens": "many", "bytes": 1},
                 "validation": {"documents": 1, "tokens": 1, "bytes": 1}}},
 ])
+@pytest.mark.slow
 def test_a_text_manifest_edited_and_rehashed_is_refused_before_use(tmp_path, edit):
     from depthbench.data_gen import dataset_hash
     run, _ = _text_run(tmp_path)
@@ -554,6 +567,7 @@ def test_a_text_manifest_edited_and_rehashed_is_refused_before_use(tmp_path, edi
     assert not list(tmp_path.glob("rows*"))
 
 
+@pytest.mark.slow
 def test_probe_and_serve_bench_take_a_text_run(tmp_path):
     """The update probe reads a text run's validation windows, the serving benchmark prompts
     from them; both write their rows."""
@@ -597,6 +611,7 @@ out = "{report}"
 '''
 
 
+@pytest.mark.slow
 def test_a_corpus_edited_in_place_reruns_the_grid_and_bad_corpus_specs_are_refused_first(tmp_path):
     """The stage key covers the corpus's content: after an edit in place the dataset, the run
     and its rows are redone (a new dataset hash), with no --rerun; an empty corpus list and an
@@ -627,6 +642,7 @@ def test_a_corpus_edited_in_place_reruns_the_grid_and_bad_corpus_specs_are_refus
         assert not (tmp_path / "exp2").exists()
 
 
+@pytest.mark.slow
 def test_the_cloze_holds_no_training_text_and_only_the_context_tells_the_truth(tmp_path):
     """Every item's true choice is its document's own continuation; each distractor is an
     8-word run of another held-out document that shares as many words with the context
@@ -668,6 +684,7 @@ def test_the_cloze_holds_no_training_text_and_only_the_context_tells_the_truth(t
                            if i not in own for p in range(len(v) - 7))
 
 
+@pytest.mark.slow
 def test_the_cloze_floors_read_chance_and_a_rule_that_can_tell_reads_above(tmp_path):
     """The shortcut floors from the dataset alone: word overlap ties on every item (chance
     exactly); the unigram and bigram rules place the truth at each rank about equally often,
@@ -707,6 +724,7 @@ def test_the_cloze_floors_read_chance_and_a_rule_that_can_tell_reads_above(tmp_p
     assert _rule_accuracy(tied, overlap) == 0.25 and abs(naive - 0.25) < 0.02
 
 
+@pytest.mark.slow
 def test_the_word_rules_score_as_counted_by_hand(tmp_path):
     """The word rules' scores (``data.cloze.Counts``). Oracle: scores recomputed by hand from
     the counts; items whose true order is the training order read 1.0 under the bigram rule,
@@ -768,6 +786,7 @@ def test_item_rows_given_by_every_eval_are_read_once_and_conflicting_ones_refuse
         load_rows([tmp_path / "ok"])
 
 
+@pytest.mark.slow
 def test_a_huge_held_out_document_gives_the_cloze_a_bounded_pool(monkeypatch):
     """The distractor pool takes a long document's first runs only: a 200,000-word document
     costs no more than its first RUNS_PER_DOC runs (every distractor comes from there)."""

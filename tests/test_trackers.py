@@ -126,6 +126,7 @@ def test_eval_with_a_tracker_logs_the_sweep_it_wrote(trained_run, tmp_path, reco
     assert recorded[f"{trained_run.name}-sweep"] == sorted(want, key=lambda p: p[0])
 
 
+@pytest.mark.slow
 def test_a_grid_with_a_tracker_logs_every_run_and_changes_no_stage(tmp_path):
     # the tracker is a view: a finished grid run again with one reruns nothing, and the runs
     # it trains with one log live to TensorBoard's own files

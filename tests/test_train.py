@@ -92,6 +92,7 @@ def _cli(*args):
     return [sys.executable, "-m", "depthbench", *args]
 
 
+@pytest.mark.slow
 def test_sigkill_then_resume_matches_the_uninterrupted_run(data, tmp_path):
     args = ["train", "--data", str(data), "--schedule", "uniform:1-4", "--steps", "60",
             "--seed", "3", *SETS]
@@ -112,6 +113,7 @@ def test_sigkill_then_resume_matches_the_uninterrupted_run(data, tmp_path):
     assert losses(run) == losses(tmp_path / "ref")
 
 
+@pytest.mark.slow
 def test_two_process_gloo_run_equals_one_process(data, tmp_path):
     args = ["train", "--data", str(data), "--schedule", "uniform:1-4", "--steps", "6",
             "--seed", "5", *SETS]
@@ -305,6 +307,7 @@ def test_a_run_started_from_a_shared_prefix_is_the_run_trained_alone(data, tmp_p
     assert losses(tmp_path / "child2") == losses(tmp_path / "alone")
 
 
+@pytest.mark.slow
 def test_a_run_started_from_a_shared_prefix_resumes_after_sigkill(data, tmp_path):
     common = ["train", "--data", str(data), "--steps", "60", "--seed", "3", *SETS]
     ff = ["--schedule", "fixed-first:0.2:2:1-4"]
@@ -366,6 +369,7 @@ def test_compiling_is_decided_by_the_config_and_shared_prefixes_respect_it():
                         (MODEL, long.replace(steps=long.steps + 50), "fixed:4")) > 0
 
 
+@pytest.mark.slow
 def test_compiled_training_matches_eager_within_tolerance(data, tmp_path, monkeypatch):
     """Compiled blocks (inductor's CPU kernels) against eager on the same seeded run: the first
     step's loss (the same weights) within 1e-5 relative, the next within 1e-3 as rounding
