@@ -18,26 +18,21 @@ EVAL_SPLITS = SPLITS[1:]
 
 @dataclass(frozen=True)
 class Mode:
-    """A batching mode: what the scheduler reads of it, in one table (``MODES``)."""
+    """A batching mode: what the scheduler reads of it, in one table (``MODES``; what each mode
+    is: ``serving.scheduler``'s docstring)."""
     name: str
     exits: bool          # tokens exit at their own depth (else every token runs max_depth)
     pooled: bool         # run by the continuous-depth-batching policy: a resident pool of
                          # rows, coda batching, chunked prefill
     one_row: bool = False   # one request at a time
-    doc: str = ""
 
 
 MODES = {m.name: m for m in (
-    Mode("static", exits=False, pooled=True,
-         doc="cdb's scheduling with every token at max depth: cdb's speedup over it is what "
-             "depth buys"),
-    Mode("no_refill", exits=True, pooled=False,
-         doc="tokens exit early, but a batch waits for its slowest token"),
-    Mode("batch1", exits=True, pooled=False, one_row=True, doc="one request at a time, with exits"),
-    Mode("cdb", exits=True, pooled=True,
-         doc="continuous depth batching: batches re-formed between loop iterations"),
-    Mode("static_lockstep", exits=False, pooled=False,
-         doc="token-lockstep batches at max depth (pool = width), beside static on request"),
+    Mode("static", exits=False, pooled=True),
+    Mode("no_refill", exits=True, pooled=False),
+    Mode("batch1", exits=True, pooled=False, one_row=True),
+    Mode("cdb", exits=True, pooled=True),
+    Mode("static_lockstep", exits=False, pooled=False),
 )}
 SERVE_MODES = tuple(MODES)
 
