@@ -97,15 +97,17 @@ def test_a_rate_sweep_writes_each_rate_and_the_latency_figure(tmp_path):
 
 
 def test_kv_that_exceeds_the_profiles_memory_admits_fewer_requests_never_more():
-    """The weights plus each resident request's KV (reserved at its whole length) must fit in
-    memory_util of the profile's memory: a pool the memory cannot hold is capped to what fits,
+    """Without paging (``kv_block`` 0), the weights plus each resident request's KV (reserved at
+    its whole length) must fit in memory_util of the profile's memory: a pool the memory cannot
+    hold is capped to what fits,
     every mode's run holds no more requests at once, and the KV it reports is what fits."""
     from dataclasses import replace
 
     from depthbench.serving.profile import kv_bytes, kv_rows_that_fit, weight_bytes
     from depthbench.serving.sim import sim_model
     cfg = SimConfig(random="huginn-like", exit="trace:8", max_depth=16, width=32, pool=256,
-                    requests=96, prompt_len=512, max_new_tokens=8, modes=("static", "cdb"))
+                    requests=96, prompt_len=512, max_new_tokens=8, modes=("static", "cdb"),
+                    kv_block=0)
     shape, h100 = sim_model(cfg), load_profile("h100")
     small = replace(h100, memory=40e9)
     max_len = 512 + 8 + 1

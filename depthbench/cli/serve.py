@@ -104,8 +104,10 @@ def _show(res: dict) -> None:
     cols = [c for c in ("exit", "rate", "mode", "tokens_per_s", "speedup", "bound", "fraction",
                         "speedup_vs_static", "ceiling", "paper_bound", "mean_depth",
                         "rows_per_launch", "ttft_p50_ms", "ttft_p99_ms", "tpot_p50_ms",
-                        "e2e_p99_ms", slo, "exact_match")
+                        "e2e_p99_ms", slo, "exact_match", "preemptions")
             if c in df.columns]
+    if "preemptions" in cols and not df["preemptions"].any():
+        cols.remove("preemptions")
     for c in ("exit", "rate"):
         if c in cols and df[c].nunique(dropna=False) == 1:
             cols.remove(c)
@@ -169,6 +171,10 @@ def serve_bench_cmd(sets, modes, config_file, as_json, **given):
 @click.option("--rates", help="Sweep these request rates (comma-separated requests/s; 0: all at "
               "t=0) at one exit and plot latency against throughput per mode.")
 @click.option("--plot", type=click.Path(dir_okay=False), help="The sweep's PNG (default: OUT.png).")
+@click.option("--kv-block", type=click.IntRange(0, 1 << 16), show_default=default_of(SimConfig, "kv_block"),
+              help="Paged KV: positions per block of the profile's memory; requests are admitted "
+                   "while their blocks are free and preempted (then recomputed) when a token finds "
+                   "none (0: each request reserved at its whole length, never preempted).")
 @click.option("--calibrate", type=click.Path(dir_okay=False),
               help="Measure the real engine on this machine and write a fitted profile here.")
 @click.option("--calibrate-widths", show_default=default_of(SimConfig, "calibrate_widths"),

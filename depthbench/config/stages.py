@@ -227,6 +227,9 @@ class SimConfig(ServeConfig):
     plot: str = ""                 # the sweep's PNG ("": OUT.png when out is given)
     calibrate: str = ""            # measure this machine and write a fitted profile here instead
     calibrate_widths: tuple[int, ...] = (16, 64)
+    kv_block: int = 16             # paged KV: positions per block of the profile's memory, which
+                                   # requests are admitted and preempted by (vLLM's default 16);
+                                   # 0: each request reserved at its whole length, never preempted
 
     def __post_init__(self):
         if not self.exit:
@@ -249,6 +252,8 @@ class SimConfig(ServeConfig):
         require(len(set(self.rates)) == len(self.rates), "rates", "must not repeat")
         for w in self.calibrate_widths:
             require(1 <= w <= 1 << 16, "calibrate_widths", f"must be in 1..65536 (got {w})")
+        require(0 <= self.kv_block <= 1 << 16, "kv_block",
+                f"must be in 0..65536 positions (0: whole-length reservation; got {self.kv_block})")
 
 
 @dataclass(frozen=True, kw_only=True)

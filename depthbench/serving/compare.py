@@ -152,7 +152,7 @@ def run_side_by_side(entries: dict, requests: list[Request],
     def result(sched, cfg, reqs):   # the engine (and its KV store) is dropped after this
         done = sorted(reqs, key=lambda q: q.id)
         return mode_result(sched.mode, cfg, done, sched.engine, sched.now(), sched.width,
-                           sched.t0), done
+                           sched.t0, sched.preemptions), done
 
     out = {}
     total = len(entries) * sum(q.max_new_tokens for q in requests)
@@ -186,9 +186,10 @@ def run_side_by_side(entries: dict, requests: list[Request],
 
 
 def mode_result(mode: str, cfg: ServeConfig, done: list[Request], eng, wall: float,
-                width: int, t0: float = 0.0) -> dict:
+                width: int, t0: float = 0.0, preemptions: int = 0) -> dict:
     """One mode's row (``t0``: the engine clock's reading when the scheduler started, what
-    the requests' token times count from)."""
+    the requests' token times count from; ``preemptions``: requests the scheduler preempted
+    under paged KV and recomputed)."""
     n_tokens = sum(len(q.output) for q in done)
     decode_depths = [d for q in done for d in q.depths[1:]]  # the first token comes from prefill
     hist = np.bincount(decode_depths, minlength=cfg.max_depth + 1)[1:].tolist() if decode_depths else []
@@ -210,6 +211,10 @@ def mode_result(mode: str, cfg: ServeConfig, done: list[Request], eng, wall: flo
         "padding_waste": 1.0 - st["core_rows"] / max(1, st["core_launches"] * width),
         "exact_match": float(np.mean(recall)) if recall else None,
         "kv_cache_mb": eng.kv_nbytes / 2**20,
+        # paged KV (the simulator): the pool's blocks, the most held at once, the preemptions
+        "kv_blocks": eng.blocks.n_blocks if getattr(eng, "blocks", None) else None,
+        "kv_peak_blocks": eng.blocks.peak if getattr(eng, "blocks", None) else None,
+        "preemptions": preemptions,
         # where the time went: engine launches by kind, the rest is scheduling
         "time_split": {k: st[f"{k}_s"] / wall for k in STAGES},
         "launches_per_token": {k: st[f"{k}_launches"] / max(1, n_tokens) for k in STAGES},

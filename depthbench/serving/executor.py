@@ -15,6 +15,7 @@ from typing import Protocol
 import numpy as np
 
 from depthbench.exits import ExitCriterion
+from depthbench.serving.blocks import BlockPool
 
 STAGES = ("prefill", "start", "core", "finish")
 
@@ -69,6 +70,8 @@ class Executor(Protocol):
 
     n_prompt_slots: int          # work items beyond the rows: prompt tokens in core launches
     device_type: str             # "cpu" or "cuda": the device kind the scheduler's defaults suit
+    blocks: BlockPool | None     # paged KV the scheduler admits and preempts by (None: every
+                                 # row holds its whole sequence)
 
     def prefill(self, rows: list[int], prompts: list[list[int]]) -> list[int]: ...
 
@@ -95,6 +98,7 @@ class HostState:
     prefill), each ``place``d at a row and position before it starts."""
 
     device_type = "cuda"          # what the executor runs on (or prices): "cpu" or "cuda"
+    blocks: BlockPool | None = None
 
     def __init__(self, criterion: ExitCriterion, n_rows: int, record: bool = False,
                  clock: Clock | None = None, n_prompt_slots: int = 0):

@@ -241,18 +241,36 @@ def kv_rows_that_fit(cfg: ModelConfig | LoopShape, profile: Profile, policy: str
     only where its whole sequence fits, so none is ever preempted) fits beside the weights in
     ``memory_util`` of the profile's memory; None where the profile states no memory. Refuses,
     in one line, a model whose weights and one request do not fit."""
+    per_row = kv_bytes(cfg, policy, max_depth, 1, max_len, profile.bytes_per_value)
+    return _units_that_fit(cfg, profile, per_row, 1, max_len)
+
+
+def kv_blocks_that_fit(cfg: ModelConfig | LoopShape, profile: Profile, policy: str,
+                       max_depth: int, block_size: int, max_len: int) -> int | None:
+    """Paged KV (``serving.blocks``): blocks of ``block_size`` positions that fit beside the
+    weights in ``memory_util`` of the profile's memory; None where the profile states no memory.
+    Refuses, in one line, a model whose weights and the blocks of one request of ``max_len``
+    positions do not fit."""
+    per_block = kv_bytes(cfg, policy, max_depth, 1, block_size, profile.bytes_per_value)
+    return _units_that_fit(cfg, profile, per_block, -(-max_len // block_size), max_len)
+
+
+def _units_that_fit(cfg, profile: Profile, unit_bytes: int, one_request: int,
+                    max_len: int) -> int | None:
+    """KV units of ``unit_bytes`` that fit beside the weights (None: no memory stated), at least
+    the ``one_request`` units a request of ``max_len`` positions needs, or a one-line refusal."""
     if not profile.memory:
         return None
-    free = profile.memory * profile.memory_util - weight_bytes(cfg, profile.bytes_per_value)
-    per_row = kv_bytes(cfg, policy, max_depth, 1, max_len, profile.bytes_per_value)
-    rows = int(free // per_row) if free > 0 else 0
-    if rows < 1:
-        weights = weight_bytes(cfg, profile.bytes_per_value) / 2**30
-        raise UserError(f"profile {profile.name}: the weights ({weights:.1f} GiB) and one "
-                        f"request's KV ({per_row / 2**30:.2f} GiB at {max_len} positions) "
-                        f"do not fit in {profile.memory_util:g} of its {profile.memory / 2**30:.0f} GiB; "
-                        "give shorter prompts or outputs, or a smaller model")
-    return rows
+    weights = weight_bytes(cfg, profile.bytes_per_value)
+    free = profile.memory * profile.memory_util - weights
+    units = int(free // unit_bytes) if free > 0 else 0
+    if units < one_request:
+        raise UserError(f"profile {profile.name}: the weights ({weights / 2**30:.1f} GiB) and one "
+                        f"request's KV ({one_request * unit_bytes / 2**30:.2f} GiB at {max_len} "
+                        f"positions) do not fit in {profile.memory_util:g} of its "
+                        f"{profile.memory / 2**30:.0f} GiB; give shorter prompts or outputs, or a "
+                        "smaller model")
+    return units
 
 
 def kv_bytes(cfg: ModelConfig | LoopShape, policy: str, max_depth: int, rows: int, max_len: int,

@@ -93,6 +93,10 @@ class Request:
     output: list[int] = field(default_factory=list)
     depths: list[int] = field(default_factory=list)
     token_times: list[float] = field(default_factory=list)
+    # set at each admission: the tokens the prefill writes (the prompt; after a preemption the
+    # prompt and the output so far, recomputed) and the admission's order among all
+    prefix: list[int] = field(default_factory=list)
+    seq: int = -1
 
     def done(self) -> bool:
         return (len(self.output) >= self.max_new_tokens
@@ -150,6 +154,10 @@ class Scheduler:
         self.t0 = 0.0
         self.iterations = 0
         self.emitted = 0                    # tokens emitted so far (progress, side by side)
+        # paged KV (the simulator's memory): admission by free blocks, preemption when full
+        self.blocks = getattr(engine, "blocks", None)
+        self.preemptions = 0
+        self.admissions = 0
 
     def now(self) -> float:
         return self.clock.now() - self.t0
@@ -162,16 +170,58 @@ class Scheduler:
         self.emitted += 1
         if req.done():
             req.status = Status.FINISHED
-            del self.active[req.row]
-            self.rows_free.append(req.row)
+            self._vacate(req)
             if self.held:   # a client is free: it sends its next request now (or at its time)
                 nxt = self.held.popleft()
                 nxt.arrival = max(nxt.arrival, self.now())
                 self.waiting.append(nxt)
 
+    def _vacate(self, req: Request) -> None:
+        """A finished or preempted request leaves its row and its KV blocks."""
+        del self.active[req.row]
+        self.rows_free.append(req.row)
+        if self.blocks:
+            self.blocks.release(req.id)
+
+    def _fits(self, req: Request) -> bool:
+        """Whether ``req``'s KV blocks are free to admit it (always, without paged KV); takes them."""
+        if not self.blocks:
+            return True
+        n = len(req.prompt) + len(req.output)
+        if self.blocks.can_admit(n, alone=not self.active):
+            return self.blocks.take(req.id, n)
+        if not self.active:   # the whole pool is free, and it does not fit
+            raise UserError(f"request {req.id} needs {self.blocks.blocks(n)} KV blocks and the "
+                            f"pool holds {self.blocks.n_blocks}; give shorter prompts or outputs")
+        return False
+
+    def _reserve(self, rows: list[int]) -> list[int]:
+        """The rows of ``rows`` (about to start a token) whose token's KV position has its block:
+        each takes the block it needs, oldest admission first; where none is free the youngest
+        admission among ``rows`` is preempted (a token in a loop is never interrupted) and the
+        rest tried again. A preempted request frees its row and blocks and waits first in line;
+        readmitted, its prompt and its output so far are prefilled again (vLLM's recompute
+        preemption)."""
+        if not self.blocks:
+            return rows
+        order = deque(sorted(rows, key=lambda r: self.active[r].seq))
+        kept = []
+        while order:
+            q = self.active[order[0]]
+            if self.blocks.take(q.id, len(q.prompt) + len(q.output)):
+                kept.append(order.popleft())
+                continue
+            victim = self.active[order.pop()]
+            self._vacate(victim)
+            victim.status, victim.row = Status.WAITING, -1
+            self.waiting.appendleft(victim)
+            self.preemptions += 1
+        return [r for r in rows if r in kept]
+
     def _admit(self, busy: bool = False) -> list[int]:
-        """Admit arrived requests into free rows; their prompts are prefilled together. The
-        rows of admitted requests that still have tokens to generate."""
+        """Admit arrived requests into free rows (with paged KV, while the head of the line's
+        blocks are free); their prefixes are prefilled together. The rows of admitted requests
+        that still have tokens to generate."""
         if busy:
             now = self.now()
             arrived = sum(1 for q in itertools.islice(self.waiting, self.admit_min)
@@ -179,18 +229,21 @@ class Scheduler:
             if not arrived or len(self.rows_free) < min(self.admit_min, arrived):
                 return []
         new = []
-        while self.waiting and self.rows_free and self.waiting[0].arrival <= self.now():
+        while (self.waiting and self.rows_free and self.waiting[0].arrival <= self.now()
+               and self._fits(self.waiting[0])):
             req = self.waiting.popleft()
             req.row, req.status = self.rows_free.pop(), Status.RUNNING
+            req.prefix, req.seq = req.prompt + req.output, self.admissions
+            self.admissions += 1
             self.active[req.row] = req
             new.append(req)
         if not new:
             return []
         if self.chunk:   # the prompts go through core launches (``_prompt_chunks``)
-            self.engine.admit([q.row for q in new], [len(q.prompt) for q in new])
+            self.engine.admit([q.row for q in new], [len(q.prefix) for q in new])
             self.prompt_q.extend([q, 0] for q in new)
             return []
-        first = self.engine.prefill([q.row for q in new], [q.prompt for q in new])
+        first = self.engine.prefill([q.row for q in new], [q.prefix for q in new])
         t = self.now()
         for req, tok in zip(new, first):
             self._emit(req, tok, self.engine.max_depth, t)
@@ -216,21 +269,21 @@ class Scheduler:
         items, tokens, rows, positions = [], [], [], []
         while self.prompt_q and self.slots_free:
             q, p = self.prompt_q[0]
-            n = min(len(q.prompt) - p, len(self.slots_free))
-            if n < len(q.prompt) - p and not self.split_prompts:
+            n = min(len(q.prefix) - p, len(self.slots_free))
+            if n < len(q.prefix) - p and not self.split_prompts:
                 if len(self.slots_free) < self.chunk:
                     break   # wait until the prompts in flight leave room for this one whole
-                raise UserError(f"a prompt of {len(q.prompt)} tokens exceeds --prefill-chunk "
+                raise UserError(f"a prompt of {len(q.prefix)} tokens exceeds --prefill-chunk "
                                 f"{self.chunk}, and this KV layout does not split prompts "
                                 "(only depth_indexed, last_exited and skip_exited do); raise the chunk")
             for j in range(p, p + n):
                 slot = self.slots_free.pop()
                 self.prompt_of[slot] = (q, j)
                 items.append(slot)
-                tokens.append(q.prompt[j])
+                tokens.append(q.prefix[j])
                 rows.append(q.row)
                 positions.append(j)
-            if p + n == len(q.prompt):
+            if p + n == len(q.prefix):
                 self.prompt_q.popleft()
             else:
                 self.prompt_q[0][1] = p + n
@@ -265,7 +318,7 @@ class Scheduler:
                 continue
             q, j = self.prompt_of.pop(item)
             self.slots_free.append(item)
-            if j == len(q.prompt) - 1:
+            if j == len(q.prefix) - 1:
                 self._emit(q, tok, self.engine.max_depth, t)
                 if q.status == Status.RUNNING:
                     going.append(q.row)
@@ -298,7 +351,9 @@ class Scheduler:
                 self._idle_until_next_arrival()
                 yield
                 continue
-            rows = sorted(self.active)
+            rows = self._reserve(sorted(self.active))
+            if not rows:   # every row preempted: admission decides again
+                continue
             self._start(rows)
             running, exited = rows, []
             while running:
@@ -320,6 +375,7 @@ class Scheduler:
         while self.waiting or self.active:
             ready += self._admit(busy=bool(inflight or coda or prompt))
             chunk = self._prompt_chunks() if self.chunk else ((), ())
+            ready = self._reserve(ready)
             if ready or chunk[0]:
                 self._start(ready, chunk)
                 inflight += ready

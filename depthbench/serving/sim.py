@@ -39,12 +39,14 @@ from pathlib import Path
 from depthbench.config import MODES, LoopShape, ModelConfig, SimConfig, copies_on_exit
 from depthbench.errors import UserError
 from depthbench.exits import ExitCriterion, replay_file
+from depthbench.serving.blocks import BlockPool
 from depthbench.serving.bound import withheld_reason, withhold
 from depthbench.serving.executor import Clock, HostState
 from depthbench.serving.profile import (
     Profile,
     ProfileCosts,
     calibrate,
+    kv_blocks_that_fit,
     kv_bytes,
     kv_rows_that_fit,
     load_profile,
@@ -69,14 +71,22 @@ class SimEngine(HostState):
 
     def __init__(self, cfg: ModelConfig | LoopShape, criterion: ExitCriterion, kv_policy: str, n_rows: int,
                  max_len: int, profile: Profile, record: bool = False, clock: Clock | None = None,
-                 n_prompt_slots: int = 0):
+                 n_prompt_slots: int = 0, blocks: BlockPool | None = None):
         if not criterion.known_in_advance:
             raise UserError(f"serve-sim needs exit depths known in advance, not {criterion.kind}")
         super().__init__(criterion, n_rows, record, clock or VirtualClock(), n_prompt_slots)
         self.cfg, self.kv_policy, self.profile = cfg, kv_policy, profile
         self.device_type = profile.device_type
-        self.kv_nbytes = kv_bytes(cfg, kv_policy, self.max_depth, n_rows, max_len,
-                                  profile.bytes_per_value)
+        self.blocks = blocks
+        # KV memory: paged, the most blocks held at once; else every row at its whole length
+        self._kv_unit = (kv_bytes(cfg, kv_policy, self.max_depth, 1, blocks.block_size,
+                                  profile.bytes_per_value) if blocks else
+                         kv_bytes(cfg, kv_policy, self.max_depth, n_rows, max_len,
+                                  profile.bytes_per_value))
+
+    @property
+    def kv_nbytes(self) -> int:
+        return self._kv_unit * (self.blocks.peak if self.blocks else 1)
 
     def _launch(self, stage, rows, tokens, L, syncs=0, emitted=0, copies=0, read=None,
                 prompt_tokens=0) -> None:
@@ -150,14 +160,22 @@ def simulate(cfg: SimConfig, profile: Profile, mcfg: ModelConfig | None = None) 
     crit.check_covers([q.id for q in reqs])
     max_len = max(len(q.prompt) + q.max_new_tokens for q in reqs) + 1
 
-    # the resident requests whose KV fits beside the weights: every mode admits at most that
-    # many (its pool is the engine's rows), whatever its knobs ask
-    fit = kv_rows_that_fit(mcfg, profile, cfg.kv_policy, cfg.max_depth, max_len)
+    # the KV that fits beside the weights: paged (``kv_block``), the blocks every mode admits
+    # and preempts by; else the resident requests, each reserved at its whole length, that
+    # every mode admits at most (its pool is the engine's rows), whatever its knobs ask
+    if cfg.kv_block:
+        fit, n_blocks = None, kv_blocks_that_fit(mcfg, profile, cfg.kv_policy, cfg.max_depth,
+                                                 cfg.kv_block, max_len)
+    else:
+        fit = kv_rows_that_fit(mcfg, profile, cfg.kv_policy, cfg.max_depth, max_len)
+        n_blocks = None
 
     def engines(mode, c):
         rows = engine_rows(mode, c) if fit is None else min(engine_rows(mode, c), fit)
-        return lambda clock=None: SimEngine(mcfg, crit, c.kv_policy, rows, max_len, profile,
-                                            clock=clock, n_prompt_slots=prompt_slots(mode, c))
+        return lambda clock=None: SimEngine(
+            mcfg, crit, c.kv_policy, rows, max_len, profile, clock=clock,
+            n_prompt_slots=prompt_slots(mode, c),
+            blocks=BlockPool(n_blocks, cfg.kv_block) if n_blocks else None)
 
     sim = cfg.replace(warmup_requests=0)   # a virtual clock has nothing to warm up
     costs = ProfileCosts(mcfg, profile, cfg.max_depth, float(cfg.prompt_len))
@@ -260,6 +278,12 @@ def sweep_points(cfg: SimConfig, profile: Profile, shape, log=None) -> tuple[lis
         log(f"KV: {fit} resident requests fit in {profile.memory_util:g} of {profile.name}'s "
             f"memory beside the weights (each reserved at its whole length); every mode admits "
             "at most that many")
+    preempted = {r["mode"]: r["preemptions"] for r in results if r.get("preemptions")}
+    if log and preempted:
+        blocks = next(r["kv_blocks"] for r in results if r.get("kv_blocks"))
+        log(f"KV: {blocks} blocks of {cfg.kv_block} positions fit in {profile.memory_util:g} of "
+            f"{profile.name}'s memory beside the weights; preemptions (recomputed): "
+            + ", ".join(f"{m} {n}" for m, n in preempted.items()))
     return rows, results
 
 
