@@ -28,7 +28,7 @@ from depthbench.data.generate import generate
 from depthbench.data.synthetic import Dataset
 from depthbench.data_gen import resolve_config
 from depthbench.evaluate.metrics import EvalSums
-from depthbench.evaluate.sweep import _batches, sweep, sweep_per_depth
+from depthbench.evaluate.sweep import eval_batches, sweep, sweep_per_depth
 from depthbench.models.looped import LoopedTransformer
 
 BATCHES = (32, 64, 128, 256)
@@ -60,7 +60,7 @@ def _best(fn, reps: int = 5) -> float:
 @torch.no_grad()
 def loop_and_readout(model, ds: Dataset, split: str, batch_size: int) -> tuple[float, float]:
     """Seconds of one loop and of one readout (head and metrics) on one batch."""
-    x, y, facts = next(_batches(ds, split, batch_size, None, None))
+    x, y, facts = next(eval_batches(ds, split, batch_size, None, None))
     pos = model.positions(x.shape[1], x.device)
     e = model.embed_prelude(x, pos, None, None)
     s = model.initial_state(e, pos)

@@ -21,7 +21,7 @@ from bench_rows import Parser
 def variants(ds) -> dict:
     """Rules written apart from ``data.cloze``'s scores: a check that the construction did not
     only balance its own definitions."""
-    from depthbench.evaluate.text import _rule_accuracy, cloze_items, training_documents
+    from depthbench.evaluate.text import cloze_items, rule_accuracy, training_documents
     items = cloze_items(ds)
     docs = list(training_documents(ds))
     df, wc = Counter(), Counter()
@@ -43,7 +43,7 @@ def variants(ds) -> dict:
     rules = {"raw_overlap": raw_overlap, "raw_idf_overlap": raw_idf, "rarest_word": rarest,
              "commonest_word": lambda it, c: max(wc[w] / total for w in c.split()),
              "longest": lambda it, c: len(c), "shortest": lambda it, c: -len(c)}
-    return {k: _rule_accuracy(items, f) for k, f in rules.items()}
+    return {k: rule_accuracy(items, f) for k, f in rules.items()}
 
 
 def main(argv=None) -> int:

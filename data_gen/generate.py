@@ -175,11 +175,11 @@ def balanced_values(cfg: GenConfig, lo: int, hi: int) -> np.ndarray:
     return out
 
 
-# bits of a packed sort key that hold the attribute's index (``_random_orders``)
+# bits of a packed sort key that hold the attribute's index (``random_orders``)
 _INDEX_BITS = 10
 
 
-def _random_orders(rng: np.random.Generator, shape: tuple[int, ...], A: int,
+def random_orders(rng: np.random.Generator, shape: tuple[int, ...], A: int,
                    first: np.ndarray | None = None) -> np.ndarray:
     """``np.argsort(rng.random(shape + (A,)), axis=-1, kind="stable")``, with ``first`` (of
     ``shape``) moved to the front of each order when given: the same draws in about 0.6 of the
@@ -202,7 +202,7 @@ def _random_orders(rng: np.random.Generator, shape: tuple[int, ...], A: int,
 
 def _order_with_first(rng: np.random.Generator, first: np.ndarray, A: int) -> np.ndarray:
     """Uniform random orders of A attributes whose first element is ``first`` (any shape)."""
-    return _random_orders(rng, first.shape, A, first)
+    return random_orders(rng, first.shape, A, first)
 
 
 def _perm_hash(orders: np.ndarray) -> np.ndarray:
@@ -215,7 +215,7 @@ def _perm_hash(orders: np.ndarray) -> np.ndarray:
 def _held_out_split(rng: np.random.Generator, n: int, A: int) -> np.ndarray:
     """(n, A): a uniform random permutation of the attributes per person; the first h are its
     held-out attributes, the rest start its training orders in turn."""
-    return _random_orders(rng, (n,), A)
+    return random_orders(rng, (n,), A)
 
 
 def _training_orders(rng: np.random.Generator, perm: np.ndarray, h: int, r: int) -> np.ndarray:

@@ -96,8 +96,8 @@ def check_text_dataset(model, ds, spec: str) -> None:
         raise ModelSpecError(f"{path} has no tokenizer.json; a ported model is evaluated on text "
                              "tokenized its own way: put the checkpoint's tokenizer.json in the "
                              "folder")
-    from depthbench.data.text import _load_tokenizer, tokenizer_model
-    tok, ds_tok = _load_tokenizer(tok_file), ds.tokenizer()
+    from depthbench.data.text import load_tokenizer, tokenizer_model
+    tok, ds_tok = load_tokenizer(tok_file), ds.tokenizer()
     mine, theirs = tok.get_vocab(), ds_tok.get_vocab()
     differ = [t for t, i in mine.items() if theirs.get(t) != i]
     if not differ and tokenizer_model(tok) != tokenizer_model(ds_tok):

@@ -16,8 +16,8 @@ from click.testing import CliRunner
 from depthbench.cli.main import main
 from depthbench.errors import UserError
 from depthbench.report import load_rows
-from depthbench.report.compare import _nll_comparisons
-from depthbench.report.load import _fmt
+from depthbench.report.compare import nll_comparisons
+from depthbench.report.load import fmt_value
 from depthbench.stats import t_interval
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -49,8 +49,8 @@ def _rows(tmp: Path, src: Path, edit=None, kinds=("eval",)) -> Path:
 # ---- class 7: reports draw only what their rows support ---------------------------------------
 
 def test_one_seed_is_never_tabled_as_a_spread():
-    assert _fmt(3.1, float("nan")) == "3.100 (one seed)"
-    assert _fmt(3.1, 0.02) == "3.100 ± 0.020"
+    assert fmt_value(3.1, float("nan")) == "3.100 (one seed)"
+    assert fmt_value(3.1, 0.02) == "3.100 ± 0.020"
 
 
 def test_identical_readings_give_no_interval_and_no_verdict():
@@ -60,7 +60,7 @@ def test_identical_readings_give_no_interval_and_no_verdict():
     ev = ev[ev["split"] == "validation"]
     ref = ev[(ev["schedule"] == "uniform:1-16") & ev["matched_to"].isna()]
     copy = ref.assign(schedule="fixed:4", nll=ref["nll"] * 1.01, run=ref["run"] + "-copy")
-    c = _nll_comparisons(pd.concat([ref, copy]), "uniform:1-16", "nll")
+    c = nll_comparisons(pd.concat([ref, copy]), "uniform:1-16", "nll")
     assert c["verdict"].iloc[0].startswith("not resolved (8 seeds, every one the same value")
 
 

@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 from depthbench.report import labelled, load_rows
-from depthbench.report.load import _final, group_col
+from depthbench.report.load import final_rows, group_col
 
 ROOT = Path(__file__).resolve().parents[1]
 REPORTS = sorted(p.name for p in (ROOT / "reports").iterdir() if (p / "rows").is_dir())
@@ -24,7 +24,7 @@ UNIFORM, MATCHED = "uniform:1-16", "uniform:1-16~fixed-first:0.67:4:1-16"
 
 
 def final_eval(name: str) -> pd.DataFrame:
-    return _final(labelled(load_rows([ROOT / "reports" / name / "rows"]))["eval"])
+    return final_rows(labelled(load_rows([ROOT / "reports" / name / "rows"]))["eval"])
 
 
 @pytest.mark.parametrize("name", SYNTHETIC)

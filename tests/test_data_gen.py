@@ -243,14 +243,14 @@ def test_packed_order_draws_are_the_stable_argsort_of_the_same_doubles(shape, A,
     """The generator's order draws against the plain definition: a stable argsort of
     ``rng.random`` keys, the forced first attribute's key set to -1; the generator is left in
     the same state."""
-    from depthbench.data_gen.generate import _random_orders
+    from depthbench.data_gen.generate import random_orders
     first = np.random.default_rng(1).integers(0, A, shape) if forced else None
     plain_rng, packed_rng = np.random.default_rng(11), np.random.default_rng(11)
     keys = plain_rng.random(shape + (A,))
     if forced:
         np.put_along_axis(keys, first[..., None], -1.0, axis=-1)
     want = np.argsort(keys, axis=-1, kind="stable")
-    got = _random_orders(packed_rng, shape, A, first)
+    got = random_orders(packed_rng, shape, A, first)
     assert got.shape == want.shape and (got == want).all()
     assert plain_rng.random(3).tolist() == packed_rng.random(3).tolist()
 

@@ -724,7 +724,7 @@ def test_plateaus_read_the_change_in_mean_serving_nll_between_lengths(tmp_path):
     gets its verdict from the 95% interval against ±1%: a schedule whose NLL falls 10% at 2x is
     still improving, one whose NLL moves 0.2% is on a plateau, one that moves ±5% by seed is not
     resolved; the change equals the naive per-seed ratio."""
-    from depthbench.report.compare import _plateaus
+    from depthbench.report.compare import plateaus_of
     d = _hand_made_rows(tmp_path)
     ev = [json.loads(x) for x in (d / "eval.jsonl").read_text().splitlines()]
     factor = {"fixed:4": lambda seed: 0.9 - 0.01 * seed, "uniform:1-16": lambda seed: 1.002 - 0.001 * seed,
@@ -738,7 +738,7 @@ def test_plateaus_read_the_change_in_mean_serving_nll_between_lengths(tmp_path):
     (d / "eval.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     df = pd.DataFrame(rows)
     re = df[df["split"] == "eval_reordered"]
-    p = _plateaus(re).set_index("schedule")
+    p = plateaus_of(re).set_index("schedule")
     per = re.groupby(["schedule", "length", "seed"])["value_nll"].mean()   # the asked value's
     for s in factor:
         naive = np.mean([per[s, 2, seed] / per[s, 1, seed] - 1 for seed in (0, 1)])
@@ -750,7 +750,7 @@ def test_plateaus_read_the_change_in_mean_serving_nll_between_lengths(tmp_path):
     md = (tmp_path / "rep" / "README.md").read_text()
     assert "Plateaus" in md and "`fixed:4` from 1x the spec's steps to 2x" in md
     # rows of one length: no plateau table
-    assert _plateaus(re[re["length"] == 1]).empty
+    assert plateaus_of(re[re["length"] == 1]).empty
 
 
 @pytest.mark.parametrize("name,cut", [("eval.jsonl", "mid-row"), ("eval.csv", "mid-row"),
@@ -839,11 +839,11 @@ def test_run_writes_its_report_under_its_own_directory(tmp_path, monkeypatch):
 def test_the_serving_chart_legend_covers_no_bar(tmp_path):
     # drawn from the quick start's committed serve rows; every bar's box and the legend's box
     # in display coordinates, after the layout the saved figure has
-    from depthbench.report.figures import _Figures
-    from depthbench.report.sections import _serve_section
+    from depthbench.report.figures import FigureSet
+    from depthbench.report.sections import serve_section
     overlaps = []
 
-    class Checked(_Figures):
+    class Checked(FigureSet):
         def save(self, fig, name, caption):
             fig.tight_layout()
             fig.canvas.draw()
@@ -855,7 +855,7 @@ def test_the_serving_chart_legend_covers_no_bar(tmp_path):
             super().save(fig, name, caption)
 
     sv = pd.read_csv(ROOT / "reports" / "quickstart" / "rows" / "serve.csv")
-    _serve_section(Checked(tmp_path), sv)
+    serve_section(Checked(tmp_path), sv)
     assert (tmp_path / "serving_speedup.png").is_file() and not overlaps
 
 

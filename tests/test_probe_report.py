@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from depthbench.report.figures import _Figures
+from depthbench.report.figures import FigureSet
 from depthbench.report.probe import per_seed, probe_metric, probe_section
 
 
@@ -28,7 +28,7 @@ def _rows(with_value: bool = True) -> pd.DataFrame:
 
 def test_the_probe_table_is_a_t_interval_over_seeds_of_the_depth_means(tmp_path):
     pr = _rows()
-    (title, table), notes = probe_section(_Figures(tmp_path), pr)
+    (title, table), notes = probe_section(FigureSet(tmp_path), pr)
     assert (tmp_path / "update_probe.png").stat().st_size > 0
     assert title.startswith("Update-benefit probe") and "asked value" in title
     for k, row in zip((0, 16), table.itertuples(index=False)):
@@ -50,5 +50,5 @@ def test_rows_without_the_asked_value_read_the_whole_nll(tmp_path):
     assert probe_metric(_rows()) == ("value_nll_diff", "NLL of the asked value")
     seeds = per_seed(pr, "nll_diff")
     assert len(seeds) == 6 and seeds["nll_diff"].iloc[0] == pytest.approx(2 * (0.01 + 0.013 / 3))
-    (title, table), _ = probe_section(_Figures(tmp_path), pr)
+    (title, table), _ = probe_section(FigureSet(tmp_path), pr)
     assert "asked value" not in title and "benefit on the whole row's NLL" not in table.columns

@@ -55,7 +55,7 @@ def _most_in_flight(reqs) -> int:
 @pytest.mark.parametrize("cap", [3, 8])
 def test_a_closed_loop_never_holds_more_requests_than_its_clients(cap):
     from depthbench.exits import parse_exit
-    from depthbench.serving.compare import _scheduler, engine_rows, prompt_slots, resolve_knobs
+    from depthbench.serving.compare import engine_rows, make_scheduler, prompt_slots, resolve_knobs
     from depthbench.serving.sim import SimEngine, sim_model
     cfg = resolve_knobs(SimConfig(random="ouro-like", exit="trace:2", max_depth=4, width=16,
                                   requests=40, max_new_tokens=6, length_spread=0.5,
@@ -66,7 +66,7 @@ def test_a_closed_loop_never_holds_more_requests_than_its_clients(cap):
         reqs = random_workload(shape.vocab_size, 40, 8, 6, 0, 0.5)
         eng = SimEngine(shape, parse_exit("trace:2", 1, 4), "depth_indexed", engine_rows(mode, cfg),
                         64, load_profile("h100"), n_prompt_slots=prompt_slots(mode, cfg))
-        done = _scheduler(eng, mode, cfg).run([q.fresh() for q in reqs])
+        done = make_scheduler(eng, mode, cfg).run([q.fresh() for q in reqs])
         assert all(len(q.output) == q.max_new_tokens for q in done)
         assert _most_in_flight(done) <= cap, mode
         # the first `cap` are sent at once; every later one when an earlier one finished

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from depthbench.report import labelled, load_rows
-from depthbench.report.load import _final
+from depthbench.report.load import final_rows
 from depthbench.report.spread import spread_table, spread_words
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -88,7 +88,7 @@ def _by_hand(fin: pd.DataFrame, schedule: str, budget: float) -> dict:
 
 
 def test_the_committed_budgets_grid_reads_as_by_hand():
-    fin = _final(labelled(load_rows([ROOT / "reports" / "budgets-lr3e-3" / "rows"]))["eval"])
+    fin = final_rows(labelled(load_rows([ROOT / "reports" / "budgets-lr3e-3" / "rows"]))["eval"])
     t = spread_table(fin)
     assert len(t) == 9
     for _, r in t.iterrows():

@@ -118,19 +118,19 @@ def test_an_exact_match_verdict_says_when_holm_s_family_outgrows_its_seeds():
     says why (one on every seed's side with a clear interval still reads undecided)."""
     import pandas as pd
 
-    from depthbench.report.compare import _comparisons, _verdict
+    from depthbench.report.compare import comparisons_of, verdict_of
     rows = [{"schedule": s, "seed": seed, "depth": d, "exact_match": base + 0.1 * i + 0.01 * seed}
             for i, s in enumerate(["uniform:1-16", "a", "b", "c"]) for seed in range(8)
             for d, base in ((1, 0.2), (2, 0.4))]
     one = pd.DataFrame(rows)
     three = pd.concat([one.assign(length=k) for k in (1, 2, 4)])   # the arms at three lengths
     for m, re in ((3, one), (9, three)):
-        c = _comparisons(re, "uniform:1-16")
+        c = comparisons_of(re, "uniform:1-16")
         prim = c[c["summary"] == "primary"]
         assert len(prim) == m and (prim["family"] == m).all()
         assert prim["p"].tolist() == pytest.approx([2 / 256] * m)
         assert prim["p_holm"].tolist() == pytest.approx([min(1, m * 2 / 256)] * m)
-        verdicts = {_verdict(r) for _, r in prim.iterrows()}
+        verdicts = {verdict_of(r) for _, r in prim.iterrows()}
         assert verdicts == ({"higher"} if m == 3 else
                             {"undecided (9 comparisons on 8 seeds: the smallest possible "
                              "Holm-corrected p is 0.0703)"})
@@ -152,24 +152,24 @@ def _nll_rows(ratios: dict[str, list[float]], ref_nll: list[float], depths=(1, 2
 
 
 def test_nll_verdicts_follow_the_interval_against_the_band():
-    from depthbench.report.compare import NLL_BAND, _nll_verdict
+    from depthbench.report.compare import NLL_BAND, nll_verdict
     assert NLL_BAND == 0.005
-    assert _nll_verdict(-0.004, 0.004, 8) == "within ±0.5%"
-    assert _nll_verdict(0.006, 0.02, 8) == "outside ±0.5% (higher NLL)"
-    assert _nll_verdict(-0.02, -0.0051, 8) == "outside ±0.5% (lower NLL)"
-    assert _nll_verdict(-0.004, 0.006, 8).startswith("not resolved at this precision (95% interval ±0.5%")
-    assert _nll_verdict(0.0, float("nan"), 1) == "not resolved (one seed)"
+    assert nll_verdict(-0.004, 0.004, 8) == "within ±0.5%"
+    assert nll_verdict(0.006, 0.02, 8) == "outside ±0.5% (higher NLL)"
+    assert nll_verdict(-0.02, -0.0051, 8) == "outside ±0.5% (lower NLL)"
+    assert nll_verdict(-0.004, 0.006, 8).startswith("not resolved at this precision (95% interval ±0.5%")
+    assert nll_verdict(0.0, float("nan"), 1) == "not resolved (one seed)"
 
 
 def test_nll_comparison_against_a_by_hand_oracle():
     from scipy import stats as st
 
-    from depthbench.report.compare import NLL_BAND, _nll_comparisons
+    from depthbench.report.compare import NLL_BAND, nll_comparisons
     rng = np.random.default_rng(0)
     ref = list(1.5 + 0.2 * rng.random(8))
     tight = list(1 + 0.001 * rng.standard_normal(8))           # inside the band
     wide = list(1 + 0.03 * rng.standard_normal(8))             # straddles it
-    c = _nll_comparisons(_nll_rows({"a": tight, "b": wide}, ref), None).set_index("schedule")
+    c = nll_comparisons(_nll_rows({"a": tight, "b": wide}, ref), None).set_index("schedule")
     for s, r in (("a", tight), ("b", wide)):
         d = np.array(r) - 1                                      # per-seed relative difference
         half = st.t.ppf(0.975, 7) * d.std(ddof=1) / np.sqrt(8)
@@ -186,8 +186,8 @@ def test_nll_comparison_against_a_by_hand_oracle():
 
 
 def test_nll_verdict_that_rests_on_one_seed_says_so():
-    from depthbench.report.compare import _nll_comparisons
+    from depthbench.report.compare import nll_comparisons
     ratios = [1.02, 1.021, 1.019, 1.02, 1.022, 1.018, 1.02, 0.90]   # outside the band but for seed 7
-    c = _nll_comparisons(_nll_rows({"x": ratios}, [1.6] * 8), None).iloc[0]
+    c = nll_comparisons(_nll_rows({"x": ratios}, [1.6] * 8), None).iloc[0]
     assert c["verdict"].startswith("not resolved")
     assert not c["loo_holds"]                    # without seed 7: outside (higher NLL)

@@ -691,7 +691,7 @@ def test_the_cloze_floors_read_chance_and_a_rule_that_can_tell_reads_above(tmp_p
     counted from scores recomputed here (a naive unigram count over the training split), so
     each reads chance within a few items. The scorer itself is checked on items a word rule can
     solve (it reads 1.0) and a tie counts 1/k (a naive expectation over random tie-breaks)."""
-    from depthbench.evaluate.text import _rule_accuracy, cloze_items, cloze_rules
+    from depthbench.evaluate.text import cloze_items, cloze_rules, rule_accuracy
     d, _ = corpus(tmp_path)
     prepare_text([str(d)], tmp_path / "ds", vocab_size=300, val_fraction=0.3, seq_len=16)
     ds = TextDataset(tmp_path / "ds")
@@ -717,11 +717,11 @@ def test_the_cloze_floors_read_chance_and_a_rule_that_can_tell_reads_above(tmp_p
     def overlap(it, c):
         return len(set(c.split()) & set(it["context"].split()))
     easy = [{"context": "red fox", "choices": [" blue cat", " red fox", " green owl"], "label": 1}]
-    assert _rule_accuracy(easy, overlap) == 1.0
+    assert rule_accuracy(easy, overlap) == 1.0
     tied = [{"context": "x", "choices": [" a", " b", " c", " d"], "label": 2}]
     rng = np.random.default_rng(0)
     naive = np.mean([rng.integers(4) == 2 for _ in range(20000)])
-    assert _rule_accuracy(tied, overlap) == 0.25 and abs(naive - 0.25) < 0.02
+    assert rule_accuracy(tied, overlap) == 0.25 and abs(naive - 0.25) < 0.02
 
 
 @pytest.mark.slow
@@ -733,7 +733,7 @@ def test_the_word_rules_score_as_counted_by_hand(tmp_path):
     import math
 
     from depthbench.data.cloze import Counts, needed, overlap
-    from depthbench.evaluate.text import _rule_accuracy, cloze_items, cloze_rules
+    from depthbench.evaluate.text import cloze_items, cloze_rules, rule_accuracy
     docs = ["a b c d", "a b c d", "d c", "The end."]
     counts = Counts(docs)
     it = {"context": "x a the", "choices": [" b c d", " c b d", " d b c", " b d c"], "label": 0}
@@ -741,9 +741,9 @@ def test_the_word_rules_score_as_counted_by_hand(tmp_path):
     by_hand = math.log(1 / (0 + v)) + math.log(3 / (2 + v)) + math.log(3 / (3 + v))
     assert counts.bigram(it, " b c d") == pytest.approx(by_hand)
     it["context"] = "x a"
-    assert _rule_accuracy([it], counts.bigram) == 1.0
+    assert rule_accuracy([it], counts.bigram) == 1.0
     unseen = {"context": "q", "choices": [" x y", " y x", " x x", " y y"], "label": 1}
-    assert _rule_accuracy([unseen], counts.bigram) == 0.25
+    assert rule_accuracy([unseen], counts.bigram) == 0.25
     assert counts.word_unigram(it, " b c") == pytest.approx(   # 12 words; b twice, c 3 times
         math.log(3 / (12 + v)) + math.log(4 / (12 + v)))
     # "The" and "end." normalize to words of the context "the end": shared, IDF log(5/2)
@@ -759,8 +759,8 @@ def test_the_word_rules_score_as_counted_by_hand(tmp_path):
     ds = TextDataset(tmp_path / "ds")
     items = cloze_items(ds)
     full = Counts(_split_docs(ds)["train"])
-    assert cloze_rules(ds)["cloze_bigram_rule"] == _rule_accuracy(items, full.bigram)
-    assert cloze_rules(ds)["cloze_tfidf_rule"] == _rule_accuracy(items, full.tfidf_cosine)
+    assert cloze_rules(ds)["cloze_bigram_rule"] == rule_accuracy(items, full.bigram)
+    assert cloze_rules(ds)["cloze_tfidf_rule"] == rule_accuracy(items, full.tfidf_cosine)
     assert Counts(_split_docs(ds)["train"], needed(items)).bigram(items[0], items[0]["choices"][1]) \
         == full.bigram(items[0], items[0]["choices"][1])
 
@@ -818,7 +818,7 @@ def test_the_trigram_references_equal_a_naive_count_and_tell_a_trained_continuat
     from collections import Counter
 
     from depthbench.data.cloze import TRIGRAM_MIX, Counts, needed, needed_trigrams
-    from depthbench.evaluate.text import _rule_accuracy
+    from depthbench.evaluate.text import rule_accuracy
     rng = np.random.default_rng(0)
     docs = [" ".join(rng.choice(WORDS, size=40)) for _ in range(60)]
     items = []
@@ -846,8 +846,8 @@ def test_the_trigram_references_equal_a_naive_count_and_tell_a_trained_continuat
             want = math.log(TRIGRAM_MIX[0] * p3 + TRIGRAM_MIX[1] * p2 + TRIGRAM_MIX[2] * p1) \
                 - math.log(p1)
             assert c.trigram_pmi(it, ch) == pytest.approx(want, abs=1e-8)
-    assert _rule_accuracy(items, c.trigram) > 0.7
-    assert _rule_accuracy(items, c.trigram_pmi) > 0.7
+    assert rule_accuracy(items, c.trigram) > 0.7
+    assert rule_accuracy(items, c.trigram_pmi) > 0.7
 
 
 class _Bar:

@@ -29,8 +29,8 @@ from depthbench.data.text import (
     FORMAT_VERSION,
     SPLITS,
     TextDataError,
-    _dtype,
-    _load_tokenizer,
+    dtype_for_vocab,
+    load_tokenizer,
 )
 from depthbench.data_gen.format import dataset_hash, sha256_file
 
@@ -386,11 +386,11 @@ def _prepare_text(inputs, files, out: Path, vocab_size, tokenizer, val_fraction,
                              or out.resolve() in Path(f).resolve().parents):
             raise TextDataError(f"--out {out} holds the corpus file {f}; write elsewhere")
     copies = NearCopies()   # found by the first pass, reused by the others
-    tok = (_load_tokenizer(tokenizer) if tokenizer
+    tok = (load_tokenizer(tokenizer) if tokenizer
            else _train_tokenizer(inputs, vocab_size, copies))
     vocab = tok.get_vocab_size()
     eot = tok.token_to_id(EOT)
-    dtype = _dtype(vocab)
+    dtype = dtype_for_vocab(vocab)
     with replaced_dir(out, "text-dataset") as tmp:
         tok.save(str(tmp / "tokenizer.json"))
         counts, held_out = _write_splits(tok, inputs, tmp, val_fraction, seed, dtype, eot,

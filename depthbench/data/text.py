@@ -53,7 +53,7 @@ class TextDataError(UserError):
     """A corpus or text dataset that cannot be used (missing, binary, empty, corrupt)."""
 
 
-def _load_tokenizer(path: str | Path):
+def load_tokenizer(path: str | Path):
     from tokenizers import Tokenizer
     try:
         tok = Tokenizer.from_file(str(path))
@@ -80,7 +80,7 @@ def tokenizer_model(tok) -> str:
                       sort_keys=True)
 
 
-def _dtype(vocab: int) -> np.dtype:
+def dtype_for_vocab(vocab: int) -> np.dtype:
     return np.dtype(np.uint16) if vocab <= 2 ** 16 else np.dtype(np.uint32)
 
 
@@ -134,9 +134,9 @@ def _check_manifest(m: dict, mpath: Path) -> None:
         bad(f"vocab_size {vocab!r} is not an integer between 2 and 1048576")
     if not _is_int(m.get("eot_id"), 0, vocab - 1):
         bad(f"eot_id {m.get('eot_id')!r} is not a token id below vocab_size {vocab}")
-    if m.get("dtype") != _dtype(vocab).name:
+    if m.get("dtype") != dtype_for_vocab(vocab).name:
         bad(f"dtype {m.get('dtype')!r} is not the token dtype of a {vocab}-token vocabulary "
-            f"({_dtype(vocab).name})")
+            f"({dtype_for_vocab(vocab).name})")
     if not _is_int(m.get("seq_len"), 8, 65536):
         bad(f"seq_len {m.get('seq_len')!r} is not an integer between 8 and 65536")
     for name, rec in m["files"].items():
@@ -203,7 +203,7 @@ class TextDataset:
         self.bytes = {s: int(m["splits"][s]["bytes"]) for s in SPLITS}
 
     def tokenizer(self):
-        return _load_tokenizer(self.path / "tokenizer.json")
+        return load_tokenizer(self.path / "tokenizer.json")
 
     def lm_vocab(self) -> TextLMVocab:
         return TextLMVocab(self.tokenizer(), self.vocab.eos)

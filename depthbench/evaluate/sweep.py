@@ -25,7 +25,7 @@ from depthbench.rows import items_base, row_files, row_paths, tag_rows
 from depthbench.runtime import Runtime, shard_range
 
 
-def _batches(ds: Dataset, split: str, batch_size: int, rt: Runtime | None, max_rows: int | None):
+def eval_batches(ds: Dataset, split: str, batch_size: int, rt: Runtime | None, max_rows: int | None):
     s = ds.split(split)
     n = len(s) if not max_rows else min(len(s), max_rows)
     lo, hi = shard_range(n, rt.rank, rt.world) if rt else (0, n)
@@ -62,7 +62,7 @@ def sweep(model, ds: Dataset, split: str, depths: list[int], rt: Runtime | None 
     ac = rt.autocast() if rt else torch.autocast("cpu", enabled=False)
     n = len(ds.split(split)) if not max_rows else min(len(ds.split(split)), max_rows)
     with progress_bar(n, f"eval {split}", "rows") as bar:
-        for x, y, facts in _batches(ds, split, batch_size, rt, max_rows):
+        for x, y, facts in eval_batches(ds, split, batch_size, rt, max_rows):
             with ac:
                 for k, logits in model.readouts(x, depths):
                     sums[k].add(logits, y, facts)
@@ -77,7 +77,7 @@ def sweep_per_depth(model, ds: Dataset, split: str, depths: list[int], rt: Runti
     model.eval()
     sums = {k: EvalSums(ds.n_values, ds.rows_per_person, ds.tiers) for k in depths}
     ac = rt.autocast() if rt else torch.autocast("cpu", enabled=False)
-    for x, y, facts in _batches(ds, split, batch_size, rt, max_rows):
+    for x, y, facts in eval_batches(ds, split, batch_size, rt, max_rows):
         for k in depths:
             with ac:
                 sums[k].add(model(x, n_loops=k), y, facts)

@@ -80,7 +80,7 @@ def cloze_items(ds: TextDataset) -> list[dict]:
     return [json.loads(x) for x in (ds.path / "cloze.jsonl").read_text().splitlines() if x]
 
 
-def _rule_accuracy(items: list[dict], score) -> float:
+def rule_accuracy(items: list[dict], score) -> float:
     """The share of items a rule gets right, ``score(item, choice)`` higher being its pick; a
     tie among k choices that include the true one counts 1/k (a random tie-break's
     expectation), so a rule that cannot tell the choices apart reads chance exactly."""
@@ -107,7 +107,7 @@ NGRAM_RULES = ("cloze_trigram_rule", "cloze_trigram_pmi_rule")
 
 def cloze_rules(ds: TextDataset) -> dict:
     """The cloze's shortcut floors (STYLE #19), from the dataset alone (no model), each the
-    share of items it gets right (``_rule_accuracy``; ``data.cloze`` defines the scores):
+    share of items it gets right (``rule_accuracy``; ``data.cloze`` defines the scores):
     ``cloze_overlap_rule``      the choice sharing the most distinct words with the context
                                 (lowercased, punctuation stripped);
     ``cloze_unigram_rule``      the choice whose tokens are most frequent in the training split
@@ -132,7 +132,7 @@ def cloze_rules(ds: TextDataset) -> dict:
     unigram = unigram_score(lambda t: tok.encode(t).ids,
                             unigram_logp(ds.tokens["train"], ds.vocab.size))
     counts = Counts(training_documents(ds), needed(items), trigrams=needed_trigrams(items))
-    return dict(zip(RULES + NGRAM_RULES, (_rule_accuracy(items, f) for f in (
+    return dict(zip(RULES + NGRAM_RULES, (rule_accuracy(items, f) for f in (
         overlap, lambda it, c: unigram(c), counts.word_unigram, counts.bigram,
         counts.idf_overlap, counts.tfidf_cosine, counts.trigram, counts.trigram_pmi))))
 

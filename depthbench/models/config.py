@@ -79,7 +79,7 @@ def read_weights(d: Path) -> dict:
     return out
 
 
-def _few(names) -> str:
+def few_names(names) -> str:
     names = sorted(names)
     more = f" and {len(names) - 3} more" if len(names) > 3 else ""
     return ", ".join(names[:3]) + more
@@ -95,11 +95,11 @@ def load_strict(model, weights: dict, d: Path, optional=()) -> None:
     unexpected = set(weights) - set(want)
     if missing:
         raise ModelSpecError(f"{d}: the checkpoint lacks {len(missing)} tensor(s) the "
-                             f"{kind} model has: {_few(missing)}; is it a {kind} "
+                             f"{kind} model has: {few_names(missing)}; is it a {kind} "
                              "checkpoint of this config?")
     if unexpected:
         raise ModelSpecError(f"{d}: the checkpoint holds {len(unexpected)} tensor(s) the "
-                             f"{kind} model does not have: {_few(unexpected)}; its "
+                             f"{kind} model does not have: {few_names(unexpected)}; its "
                              "config.json does not describe these weights")
     check_finite(weights.items(), d)
     for k, t in weights.items():

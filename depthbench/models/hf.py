@@ -115,7 +115,7 @@ def load_hf(path: Path) -> HFLooped:
     """The wrapped model of a checkpoint folder, loaded by transformers (its own key mapping
     from the checkpoint's names) and refused unless every tensor matched: transformers' loading
     report must name no missing, unexpected or mismatched key."""
-    from depthbench.models.config import _few, read_weights
+    from depthbench.models.config import few_names, read_weights
     tf = _transformers()
     build_hf(path)   # model_type and config checked, one line where they are wrong
     read_weights(path)   # present and readable safetensors, or one line
@@ -130,7 +130,7 @@ def load_hf(path: Path) -> HFLooped:
                        ("has mis-shaped", info.get("mismatched_keys"))):
         keys = [k if isinstance(k, str) else k[0] for k in (keys or [])]
         if keys:
-            raise ModelSpecError(f"{path}: the checkpoint {what} tensor(s) {_few(keys)} "
+            raise ModelSpecError(f"{path}: the checkpoint {what} tensor(s) {few_names(keys)} "
                                  f"({len(keys)} in all); config.json and the weights differ")
     from depthbench.models.config import check_finite
     check_finite(hf.named_parameters(), path)

@@ -38,13 +38,13 @@ from depthbench.fsio import DirLock, atomic_write_text
 from depthbench.pipeline.spec import ExperimentSpec, budget_tag, length_tag, load_spec, lr_tag  # noqa: F401  (load_spec re-exported)
 from depthbench.pipeline.stages import (
     Stage,
-    _hash,
-    _semantic,
     differences,
     run_stage,
+    semantic_config,
     slug,
+    stage_hash,
 )
-from depthbench.pipeline.steps import _share_prefixes, budget_steps, length_steps, matched_steps_of
+from depthbench.pipeline.steps import budget_steps, length_steps, matched_steps_of, prefix_sharing
 from depthbench.rows import items_base, row_paths, write_rows
 
 
@@ -163,7 +163,7 @@ class Pipeline:
                                          match=ref.config["out"], after=[ref.id], arm=arm, lr=lr,
                                          tags={"matched_to": t.matched_uniform, **tags}))
         if self.spec.run.share_prefixes:
-            trains = _share_prefixes(trains, matched, matched_steps_of(gen_cfg, mcfg, trains))
+            trains = prefix_sharing(trains, matched, matched_steps_of(gen_cfg, mcfg, trains))
         return trains, matched
 
     def _checkpoints(self, train: Stage) -> list[int | None]:
@@ -234,7 +234,7 @@ class Pipeline:
 
     # ---- bookkeeping -------------------------------------------------------------------------
     def _key(self, st: Stage) -> str:
-        key = {"config": _semantic(st.config), "after": [self.keys.get(a) for a in st.after]}
+        key = {"config": semantic_config(st.config), "after": [self.keys.get(a) for a in st.after]}
         if st.command == "prepare-text":   # a corpus edited in place is another input
             from depthbench.data.corpus import corpus_digest
             from depthbench.data.text import FORMAT_VERSION
@@ -242,7 +242,7 @@ class Pipeline:
             key["format"] = FORMAT_VERSION   # a dataset this depthbench cannot read is rewritten
         if st.config.get("task_path"):      # task files edited in place are other questions
             key["task_path"] = _folder_digest(Path(st.config["task_path"]))
-        return _hash(key)
+        return stage_hash(key)
 
     def _todo(self, st: Stage) -> bool:
         """Whether ``st`` must run: it has not finished, its inputs were rerun, or its settings
@@ -251,7 +251,7 @@ class Pipeline:
         marker = self.stages_dir / f"{st.id}.json"
         try:
             rec = json.loads(marker.read_text())
-            diff = differences(_semantic(rec["config"]), _semantic(st.config))
+            diff = differences(semantic_config(rec["config"]), semantic_config(st.config))
         except (OSError, ValueError, KeyError, TypeError):
             rec, diff = None, self._unmarked_run(st)
         if not diff:

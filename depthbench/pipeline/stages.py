@@ -90,7 +90,7 @@ def peak_rss_mb() -> float:
     return peak / (2**20 if sys.platform == "darwin" else 2**10)
 
 
-def _hash(obj) -> str:
+def stage_hash(obj) -> str:
     return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
@@ -115,7 +115,7 @@ def differences(old: dict, new: dict) -> list[str]:
 _VIEW_KEYS = ("start_from", "start_step", "share_steps", "tracker", "tracker_dir")
 
 
-def _semantic(config: dict) -> dict:
+def semantic_config(config: dict) -> dict:
     """A stage's config without the keys that change nothing it computes (where its shared
     prefix comes from, its tracker): what its key and its reruns compare."""
     return {k: v for k, v in config.items() if k not in _VIEW_KEYS}

@@ -10,7 +10,7 @@ from depthbench.pipeline.spec import SpecError
 from depthbench.pipeline.stages import Stage
 
 
-def _share_prefixes(trains: list[Stage], matched: list[Stage] = (), matched_steps=None,
+def prefix_sharing(trains: list[Stage], matched: list[Stage] = (), matched_steps=None,
                     least: float = 0.1) -> list[Stage]:
     """Runs that make the same first updates as another run of the grid start from its
     checkpoint where they part (``train.shared_steps``) instead of repeating them; a run that

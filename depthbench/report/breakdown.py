@@ -10,7 +10,7 @@ import re as regex
 import numpy as np
 import pandas as pd
 
-from depthbench.report.load import _fmt
+from depthbench.report.load import fmt_value
 from depthbench.rows import TOKEN_TYPES
 from depthbench.stats import t_interval
 
@@ -41,7 +41,8 @@ def tier_table(re: pd.DataFrame, ref: str | None) -> pd.DataFrame:
                    "seeds": int(per["exact_match"][s].size)}
             for k, words in READINGS:
                 v = per[k][s]
-                row[f"{words} (mean ± SD over seeds)"] = _fmt(v.mean(), v.std(), 4 if k == "value_nll" else 3)
+                row[f"{words} (mean ± SD over seeds)"] = fmt_value(v.mean(), v.std(),
+                                                                    4 if k == "value_nll" else 3)
             row[f"exact match minus {ref} [95% CI]"] = _paired(per["exact_match"], s, ref)
             rows.append(row)
     return pd.DataFrame(rows)

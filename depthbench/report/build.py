@@ -17,12 +17,12 @@ import pandas as pd
 from depthbench.config import ReportConfig
 from depthbench.errors import UserError
 from depthbench.fsio import atomic_write_text, check_replaceable, replaced_dir
-from depthbench.report.figures import _colors, _fig_curves, _Figures
-from depthbench.report.load import _row_files, labelled, load_rows
+from depthbench.report.figures import FigureSet, arm_colors, fig_curves
+from depthbench.report.load import labelled, load_rows, report_row_files
 from depthbench.report.probe import probe_section
-from depthbench.report.sections import _eval_sections, _serve_section, _stage_table, _task_section
+from depthbench.report.sections import eval_sections, serve_section, stage_table, task_section
 from depthbench.report.sweep import is_sweep, sweep_section
-from depthbench.report.text import _text_sections
+from depthbench.report.text import text_sections
 
 
 def run_report(cfg: ReportConfig) -> list[Path]:
@@ -44,14 +44,14 @@ def build_report(paths: list[Path], out: str | Path, title: str = "depthbench re
 
 
 def _build(rows: dict, out: Path, title: str, reference: str | None, paths) -> list[str]:
-    committed = _row_files(rows)
+    committed = report_row_files(rows)
     rows = labelled(rows)
-    figs = _Figures(out)
+    figs = FigureSet(out)
     schedules = set()
     for df in rows.values():
         if "schedule" in df.columns:
             schedules |= set(df["schedule"].dropna())
-    color = _colors(schedules)
+    color = arm_colors(schedules)
     tables: list[tuple[str, pd.DataFrame]] = []
     notes: list[str] = []
     files: dict[str, str] = dict(committed)  # extra text files: name -> content
@@ -60,23 +60,23 @@ def _build(rows: dict, out: Path, title: str, reference: str | None, paths) -> l
         files = {**committed, **files}
     elif rows.get("eval") is not None:
         text = "bits_per_byte" in rows["eval"].columns
-        part = (_text_sections(figs, rows["eval"], color, reference, rows.get("curve"),
+        part = (text_sections(figs, rows["eval"], color, reference, rows.get("curve"),
                                rows.get("item")) if text else
-                _eval_sections(figs, rows["eval"], color, reference, rows.get("curve")))
+                eval_sections(figs, rows["eval"], color, reference, rows.get("curve")))
         tables, notes, files = part.tables, part.notes, {**files, **part.files}
     if rows.get("curve") is not None:
-        _fig_curves(figs, rows["curve"], color)
+        fig_curves(figs, rows["curve"], color)
     if rows.get("probe") is not None:
         probe_table, probe_notes = probe_section(figs, rows["probe"])
         tables.append(probe_table)
         notes = notes + probe_notes
     if rows.get("task") is not None:
-        tables.append(_task_section(figs, rows["task"], color))
+        tables.append(task_section(figs, rows["task"], color))
     if rows.get("serve") is not None:
-        tables.append(_serve_section(figs, rows["serve"]))
+        tables.append(serve_section(figs, rows["serve"]))
     if rows.get("stage") is not None:
-        tables.append(_stage_table(rows["stage"]))
-    return _write(out, title, figs.items, tables, paths, notes, files)
+        tables.append(stage_table(rows["stage"]))
+    return write_page(out, title, figs.items, tables, paths, notes, files)
 
 
 def _heading(title: str) -> tuple[str, str]:
@@ -94,7 +94,7 @@ def _code(text: str) -> str:
     return "".join(f"<code>{p}</code>" if i % 2 else p for i, p in enumerate(parts))
 
 
-def _write(out: Path, title: str, figures, tables, sources, notes=(), files=None,
+def write_page(out: Path, title: str, figures, tables, sources, notes=(), files=None,
            command: str = "depthbench report") -> list[str]:
     """The page leads with its answer: the verdicts in plain sentences, then the figures (the
     headline one first), then the tables, each under a short heading with its caption."""

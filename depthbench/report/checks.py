@@ -40,7 +40,7 @@ def _model_rows(df: pd.DataFrame) -> pd.DataFrame:
     return df
 
 
-def _checked(df: pd.DataFrame, kind: str, path: Path) -> pd.DataFrame:
+def checked_rows(df: pd.DataFrame, kind: str, path: Path) -> pd.DataFrame:
     _, required, numeric = SCHEMA[kind]
     if kind == "eval":
         df = _model_rows(df)
@@ -117,7 +117,7 @@ COUNTS = ("depth", "step", "seed", "people", "facts", "depth_a", "depth_b", "bat
 EVAL_SPLITS = tuple(s for s in SYNTHETIC_SPLITS if s != "train") + ("validation",)
 
 
-def _num(x) -> str:
+def as_number(x) -> str:
     """A cell as the plain number a reader wrote (no numpy wrapper in an error line)."""
     x = x.item() if hasattr(x, "item") else x
     return str(int(x)) if isinstance(x, float) and x.is_integer() else str(x)
@@ -139,20 +139,20 @@ def _check_ranges(df: pd.DataFrame, kind: str, path: Path) -> None:
             refuse(f"column {c} holds true/false, not a number")
         v = pd.to_numeric(df[c], errors="coerce").dropna()
         if np.isinf(v).any():
-            refuse(f"column {c} holds {_num(v[np.isinf(v)].iloc[0])} (not a finite number)")
+            refuse(f"column {c} holds {as_number(v[np.isinf(v)].iloc[0])} (not a finite number)")
         if c in BRACKETS and len(v) < len(df):
             refuse(f"column {c} is empty in {len(df) - len(v)} of {len(df)} rows (a reading "
                    "without its bracket cannot be drawn against it)")
         if lo is not None and (v < lo).any():
-            refuse(f"column {c} holds {_num(v[v < lo].iloc[0])} (below {lo})")
+            refuse(f"column {c} holds {as_number(v[v < lo].iloc[0])} (below {lo})")
         if hi is not None and (v > hi).any():
-            refuse(f"column {c} holds {_num(v[v > hi].iloc[0])} (above {hi})")
+            refuse(f"column {c} holds {as_number(v[v > hi].iloc[0])} (above {hi})")
     for c in COUNTS:
         if c in df.columns:
             v = pd.to_numeric(df[c], errors="coerce").dropna()
             frac = v != np.floor(v)
             if frac.any():
-                refuse(f"column {c} holds {_num(v[frac].iloc[0])} (not a whole number)")
+                refuse(f"column {c} holds {as_number(v[frac].iloc[0])} (not a whole number)")
     if kind == "eval" and "split" in df.columns:
         odd = sorted(set(df["split"].astype(str)) - set(EVAL_SPLITS))
         if odd:
@@ -164,8 +164,8 @@ def _check_ranges(df: pd.DataFrame, kind: str, path: Path) -> None:
             if c in df.columns:
                 over = pd.to_numeric(df[c], errors="coerce") > ceiling * (1 + 1e-9) + 1e-9
                 if over.any():
-                    refuse(f"column {c} holds {_num(df.loc[over, c].iloc[0])}, above the "
-                           f"row's ceiling of {_num(ceiling[over].iloc[0])} bits")
+                    refuse(f"column {c} holds {as_number(df.loc[over, c].iloc[0])}, above the "
+                           f"row's ceiling of {as_number(ceiling[over].iloc[0])} bits")
     if kind == "item":
         _check_items(df, refuse)
     if kind == "stage" and {"started", "finished"} <= set(df.columns):
@@ -183,14 +183,14 @@ def _check_items(df: pd.DataFrame, refuse) -> None:
             choices = None
         if not (isinstance(choices, list) and len(choices) >= 2
                 and all(isinstance(c, str) for c in choices)):
-            refuse(f"item {_num(r['item'])}'s choices are not a JSON list of two or more strings")
+            refuse(f"item {as_number(r['item'])}'s choices are not a JSON list of two or more strings")
         label = pd.to_numeric(pd.Series([r["label"]]), errors="coerce").iloc[0]
         if not (label == label and float(label).is_integer() and 0 <= label < len(choices)):
-            refuse(f"item {_num(r['item'])}'s label {r['label']!r} is not the index of one of "
+            refuse(f"item {as_number(r['item'])}'s label {r['label']!r} is not the index of one of "
                    f"its {len(choices)} choices")
 
 
-def _refuse_item_counts(out: dict) -> None:
+def refuse_item_counts(out: dict) -> None:
     """The eval rows' ``cloze_items`` is the number of item rows of their dataset, where both are
     given, and one number for every run of a dataset (runs of one dataset score the same items)."""
     ev, it = out.get("eval"), out.get("item")

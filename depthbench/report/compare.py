@@ -7,8 +7,8 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from depthbench.report.figures import _reference
-from depthbench.report.load import _spans, group_col, group_short, group_words
+from depthbench.report.figures import reference_of
+from depthbench.report.load import depth_spans, group_col, group_short, group_words
 from depthbench.stats import holm, no_interval, paired_differences, sign_flip_p, t_interval
 
 # Where a comparison's 95% interval lies inside +-this on depth-averaged exact match, the two
@@ -36,7 +36,7 @@ def _at(r) -> str:
     return f"At {group_words(r['axis'], r['group'])}, " if pd.notna(r["group"]) else ""
 
 
-def _comparisons(re: pd.DataFrame, reference: str | None,
+def comparisons_of(re: pd.DataFrame, reference: str | None,
                  value: str = "exact_match") -> pd.DataFrame:
     """The comparisons a report states, decided in advance: every schedule against the
     reference (within each budget, where there are budgets), on exact match averaged over all
@@ -45,7 +45,7 @@ def _comparisons(re: pd.DataFrame, reference: str | None,
     Holm-corrected across the report's comparisons."""
     rows = []
     for axis, b, g in _by_group(re):
-        ref = _reference(g["schedule"], reference)
+        ref = reference_of(g["schedule"], reference)
         if ref is None:
             continue
         for lo, hi, part in ((1, int(g["depth"].max()), "primary"), (1, 3, "depths 1-3")):
@@ -71,7 +71,7 @@ def _comparisons(re: pd.DataFrame, reference: str | None,
     return out
 
 
-def _verdict(r) -> str:
+def verdict_of(r) -> str:
     """What a comparison's numbers allow one to say, and no more."""
     if r["summary"] != "primary":
         return "described, not tested"
@@ -93,7 +93,7 @@ def _verdict(r) -> str:
     return "undecided"
 
 
-def _comparison_table(c: pd.DataFrame) -> pd.DataFrame:
+def comparison_table(c: pd.DataFrame) -> pd.DataFrame:
     t = pd.DataFrame({
         "comparison": [f"{s} - {r}" for s, r in zip(c["schedule"], c["reference"])],
         "depths": c["depths"], "seeds": c["seeds"],
@@ -101,7 +101,7 @@ def _comparison_table(c: pd.DataFrame) -> pd.DataFrame:
                                 else f"{m:+.4f}" for m, lo, hi in zip(c["diff"], c["lo"], c["hi"])],
         "sign-flip p": c["p"].round(4), "Holm p": c["p_holm"].round(4),
         "seeds higher": [f"{h} of {n}" for h, n in zip(c["higher"], c["seeds"])],
-        "verdict": [_verdict(r) for _, r in c.iterrows()]})
+        "verdict": [verdict_of(r) for _, r in c.iterrows()]})
     none = (c["seeds"] == 0).to_numpy()     # nothing paired: no number to show
     if none.any():
         t = t.astype({k: object for k in ("difference [95% CI]", "sign-flip p", "Holm p")})
@@ -109,13 +109,13 @@ def _comparison_table(c: pd.DataFrame) -> pd.DataFrame:
     return _insert_group(t, c)
 
 
-def _comparison_words(c: pd.DataFrame, value: str = "exact match",
+def comparison_words(c: pd.DataFrame, value: str = "exact match",
                       more: tuple[str, str] = ("recalls more", "recalls less")) -> list[str]:
     """One sentence per primary comparison."""
     out = []
     for _, r in c[c["summary"] == "primary"].iterrows():
         at = _at(r)
-        v = _verdict(r)
+        v = verdict_of(r)
         what = (f"`{r['schedule']}` {more[0] if v == 'higher' else more[1]} than "
                 f"`{r['reference']}`" if v in ("higher", "lower") else
                 f"`{r['schedule']}` and `{r['reference']}` are {v}" if v.startswith("equiv")
@@ -130,7 +130,7 @@ def _comparison_words(c: pd.DataFrame, value: str = "exact match",
     return out
 
 
-def _paired_mean_em(re: pd.DataFrame, ref: str) -> pd.DataFrame:
+def paired_mean_em(re: pd.DataFrame, ref: str) -> pd.DataFrame:
     """Each schedule minus ``ref`` on exact match averaged over the serving depths, per seed."""
     per = re.groupby(["schedule", "seed"], as_index=False)["exact_match"].mean()
     d = paired_differences(per.assign(depth=0), "exact_match", ref)
@@ -141,7 +141,7 @@ def _paired_mean_em(re: pd.DataFrame, ref: str) -> pd.DataFrame:
         "CI excludes 0": np.where(d["sign"] != 0, "yes", "no")})
 
 
-def _paired_table(d: pd.DataFrame) -> pd.DataFrame:
+def paired_table(d: pd.DataFrame) -> pd.DataFrame:
     t = d.copy()
     t["difference [95% CI]"] = [f"{m:+.2f} [{lo:+.2f}, {hi:+.2f}]" if np.isfinite(h) else f"{m:+.2f}"
                                 for m, lo, hi, h in zip(t["diff"], t["lo"], t["hi"], t["ci95"])]
@@ -150,7 +150,7 @@ def _paired_table(d: pd.DataFrame) -> pd.DataFrame:
                          aggfunc="first").reset_index()
 
 
-def _per_depth_words(re: pd.DataFrame, r) -> str:
+def per_depth_words(re: pd.DataFrame, r) -> str:
     """Where the per-depth paired interval on bits per person excludes 0 for one comparison
     (description beside its verdict, not a second test)."""
     g = re[re[r["axis"]] == r["group"]] if pd.notna(r["group"]) else re
@@ -161,7 +161,7 @@ def _per_depth_words(re: pd.DataFrame, r) -> str:
     up = sorted(int(x) for x in d.loc[d["sign"] > 0, "depth"])
     down = sorted(int(x) for x in d.loc[d["sign"] < 0, "depth"])
     def at(ds):
-        return f"depth{'s' if len(ds) > 1 else ''} {_spans(ds)}"
+        return f"depth{'s' if len(ds) > 1 else ''} {depth_spans(ds)}"
     parts = ([f"above at {at(up)}"] if up else []) + ([f"below at {at(down)}"] if down else [])
     return ("Per depth, the paired interval on bits per person lies "
             + (" and ".join(parts) if parts else "across 0 at every depth") + ".")
@@ -174,7 +174,7 @@ NLL_BAND = 0.005
 NLL_BAND_WIDE = 0.008
 
 
-def _nll_verdict(lo: float, hi: float, n: int, band_: float = NLL_BAND) -> str:
+def nll_verdict(lo: float, hi: float, n: int, band_: float = NLL_BAND) -> str:
     """The verdict on the relative difference's 95% interval [lo, hi] against ±band_."""
     band = f"±{100 * band_:g}%"
     if n < 2 or not np.isfinite(hi):
@@ -206,7 +206,7 @@ def nll_metric(re: pd.DataFrame) -> str:
     return "nll"
 
 
-def _nll_comparisons(re: pd.DataFrame, reference: str | None,
+def nll_comparisons(re: pd.DataFrame, reference: str | None,
                      metric: str | None = None) -> pd.DataFrame:
     """The paper's metric: each schedule against the reference (within each budget) on mean
     serving NLL (``metric``, by default ``nll_metric``), each run's NLL averaged over every
@@ -216,7 +216,7 @@ def _nll_comparisons(re: pd.DataFrame, reference: str | None,
     metric = metric or nll_metric(re)
     rows = []
     for axis, b, g in _by_group(re):
-        ref = _reference(g["schedule"], reference)
+        ref = reference_of(g["schedule"], reference)
         if ref is None:
             continue
         per = g.groupby(["schedule", "seed"])[metric].mean()
@@ -226,22 +226,22 @@ def _nll_comparisons(re: pd.DataFrame, reference: str | None,
                 continue
             d = (per[s].loc[both] / per[ref].loc[both] - 1).to_numpy()
             m, h, n = t_interval(d)
-            verdict = _nll_verdict(m - h, m + h, n)
+            verdict = nll_verdict(m - h, m + h, n)
             loo = [t_interval(np.delete(d, i)) for i in range(n)] if n > 2 else []
-            loo_verdicts = {_nll_verdict(mm - hh, mm + hh, nn).split(" (")[0] for mm, hh, nn in loo}
+            loo_verdicts = {nll_verdict(mm - hh, mm + hh, nn).split(" (")[0] for mm, hh, nn in loo}
             rows.append({"axis": axis, "group": b, "schedule": s, "reference": ref, "seeds": n,
                          "metric": metric,
                          "reference_nll": per[ref].loc[both].mean(), "diff": m, "lo": m - h,
                          "hi": m + h, "tost_p": _tost_p(d), "verdict": verdict,
                          "tost_p_wide": _tost_p(d, NLL_BAND_WIDE),
-                         "verdict_wide": _nll_verdict(m - h, m + h, n, NLL_BAND_WIDE),
+                         "verdict_wide": nll_verdict(m - h, m + h, n, NLL_BAND_WIDE),
                          "loo_lo": min((x[0] for x in loo), default=np.nan),
                          "loo_hi": max((x[0] for x in loo), default=np.nan),
                          "loo_holds": loo_verdicts <= {verdict.split(" (")[0]} if loo else None})
     return pd.DataFrame(rows)
 
 
-def _nll_table(c: pd.DataFrame) -> pd.DataFrame:
+def nll_table(c: pd.DataFrame) -> pd.DataFrame:
     def pct(x):
         return f"{100 * x:+.2f}%"
     t = pd.DataFrame({
@@ -265,7 +265,7 @@ METRIC_WORDS = {"nll": "(the paper's metric)",
                 "record_nll": "of the whole record row (described: names, keys and later values)"}
 
 
-def _nll_words(c: pd.DataFrame) -> list[str]:
+def nll_words(c: pd.DataFrame) -> list[str]:
     out = []
     for _, r in c.iterrows():
         at = _at(r)
@@ -298,7 +298,7 @@ def _plateau_verdict(lo: float, hi: float, n: int) -> str:
     return f"not resolved at this precision (95% interval ±{100 * (hi - lo) / 2:.1f}%)"
 
 
-def _plateaus(re: pd.DataFrame) -> pd.DataFrame:
+def plateaus_of(re: pd.DataFrame) -> pd.DataFrame:
     """Figure 2 left's curve read per schedule: between each pair of consecutive training
     lengths, the paired relative change of each seed's mean serving NLL (``nll_metric``: on the
     person task the asked value's) (NLL at the longer
@@ -326,7 +326,7 @@ def _plateaus(re: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def _plateau_table(p: pd.DataFrame) -> pd.DataFrame:
+def plateau_table(p: pd.DataFrame) -> pd.DataFrame:
     def pct(x):
         return f"{100 * x:+.2f}%"
     return pd.DataFrame({
@@ -340,7 +340,7 @@ def _plateau_table(p: pd.DataFrame) -> pd.DataFrame:
         "verdict": p["verdict"]})
 
 
-def _plateau_words(p: pd.DataFrame) -> list[str]:
+def plateau_words(p: pd.DataFrame) -> list[str]:
     return [f"`{r['schedule']}` from {group_words('length', r['from'])} to "
             f"{group_short('length', r['to'])}: mean serving NLL {r['nll_from']:.3f} to "
             f"{r['nll_to']:.3f}, {100 * r['diff']:+.2f}%"

@@ -15,11 +15,11 @@ PALETTE = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e
            "#17becf", "#7f7f7f", "#bcbd22"]
 
 
-def _colors(schedules) -> dict[str, str]:
+def arm_colors(schedules) -> dict[str, str]:
     return {s: PALETTE[i % len(PALETTE)] for i, s in enumerate(sorted(set(schedules)))}
 
 
-class _Figures:
+class FigureSet:
     def __init__(self, out: Path):
         import matplotlib
         matplotlib.use("Agg")
@@ -41,7 +41,7 @@ class _Figures:
         self.items.append((name, caption))
 
 
-def _reference(schedules, reference: str | None) -> str | None:
+def reference_of(schedules, reference: str | None) -> str | None:
     """The schedule others are compared with: the one asked for, else the first uniform one."""
     if reference is not None:
         if reference not in set(schedules):
@@ -52,7 +52,7 @@ def _reference(schedules, reference: str | None) -> str | None:
     return uni[0] if uni else None
 
 
-def _ci_lines(ax, df: pd.DataFrame, value: str, color: dict, label_n: bool = True) -> None:
+def ci_lines(ax, df: pd.DataFrame, value: str, color: dict, label_n: bool = True) -> None:
     """Mean over seeds per schedule and depth, with its 95% t-interval as a band."""
     for s, g in df.groupby("schedule"):
         c = mean_ci(g, ["depth"], value)
@@ -61,7 +61,7 @@ def _ci_lines(ax, df: pd.DataFrame, value: str, color: dict, label_n: bool = Tru
         ax.fill_between(c["depth"], c["lo"], c["hi"], color=color[s], alpha=0.18, lw=0)
 
 
-def _floor(re: pd.DataFrame, col: str) -> float | None:
+def floor_of(re: pd.DataFrame, col: str) -> float | None:
     """The split's person-agnostic reading, when the rows carry it (older rows do not)."""
     if col not in re.columns or re[col].isna().all():
         return None
@@ -72,13 +72,13 @@ def _floor_line(ax, re: pd.DataFrame, col: str) -> None:
     """The lower oracles of the split as lines: the person-agnostic floor (dotted) and the
     name-blind record completer (dash-dot) and the structural shortcut (red dots), where the
     rows carry them."""
-    f = _floor(re, col)
+    f = floor_of(re, col)
     if f is not None:
         ax.axhline(f, ls=":", color="k", lw=1.2, label=f"floor (person-agnostic, {f:.2g})")
-    b = _floor(re, col.replace("floor_", "name_blind_"))
+    b = floor_of(re, col.replace("floor_", "name_blind_"))
     if b is not None:
         ax.axhline(b, ls="-.", color="0.4", lw=1.0, label=f"name-blind record completer ({b:.2g})")
-    c = _floor(re, col.replace("floor_", "structure_blind_"))
+    c = floor_of(re, col.replace("floor_", "structure_blind_"))
     if c is not None:
         ax.axhline(c, ls=(0, (1, 3)), color="tab:red", lw=1.2,
                    label=f"structural shortcut, name-blind ({c:.2g})")
@@ -86,7 +86,7 @@ def _floor_line(ax, re: pd.DataFrame, col: str) -> None:
 
 def _shortcut_words(re: pd.DataFrame) -> str:
     """The caption's words for the structural shortcut's line, where the rows carry it."""
-    if _floor(re, "structure_blind_bits_per_person") is None:
+    if floor_of(re, "structure_blind_bits_per_person") is None:
         return ""
     return ("red dots: the structural shortcut (no name, but which attributes open each "
             "record's training orders); ")
@@ -99,10 +99,10 @@ def _control_line(ax, ctrl: pd.DataFrame | None, col: str) -> None:
         ax.plot(c.index, c.values, ls="--", color="0.55", lw=1.0, label="unseen people (control)")
 
 
-def _fig_bits(figs, re: pd.DataFrame, color: dict, ctrl: pd.DataFrame | None = None) -> None:
+def fig_bits(figs, re: pd.DataFrame, color: dict, ctrl: pd.DataFrame | None = None) -> None:
     fig, ax = figs.new("Recalled bits per person vs serving depth (name only, held-out order)",
                        "serving depth K", "bits per person")
-    _ci_lines(ax, re, "bits_per_person", color)
+    ci_lines(ax, re, "bits_per_person", color)
     ax.axhline(float(re["ceiling_bits"].iloc[0]), ls="--", color="k", lw=1, label="task ceiling")
     _floor_line(ax, re, "floor_bits_per_person")
     _control_line(ax, ctrl, "bits_per_person")
@@ -117,10 +117,10 @@ def _fig_bits(figs, re: pd.DataFrame, color: dict, ctrl: pd.DataFrame | None = N
               + "dashed grey: the same models on unseen people, the metric's bias.")
 
 
-def _fig_exact(figs, re: pd.DataFrame, color: dict, ctrl: pd.DataFrame | None = None) -> None:
+def fig_exact(figs, re: pd.DataFrame, color: dict, ctrl: pd.DataFrame | None = None) -> None:
     fig, ax = figs.new("Exact-match recall vs serving depth (name only, held-out order)",
                        "serving depth K", "exact match")
-    _ci_lines(ax, re, "exact_match", color)
+    ci_lines(ax, re, "exact_match", color)
     ax.axhline(1.0, ls="--", color="k", lw=1, label="every fact")
     _floor_line(ax, re, "floor_exact_match")
     _control_line(ax, ctrl, "exact_match")
@@ -133,7 +133,7 @@ def _fig_exact(figs, re: pd.DataFrame, color: dict, ctrl: pd.DataFrame | None = 
               "dashed grey: unseen people.")
 
 
-def _brackets(fin: pd.DataFrame) -> pd.DataFrame | None:
+def bounds_table(fin: pd.DataFrame) -> pd.DataFrame | None:
     """Floor, ceiling and the task's size per split: what every reading lies between."""
     if "floor_bits_per_person" not in fin.columns:
         return None
@@ -158,14 +158,14 @@ def _brackets(fin: pd.DataFrame) -> pd.DataFrame | None:
     return pd.DataFrame(out)
 
 
-def _fig_budgets(figs, re: pd.DataFrame, color: dict) -> None:
+def fig_budgets(figs, re: pd.DataFrame, color: dict) -> None:
     """The paper's Figure 1: one panel per matched FLOP budget."""
     budgets = sorted(re["budget"].dropna().unique())
     fig, axes = figs.plt.subplots(1, len(budgets), figsize=(4.2 * len(budgets), 4.0), dpi=110,
                                   sharey=True, squeeze=False)
     ceiling = float(re["ceiling_bits"].iloc[0])
     for ax, b in zip(axes[0], budgets):
-        _ci_lines(ax, re[re["budget"] == b], "bits_per_person", color)
+        ci_lines(ax, re[re["budget"] == b], "bits_per_person", color)
         ax.axhline(ceiling, ls="--", color="k", lw=1, label="task ceiling")
         _floor_line(ax, re, "floor_bits_per_person")
         ax.set_title(f"{100 * b:.0f}% of the FLOP budget", fontsize=11)
@@ -180,7 +180,7 @@ def _fig_budgets(figs, re: pd.DataFrame, color: dict) -> None:
               "dashed: the task ceiling; dotted: the person-agnostic floor.")
 
 
-def _fig_paired(figs, pd_bits: pd.DataFrame, pd_nll: pd.DataFrame, ref: str, color: dict) -> None:
+def fig_paired(figs, pd_bits: pd.DataFrame, pd_nll: pd.DataFrame, ref: str, color: dict) -> None:
     fig, axes = figs.plt.subplots(1, 2, figsize=(11, 4.2), dpi=110, squeeze=False)
     for ax, d, ylabel in ((axes[0][0], pd_bits, "bits/person - reference"),
                           (axes[0][1], pd_nll, "NLL - reference [nats/token]")):
@@ -210,7 +210,7 @@ def _fixed_fraction(arm: str) -> float | None:
     return s.fraction if s.kind == "fixed-first" else None
 
 
-def _fig_nll_flops(figs, re: pd.DataFrame, color: dict) -> None:
+def fig_nll_flops(figs, re: pd.DataFrame, color: dict) -> None:
     """The paper's Figure 2: mean serving NLL (over all serving depths) against modeled training
     FLOPs. One small marker per run and a large one per arm (mean over seeds, SD bars);
     fixed-first arms are circles, filled for the shortest fixed phase in the report and open
@@ -247,7 +247,7 @@ def _fig_nll_flops(figs, re: pd.DataFrame, color: dict) -> None:
               "open: longer ones), squares every other arm.")
 
 
-def _fig_fixed(figs, re: pd.DataFrame, color: dict) -> None:
+def fig_fixed(figs, re: pd.DataFrame, color: dict) -> None:
     """The paper's Figure 5: recall of fixed-depth models normalized by each model's peak."""
     fixed = re[re["schedule"].astype(str).str.startswith("fixed:")]
     if fixed.empty:
@@ -266,7 +266,7 @@ def _fig_fixed(figs, re: pd.DataFrame, color: dict) -> None:
               "(dotted: the training depth).")
 
 
-def _fig_curves(figs, cur: pd.DataFrame, color: dict) -> None:
+def fig_curves(figs, cur: pd.DataFrame, color: dict) -> None:
     fig, ax = figs.new("Training loss", "step", "loss (nats/token)")
     for (s, run), g in cur.groupby(["schedule", "run"]):
         g = g.sort_values("step")
@@ -283,7 +283,7 @@ def _fig_curves(figs, cur: pd.DataFrame, color: dict) -> None:
               "and depth), so their curves coincide there.")
 
 
-def _fig_by_group(figs, em: pd.DataFrame, nll: pd.DataFrame, color: dict, band: float) -> None:
+def fig_by_group(figs, em: pd.DataFrame, nll: pd.DataFrame, color: dict, band: float) -> None:
     """Each comparison against the grid's axis (the paper's Figure 2 left, as differences): the
     primary exact-match difference and the mean-serving-NLL relative difference to the
     reference at each budget or training length, with paired 95% intervals."""

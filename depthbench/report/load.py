@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 
 from depthbench.errors import UserError
-from depthbench.report.checks import _checked, _num, _refuse_item_counts
+from depthbench.report.checks import as_number, checked_rows, refuse_item_counts
 from depthbench.rows import ROW_KEYS, SCHEMA, budget_label
 
 
@@ -82,11 +82,11 @@ def load_rows(paths: list[Path]) -> dict[str, pd.DataFrame]:
                 raise UserError(f"result file {f} has rows of unknown kind {unknown[0]!r}; "
                                 f"known kinds: {', '.join(SCHEMA)}")
             for kind, part in df.groupby("kind", sort=False):
-                kinds[kind].append(_checked(part.reset_index(drop=True), kind, f))
+                kinds[kind].append(checked_rows(part.reset_index(drop=True), kind, f))
             continue
         kind = _kind(set(df.columns))
         if kind is not None:
-            kinds[kind].append(_checked(df, kind, f))
+            kinds[kind].append(checked_rows(df, kind, f))
     out = {k: pd.concat(v, ignore_index=True) for k, v in kinds.items() if v}
     if "item" in out:   # every eval of a grid writes its dataset's items: the same rows, once
         df = out["item"]
@@ -96,7 +96,7 @@ def load_rows(paths: list[Path]) -> dict[str, pd.DataFrame]:
     for kind, df in out.items():
         _refuse_duplicates(df, kind)
     _refuse_mixed_datasets(out)
-    _refuse_item_counts(out)
+    refuse_item_counts(out)
     ev = out.get("eval")
     if ev is not None and "lr_sweep" in ev.columns and ev["lr_sweep"].isna().any() \
             and ev["lr_sweep"].notna().any():
@@ -113,7 +113,7 @@ def load_rows(paths: list[Path]) -> dict[str, pd.DataFrame]:
 def _refuse_incomparable(ev: pd.DataFrame) -> None:
     """Runs compared on paired seeds must be read alike: at their final checkpoints every run of
     a split covers the same serving depths and, on text, the same number of tokens."""
-    fin = _final(ev)
+    fin = final_rows(ev)
     for split, g in fin.groupby("split"):
         depths = _unlike(g, "depth")
         if depths:
@@ -141,8 +141,8 @@ def _refuse_unfinished(ev: pd.DataFrame, runs: pd.DataFrame | None) -> None:
     early = both[(last[both] < planned[both]).to_numpy()]
     if len(early):
         r = early[0]
-        raise UserError(f"run {r} is read at step {_num(last[r])}, before its end at step "
-                        f"{_num(planned[r])}; evaluate it once it has finished (depthbench eval "
+        raise UserError(f"run {r} is read at step {as_number(last[r])}, before its end at step "
+                        f"{as_number(planned[r])}; evaluate it once it has finished (depthbench eval "
                         "reads a run's final checkpoint), or leave its run row out")
 
 
@@ -235,13 +235,13 @@ def group_words(axis: str, v: float) -> str:
     return f"{100 * v:.0f}% of the budget" if axis == "budget" else f"{v:g}x the spec's steps"
 
 
-def _final(ev: pd.DataFrame) -> pd.DataFrame:
+def final_rows(ev: pd.DataFrame) -> pd.DataFrame:
     """Rows of each run's final (latest) checkpoint."""
     last = ev.groupby("run")["step"].transform("max")
     return ev[ev["step"] == last]
 
 
-def _fmt(mean: float, sd: float, digits: int = 3) -> str:
+def fmt_value(mean: float, sd: float, digits: int = 3) -> str:
     if pd.isna(mean):
         return "n/a"
     if pd.isna(sd):   # one seed: no spread to show (never "± 0")
@@ -263,7 +263,7 @@ def arm_label(schedule: str, matched_to) -> str:
 CURVE_POINTS = 100  # a committed training curve keeps about this many points per run
 
 
-def _row_files(rows: dict) -> dict[str, str]:
+def report_row_files(rows: dict) -> dict[str, str]:
     """The rows a report is drawn from, as ``rows/KIND.csv`` beside it, so that every number
     in it can be recomputed (``depthbench report REPORT/rows``): every row, except that a
     training curve keeps about CURVE_POINTS points per run and all of its final updates (the
@@ -333,7 +333,7 @@ def grid_clock(st: pd.DataFrame) -> dict:
             "stages": {c: int(v) for c, v in st["command"].value_counts().items()}}
 
 
-def _spans(depths: list[int]) -> str:
+def depth_spans(depths: list[int]) -> str:
     """[1, 2, 5, 6, 7] -> '1-2, 5-7'."""
     out, start = [], None
     for i, d in enumerate(depths):

@@ -4,7 +4,7 @@ serving NLL drawn against parameters and against modeled training FLOPs, beside 
 published gaps.
 
 Each grid is one point per arm: its relative difference against uniform:1-16 on mean serving
-NLL (``compare._nll_comparisons``: paired per seed, 95% t-interval, TOST against ±0.5%), and
+NLL (``compare.nll_comparisons``: paired per seed, 95% t-interval, TOST against ±0.5%), and
 beside it whether the grid's uniform model uses its depth (the calibration's criterion, read per
 seed: the NLL gain from serving depth 4 to 16, and from 1 to 4, each at least ``DEPTH_SDS``
 SDs of its per-seed values). The trend is decided by a rule fixed before the grids ran
@@ -16,9 +16,9 @@ import numpy as np
 import pandas as pd
 
 from depthbench.errors import UserError
-from depthbench.report.compare import NLL_BAND, NLL_BAND_WIDE, _nll_comparisons
-from depthbench.report.figures import _reference
-from depthbench.report.load import _final, labelled, load_rows
+from depthbench.report.compare import NLL_BAND, NLL_BAND_WIDE, nll_comparisons
+from depthbench.report.figures import reference_of
+from depthbench.report.load import final_rows, labelled, load_rows
 
 DEPTH_SDS = 5.0   # the calibration's criterion (benchmarks/calibrate_text.py: RATIO)
 
@@ -82,15 +82,15 @@ def grid_point(path) -> pd.DataFrame:
     if ev is None or "bits_per_byte" not in ev.columns:
         raise UserError(f"{path} holds no text eval rows; the scale axis reads text grids "
                         "(a report's rows/ or a run's results/)")
-    va = _final(ev)
+    va = final_rows(ev)
     va = va[va["split"] == "validation"]
     params = va["params"].unique()
     if len(params) != 1:
         raise UserError(f"{path} holds models of {len(params)} sizes; give one grid per size")
-    ref = _reference(va["schedule"], None)
+    ref = reference_of(va["schedule"], None)
     if ref is None:
         raise UserError(f"{path} holds no uniform arm to compare with")
-    c = _nll_comparisons(va, ref, "nll")
+    c = nll_comparisons(va, ref, "nll")
     c = c[[role(s) is not None for s in c["schedule"]]].copy()
     if c.empty:
         raise UserError(f"{path} holds no fixed-first or FLOP-matched arm beside {ref}")
@@ -216,14 +216,14 @@ def build_scale_report(paths, out, title: str = "Table 3 across model sizes") ->
     from pathlib import Path
 
     from depthbench.fsio import check_replaceable, replaced_dir
-    from depthbench.report.build import _write
-    from depthbench.report.figures import _Figures
+    from depthbench.report.build import write_page
+    from depthbench.report.figures import FigureSet
     out = Path(out)
     pts = scale_points([Path(p) for p in paths])
     tr = trend(pts)
     check_replaceable(out, "report")
     with replaced_dir(out, "report") as tmp:
-        figs = _Figures(tmp)
+        figs = FigureSet(tmp)
         what = ("Each arm's paired difference from uniform:1-16 on mean serving NLL (95% "
                 "t-interval over seeds) against {}; the paper's Table 3 gaps as open stars{}; "
                 "dashed lines are the grids at other training lengths.")
@@ -239,6 +239,6 @@ def build_scale_report(paths, out, title: str = "Table 3 across model sizes") ->
                    f"judged at {DEPTH_SDS:g} per-seed SDs each)", depth_table(pts))]
         files = {"scale.csv": pts.drop(columns=["axis", "group"], errors="ignore")
                  .to_csv(index=False)}
-        names = _write(tmp, title, figs.items, tables, [str(p) for p in paths],
+        names = write_page(tmp, title, figs.items, tables, [str(p) for p in paths],
                        scale_words(pts, tr), files, "depthbench scale-report")
     return [out / n for n in names]

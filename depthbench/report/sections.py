@@ -14,35 +14,35 @@ from depthbench.report.compare import (
     EQUIVALENCE_MARGIN,
     NLL_BAND,
     PLATEAU_BAND,
-    _comparison_table,
-    _comparison_words,
-    _comparisons,
-    _nll_comparisons,
-    _nll_table,
-    _nll_words,
-    _paired_mean_em,
-    _paired_table,
-    _per_depth_words,
-    _plateau_table,
-    _plateau_words,
-    _plateaus,
-    _verdict,
+    comparison_table,
+    comparison_words,
+    comparisons_of,
+    nll_comparisons,
     nll_metric,
+    nll_table,
+    nll_words,
+    paired_mean_em,
+    paired_table,
+    per_depth_words,
+    plateau_table,
+    plateau_words,
+    plateaus_of,
+    verdict_of,
 )
 from depthbench.report.figures import (
-    _brackets,
-    _ci_lines,
-    _fig_bits,
-    _fig_budgets,
-    _fig_by_group,
-    _fig_exact,
-    _fig_fixed,
-    _fig_nll_flops,
-    _fig_paired,
-    _floor,
-    _reference,
+    bounds_table,
+    ci_lines,
+    fig_bits,
+    fig_budgets,
+    fig_by_group,
+    fig_exact,
+    fig_fixed,
+    fig_nll_flops,
+    fig_paired,
+    floor_of,
+    reference_of,
 )
-from depthbench.report.load import TERMINAL_SHARE, _final, _fmt, grid_clock, group_col, labelled
+from depthbench.report.load import TERMINAL_SHARE, final_rows, fmt_value, grid_clock, group_col, labelled
 from depthbench.report.spread import spread_section, spread_table, spread_words
 from depthbench.stats import mean_ci, paired_differences, t_interval
 
@@ -54,47 +54,47 @@ class Sections(NamedTuple):
     files: dict[str, str]
 
 
-def _eval_sections(figs, ev: pd.DataFrame, color: dict, reference: str | None,
+def eval_sections(figs, ev: pd.DataFrame, color: dict, reference: str | None,
                    curves: pd.DataFrame | None = None) -> Sections:
     """Recall from the name alone: figures, comparisons, summary, brackets and the control."""
     tables, notes, files = [], [], {}
-    fin = _final(ev)
+    fin = final_rows(ev)
     re = fin[fin["split"] == "eval_reordered"]
     if re.empty:
         raise UserError(f"the eval rows hold no eval_reordered split (only "
                         f"{', '.join(sorted(map(str, ev['split'].unique())))}); the report reads "
                         "recall on eval_reordered: evaluate with --split eval_reordered")
     if "budget" in re.columns and re["budget"].notna().any():
-        _fig_budgets(figs, re, color)
-    comparisons = _comparisons(re, reference)
+        fig_budgets(figs, re, color)
+    comparisons = comparisons_of(re, reference)
     if not comparisons.empty:
-        notes += _comparison_words(comparisons)
+        notes += comparison_words(comparisons)
         tables.append(("Comparisons decided in advance: each schedule minus the reference on "
                        "exact match averaged over serving depths (the claim), and over depths "
                        "1-3 (described); paired 95% t-interval and exact sign-flip p over seeds, "
                        "Holm-corrected across this report's claims; equivalent where the "
                        f"interval lies within ±{EQUIVALENCE_MARGIN:g}",
-                       _comparison_table(comparisons)))
+                       comparison_table(comparisons)))
     nll = _nll_section(re, reference, tables, notes)
-    _fig_by_group(figs, comparisons, nll, color, NLL_BAND)
+    fig_by_group(figs, comparisons, nll, color, NLL_BAND)
     axis, by_length = group_col(re), re
     if axis:   # the other figures: the full budget, the longest training
         re = re[re[axis] == re[axis].max()]
     ctrl_all = fin[fin["split"] == "eval_unseen_people"]
-    _fig_bits(figs, re, color, ctrl_all)
-    _fig_exact(figs, re, color, ctrl_all)
-    ref = _reference(re["schedule"], reference)
+    fig_bits(figs, re, color, ctrl_all)
+    fig_exact(figs, re, color, ctrl_all)
+    ref = reference_of(re["schedule"], reference)
     if ref is not None and re["schedule"].nunique() > 1:
         d_bits = paired_differences(re, "bits_per_person", ref)
         d_nll = paired_differences(re, "nll", ref)
         if not d_bits.empty:
-            _fig_paired(figs, d_bits, d_nll, ref, color)
+            fig_paired(figs, d_bits, d_nll, ref, color)
             tables.append((f"Bits per person minus {ref}: per seed, then mean and 95% CI over "
-                           "seeds", _paired_table(d_bits)))
+                           "seeds", paired_table(d_bits)))
             tables.append((f"Exact match minus {ref}: averaged over serving depths, per seed, then "
-                           "mean and 95% CI over seeds", _paired_mean_em(re, ref)))
-    _fig_fixed(figs, re, color)
-    _fig_nll_flops(figs, by_length if axis == "length" else re, color)
+                           "mean and 95% CI over seeds", paired_mean_em(re, ref)))
+    fig_fixed(figs, re, color)
+    fig_nll_flops(figs, by_length if axis == "length" else re, color)
     tables += breakdown_section(figs, re, ref, color)
     tables[:0] = _summary_tables(re, ref, curves)
     tables[:0] = _brackets_table(fin)
@@ -113,7 +113,7 @@ def _eval_sections(figs, ev: pd.DataFrame, color: dict, reference: str | None,
 
 def _brackets_table(fin: pd.DataFrame) -> list:
     """The brackets' titled table (none for rows that predate them)."""
-    brackets = _brackets(fin)
+    brackets = bounds_table(fin)
     if brackets is None:
         return []
     col = "structure_blind_bits_per_person"
@@ -131,10 +131,10 @@ def _nll_section(re: pd.DataFrame, reference: str | None, tables: list,
                  notes: list) -> pd.DataFrame:
     """The paper's metric: the verdicts on mean serving NLL, a table and a sentence each;
     returns the comparisons."""
-    nll = _nll_comparisons(re, reference)
+    nll = nll_comparisons(re, reference)
     if not nll.empty:
         asked = nll["metric"].iloc[0] == "value_nll"
-        notes += _nll_words(nll)
+        notes += nll_words(nll)
         tables.append(("The paper's metric: each schedule against the reference on mean serving "
                        "NLL (each run's NLL " + ("of the asked value, the fact asked from the "
                                                  "name, " if asked else "")
@@ -143,23 +143,23 @@ def _nll_section(re: pd.DataFrame, reference: str | None, tables: list,
                        f"against the paper's ±{100 * NLL_BAND:g}%, the verdict (within the band "
                        "only where the 95% interval lies inside it, outside only where it "
                        "excludes it, else not resolved, with the precision reached) and whether "
-                       "it holds with each seed left out in turn", _nll_table(nll)))
+                       "it holds with each seed left out in turn", nll_table(nll)))
         if asked:   # the whole row's NLL, described under its own name
-            rec = _nll_comparisons(re.assign(record_nll=re["nll"]), reference, "record_nll")
+            rec = nll_comparisons(re.assign(record_nll=re["nll"]), reference, "record_nll")
             tables.append(("Described, not a verdict: the same comparison on the whole record "
                            "row's NLL (names, key order and the values after the asked one are "
                            "most of its nats; a model that memorized more of its training orders "
-                           "reads a worse row)", _nll_table(rec)))
-    plateau = _plateaus(re)
+                           "reads a worse row)", nll_table(rec)))
+    plateau = plateaus_of(re)
     if not plateau.empty:
-        notes += _plateau_words(plateau)
+        notes += plateau_words(plateau)
         tables.append(("Plateaus (Figure 2 left's curve per schedule): between consecutive "
                        "training lengths, the paired relative change of each seed's mean serving "
                        "NLL (" + ("of the asked value, " if nll_metric(re) == "value_nll"
                                   else "") + "the verdict's metric) with its 95% "
                        "t-interval; on a plateau only where the interval lies "
                        f"within ±{100 * PLATEAU_BAND:g}%, still improving only where it lies below "
-                       "it", _plateau_table(plateau)))
+                       "it", plateau_table(plateau)))
     return nll
 
 
@@ -177,11 +177,11 @@ def _control_table(fin: pd.DataFrame):
     return None
 
 
-def _task_section(figs, tk: pd.DataFrame, color: dict) -> tuple[str, pd.DataFrame]:
+def task_section(figs, tk: pd.DataFrame, color: dict) -> tuple[str, pd.DataFrame]:
     """Downstream tasks across serving depths (the paper's Figure 3, bottom): accuracy against
     depth per task and schedule, and its Table 4: per schedule and task the accuracy averaged
     over depths and at the deepest depth, mean ± SD over seeds."""
-    tk = _final(tk).copy()
+    tk = final_rows(tk).copy()
     # a task's accuracy (acc), else its exact match (generation tasks)
     score = pd.Series(np.nan, index=tk.index)
     for col in ("acc", "exact_match"):
@@ -195,7 +195,7 @@ def _task_section(figs, tk: pd.DataFrame, color: dict) -> tuple[str, pd.DataFram
     fig, axes = figs.plt.subplots(1, len(tasks), figsize=(4.2 * len(tasks), 3.8), dpi=110,
                                   squeeze=False)
     for ax, t in zip(axes[0], tasks):
-        _ci_lines(ax, tk[tk["task"] == t], "acc", color)
+        ci_lines(ax, tk[tk["task"] == t], "acc", color)
         ax.set_title(t, fontsize=10)
         ax.set_xlabel("serving depth K")
         ax.grid(alpha=0.3)
@@ -208,14 +208,14 @@ def _task_section(figs, tk: pd.DataFrame, color: dict) -> tuple[str, pd.DataFram
         "avg": g["acc"].mean(), "deep": g.loc[g["depth"].idxmax(), "acc"]}),
         include_groups=False).reset_index()
     table = per.groupby(["schedule", "task"]).apply(lambda g: pd.Series({
-        "seeds": len(g), "depth-averaged accuracy": _fmt(g["avg"].mean(), g["avg"].std()),
-        f"accuracy at K={deepest}": _fmt(g["deep"].mean(), g["deep"].std())}),
+        "seeds": len(g), "depth-averaged accuracy": fmt_value(g["avg"].mean(), g["avg"].std()),
+        f"accuracy at K={deepest}": fmt_value(g["deep"].mean(), g["deep"].std())}),
         include_groups=False).reset_index()
     return ("Table 4: downstream accuracy, depth-averaged and at the deepest depth (mean ± SD "
             "over seeds)", table)
 
 
-def _with_train_time(re: pd.DataFrame) -> tuple[pd.DataFrame, str]:
+def with_train_time(re: pd.DataFrame) -> tuple[pd.DataFrame, str]:
     """The rows with a ``train_time`` column and what it is: the training process's CPU
     seconds (``train_cpu_s``, unaffected by other processes sharing the machine) where every
     row has them ("CPU"), else wall-clock seconds ("wall")."""
@@ -231,7 +231,7 @@ def _findings(re: pd.DataFrame, ref: str | None) -> str:
     process's CPU seconds where the rows have them: a run's time, not its neighbours')."""
     deepest = int(re["depth"].max())
     depths = [d for d in (1, 4, deepest) if d in set(re["depth"])]
-    re, clock = _with_train_time(re)
+    re, clock = with_train_time(re)
     runs = re.groupby(["run", "schedule"]).agg(flops=("modeled_train_flops", "first"),
                                                wall=("train_time", "first")).reset_index()
     ref_flops = runs.loc[runs["schedule"] == ref, "flops"].mean() if ref else np.nan
@@ -239,9 +239,9 @@ def _findings(re: pd.DataFrame, ref: str | None) -> str:
     head = (["schedule", "seeds"] + [f"depth {d}: bits (EM)" for d in depths]
             + [f"modeled FLOPs (% of {ref})" if ref else "modeled FLOPs", f"train {clock} s/run"])
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    floor = _floor(re, "floor_bits_per_person")
+    floor = floor_of(re, "floor_bits_per_person")
     if floor is not None:
-        em = _floor(re, "floor_exact_match")
+        em = floor_of(re, "floor_exact_match")
         lines.append("| floor (no model) | - | " + " | ".join(
             f"{floor:.1f} ({100 * floor / ceiling:.0f}%), EM {em:.2f}" for _ in depths) + " | - | - |")
     for s, g in re.groupby("schedule"):
@@ -258,7 +258,7 @@ def _findings(re: pd.DataFrame, ref: str | None) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _terminal_nll(curves: pd.DataFrame | None) -> dict:
+def terminal_nll_of(curves: pd.DataFrame | None) -> dict:
     """Per run: the mean logged training loss over its final 4% of updates."""
     if curves is None or curves.empty:
         return {}
@@ -271,8 +271,8 @@ def _terminal_nll(curves: pd.DataFrame | None) -> dict:
 
 def _summary_tables(re: pd.DataFrame, ref: str | None,
                     curves: pd.DataFrame | None = None) -> list[tuple[str, pd.DataFrame]]:
-    re, clock = _with_train_time(re)
-    terminal = _terminal_nll(curves)
+    re, clock = with_train_time(re)
+    terminal = terminal_nll_of(curves)
     per_run = re.groupby(["run", "schedule"]).apply(lambda g: pd.Series({
         "mean_serving_nll": g["nll"].mean(),
         "exact_match": g.loc[g["depth"].idxmax(), "exact_match"],
@@ -293,17 +293,17 @@ def _summary_tables(re: pd.DataFrame, ref: str | None,
         summary.append({
             "schedule": s, "seeds": len(g),
             f"terminal training NLL (final {100 * TERMINAL_SHARE:.0f}% of updates)":
-                _fmt(g["terminal_nll"].mean(), g["terminal_nll"].std()),
-            "mean serving NLL": _fmt(g["mean_serving_nll"].mean(), g["mean_serving_nll"].std()),
-            f"modeled FLOPs (% of {ref_name})": _fmt(100 * g["flops"].mean() / ref_flops,
+                fmt_value(g["terminal_nll"].mean(), g["terminal_nll"].std()),
+            "mean serving NLL": fmt_value(g["mean_serving_nll"].mean(), g["mean_serving_nll"].std()),
+            f"modeled FLOPs (% of {ref_name})": fmt_value(100 * g["flops"].mean() / ref_flops,
                                                     100 * g["flops"].std() / ref_flops, 1),
             f"{clock} time reduction vs {ref_name} (%)":
-                _fmt(100 * (1 - g["wall"].mean() / ref_wall), 100 * g["wall"].std() / ref_wall, 1),
-            "exact match at max depth": _fmt(g["exact_match"].mean(), g["exact_match"].std()),
-            "exact match, mean over depths": _fmt(g["mean_exact_match"].mean(),
+                fmt_value(100 * (1 - g["wall"].mean() / ref_wall), 100 * g["wall"].std() / ref_wall, 1),
+            "exact match at max depth": fmt_value(g["exact_match"].mean(), g["exact_match"].std()),
+            "exact match, mean over depths": fmt_value(g["mean_exact_match"].mean(),
                                                   g["mean_exact_match"].std()),
-            "best bits/person": _fmt(g["best_bits"].mean(), g["best_bits"].std(), 1),
-            "best unfloored bits/person": _fmt(g["best_unfloored"].mean(),
+            "best bits/person": fmt_value(g["best_bits"].mean(), g["best_bits"].std(), 1),
+            "best unfloored bits/person": fmt_value(g["best_unfloored"].mean(),
                                                g["best_unfloored"].std(), 1),
         })
     def by_depth(value: str, digits: int) -> pd.DataFrame:
@@ -320,7 +320,7 @@ def _summary_tables(re: pd.DataFrame, ref: str | None,
              "t-interval)", by_depth("exact_match", 3))]
 
 
-def _stage_table(st: pd.DataFrame) -> tuple[str, pd.DataFrame]:
+def stage_table(st: pd.DataFrame) -> tuple[str, pd.DataFrame]:
     clock = grid_clock(st)
     rows = [{"stages": k, "count": n, "stage seconds (sum)": round(clock["stage_s"].get(k, 0), 1)}
             for k, n in sorted(clock["stages"].items())]
@@ -337,7 +337,7 @@ def _stage_table(st: pd.DataFrame) -> tuple[str, pd.DataFrame]:
             "end; the report stage is not counted)", pd.DataFrame(rows))
 
 
-def _serve_section(figs, sv: pd.DataFrame) -> tuple[str, pd.DataFrame]:
+def serve_section(figs, sv: pd.DataFrame) -> tuple[str, pd.DataFrame]:
     for c in ("speedup", "ceiling"):
         if c in sv.columns and not np.isfinite(pd.to_numeric(sv[c], errors="coerce")).all():
             raise UserError(f"serve rows: column {c} must hold finite numbers; regenerate them "
@@ -382,12 +382,12 @@ def _serve_section(figs, sv: pd.DataFrame) -> tuple[str, pd.DataFrame]:
 
 def _nll_summary(out: dict, re: pd.DataFrame, reference: str | None) -> None:
     """The verdicts on mean serving NLL (the paper's metric) into a report's summary."""
-    nll = _nll_comparisons(re, reference)
+    nll = nll_comparisons(re, reference)
     if not nll.empty:
         out["nll"] = [{"schedule": r["schedule"], "axis": r["axis"],
                        "group": None if pd.isna(r["group"]) else r["group"],
                        "verdict": r["verdict"]} for _, r in nll.iterrows()]
-        out["nll_sentences"] = _nll_words(nll) + _plateau_words(_plateaus(re))
+        out["nll_sentences"] = nll_words(nll) + plateau_words(plateaus_of(re))
 
 
 def summarize(rows: dict[str, pd.DataFrame], reference: str | None = None) -> dict:
@@ -406,7 +406,7 @@ def summarize(rows: dict[str, pd.DataFrame], reference: str | None = None) -> di
         out["wall_s"] = grid_clock(st)["wall_s"]
     if ev is None or ev.empty:
         return out
-    fin = _final(ev)
+    fin = final_rows(ev)
     out["arms"] = sorted(map(str, fin["schedule"].unique()))
     out["seeds"] = int(fin.groupby("schedule")["seed"].nunique().max())
     if is_sweep(ev):   # tuning rows: the LR each arm is run at, no comparison
@@ -423,14 +423,14 @@ def summarize(rows: dict[str, pd.DataFrame], reference: str | None = None) -> di
                       and fin["name_blind_bits_per_person"].notna().any()
                       else "record completion (before the name-only reading)")
     re = fin[fin["split"] == "eval_reordered"]
-    c = _comparisons(re, reference)
+    c = comparisons_of(re, reference)
     if not c.empty:
         prim = c[c["summary"] == "primary"]
         out["comparisons"] = [{**{k: (None if isinstance(v, float) and np.isnan(v) else v)
-                                  for k, v in r.items()}, "verdict": _verdict(r)}
+                                  for k, v in r.items()}, "verdict": verdict_of(r)}
                               for _, r in prim.iterrows()]
-        out["sentences"] = [f"{w} {_per_depth_words(re, r)}" for w, (_, r) in
-                            zip(_comparison_words(c), prim.iterrows())]
+        out["sentences"] = [f"{w} {per_depth_words(re, r)}" for w, (_, r) in
+                            zip(comparison_words(c), prim.iterrows())]
     _nll_summary(out, re, reference)
     for split, g in fin.groupby("split"):
         if split == "eval_unseen_people":
@@ -441,5 +441,5 @@ def summarize(rows: dict[str, pd.DataFrame], reference: str | None = None) -> di
     out["spread"] = spread_words(spread_table(fin))
     axis = group_col(re)
     full = re[re[axis] == re[axis].max()] if axis else re
-    out["findings"] = _findings(full, _reference(full["schedule"], reference))
+    out["findings"] = _findings(full, reference_of(full["schedule"], reference))
     return out

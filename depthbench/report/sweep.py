@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 
 from depthbench.report.compare import nll_metric
-from depthbench.report.load import _final, _fmt
+from depthbench.report.load import final_rows, fmt_value
 
 SWEEP_SPLITS = ("eval_reordered", "validation")  # the split a sweep reads: person task, text
 
@@ -25,7 +25,7 @@ def sweep_runs(ev: pd.DataFrame) -> pd.DataFrame:
     """One row per run of a sweep: its arm (``schedule`` without the LR), LR, seed, mean serving
     NLL (its ``nll_metric`` averaged over every serving depth, final checkpoint) and, on the
     person task, exact match averaged over depths. ``ev`` holds raw or labelled rows."""
-    fin = _final(ev[ev["lr_sweep"].notna()])
+    fin = final_rows(ev[ev["lr_sweep"].notna()])
     split = next((s for s in SWEEP_SPLITS if (fin["split"] == s).any()), None)
     if split is None:
         return pd.DataFrame(columns=["arm", "lr", "seed", "nll", "exact_match"])
@@ -64,7 +64,7 @@ def _arm_lr_means(ev: pd.DataFrame) -> pd.DataFrame:
 
 def metric_words(ev: pd.DataFrame) -> str:
     """What a sweep's "mean serving NLL" is of, in words."""
-    fin = _final(ev[ev["lr_sweep"].notna()])
+    fin = final_rows(ev[ev["lr_sweep"].notna()])
     return ("mean serving NLL of the asked value" if nll_metric(fin) == "value_nll"
             else "mean serving NLL")
 
@@ -89,8 +89,9 @@ def sweep_section(figs, ev: pd.DataFrame, color: dict):
     g = _arm_lr_means(ev)
     table = pd.DataFrame({
         "arm": g["arm"], "peak LR": [f"{x:g}" for x in g["lr"]], "seeds": g["seeds"],
-        f"{metric_words(ev)} (mean ± SD over seeds)": [_fmt(m, s, 4) for m, s in zip(g["nll"], g["nll_sd"])],
-        "exact match, mean over depths": [_fmt(m, s) for m, s in zip(g["em"], g["em_sd"])],
+        f"{metric_words(ev)} (mean ± SD over seeds)": [fmt_value(m, s, 4)
+                                                        for m, s in zip(g["nll"], g["nll_sd"])],
+        "exact match, mean over depths": [fmt_value(m, s) for m, s in zip(g["em"], g["em_sd"])],
         "chosen": ["yes" if best.get(a) == lr else "" for a, lr in zip(g["arm"], g["lr"])]})
     if g["em"].isna().all():
         table = table.drop(columns=["exact match, mean over depths"])

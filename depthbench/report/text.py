@@ -10,31 +10,31 @@ from depthbench.errors import UserError
 from depthbench.report.compare import (
     EQUIVALENCE_MARGIN,
     NLL_BAND,
-    _comparison_table,
-    _comparison_words,
-    _comparisons,
-    _nll_comparisons,
-    _nll_table,
-    _nll_words,
+    comparison_table,
+    comparison_words,
+    comparisons_of,
+    nll_comparisons,
+    nll_table,
+    nll_words,
 )
 from depthbench.report.figures import (
-    _ci_lines,
-    _fig_nll_flops,
-    _reference,
+    ci_lines,
+    fig_nll_flops,
+    reference_of,
 )
-from depthbench.report.load import TERMINAL_SHARE, _final, _fmt
-from depthbench.report.sections import Sections, _terminal_nll, _with_train_time
+from depthbench.report.load import TERMINAL_SHARE, final_rows, fmt_value
+from depthbench.report.sections import Sections, terminal_nll_of, with_train_time
 from depthbench.stats import mean_ci, paired_differences, t_interval
 
 
-def _text_sections(figs, ev: pd.DataFrame, color: dict, reference: str | None,
+def text_sections(figs, ev: pd.DataFrame, color: dict, reference: str | None,
                    curves: pd.DataFrame | None = None, items: pd.DataFrame | None = None
                    ) -> Sections:
     """A text corpus's report: validation NLL and bits per byte against serving depth per
     schedule (the paper's Figure 8 style), the schedules' summary, the comparisons decided in
     advance on NLL averaged over serving depths, and the findings table."""
     tables, notes, files = [], [], {}
-    va = _final(ev)
+    va = final_rows(ev)
     va = va[va["split"] == "validation"]
     if va.empty:
         raise UserError("the text eval rows hold no validation split; evaluate the runs with "
@@ -42,8 +42,8 @@ def _text_sections(figs, ev: pd.DataFrame, color: dict, reference: str | None,
     cloze = "cloze_accuracy" in va.columns and va["cloze_accuracy"].notna().all()
     mi = cloze and "cloze_accuracy_mi" in va.columns and va["cloze_accuracy_mi"].notna().all()
     _text_figures(figs, va, color, cloze, mi)
-    ref = _reference(va["schedule"], reference)
-    re, clock = _with_train_time(va)
+    ref = reference_of(va["schedule"], reference)
+    re, clock = with_train_time(va)
     deepest = int(re["depth"].max())
     per = _per_run(re, curves, cloze, mi)
     ref_flops = per.loc[per["schedule"] == ref, "flops"].mean() if ref else np.nan
@@ -56,27 +56,27 @@ def _text_sections(figs, ev: pd.DataFrame, color: dict, reference: str | None,
     tables.append(("Validation NLL by serving depth (mean ± 95% CI half-width over seeds)",
                    ci.pivot_table(index="depth", columns="schedule", values="cell",
                                   aggfunc="first").reset_index()))
-    comparisons = _comparisons(re, reference, "nll")
+    comparisons = comparisons_of(re, reference, "nll")
     if not comparisons.empty:
-        notes += _comparison_words(comparisons, "validation NLL",
+        notes += comparison_words(comparisons, "validation NLL",
                                    ("has higher NLL", "has lower NLL"))
         tables.append(("Comparisons decided in advance: each schedule minus the reference on "
                        "validation NLL averaged over serving depths (the claim), and over depths "
                        "1-3 (described); paired 95% t-interval and exact sign-flip p over seeds, "
                        f"Holm-corrected; equivalent within ±{EQUIVALENCE_MARGIN:g} nats",
-                       _comparison_table(comparisons)))
-    nll = _nll_comparisons(re, reference)
+                       comparison_table(comparisons)))
+    nll = nll_comparisons(re, reference)
     if not nll.empty:
-        notes += _nll_words(nll)
+        notes += nll_words(nll)
         tables.append(("The paper's metric (its Table 3): each schedule against the reference on "
                        "mean serving NLL as a paired relative difference per seed; 95% "
                        f"t-interval, TOST against ±{100 * NLL_BAND:g}%, the verdict (within "
                        "only where the interval lies inside the band, outside only where it "
                        "excludes it, else not resolved, with the precision reached) and whether "
-                       "it holds with each seed left out", _nll_table(nll)))
+                       "it holds with each seed left out", nll_table(nll)))
     if ref is not None and re["schedule"].nunique() > 1:
         _fig_nll_minus_ref(figs, paired_differences(re, "nll", ref), ref, color)
-        _fig_nll_flops(figs, re, color)
+        fig_nll_flops(figs, re, color)
     if cloze:
         notes += _cloze_floor_words(va, per, items is not None)
     files["findings.md"] = _text_findings(re, per, deepest, mi)
@@ -87,7 +87,7 @@ def _per_run(re: pd.DataFrame, curves: pd.DataFrame | None, cloze: bool, mi: boo
              ) -> pd.DataFrame:
     """One row per run: its mean serving NLL, NLL at the deepest depth, lowest-NLL depth, bits
     per byte, cloze accuracies, modeled FLOPs, training time and terminal training NLL."""
-    term = _terminal_nll(curves)
+    term = terminal_nll_of(curves)
     per = re.groupby(["run", "schedule"]).apply(lambda g: pd.Series({
         "mean_nll": g["nll"].mean(), "deep_nll": g.loc[g["depth"].idxmax(), "nll"],
         "best_depth": g.loc[g["nll"].idxmin(), "depth"], "bpb": g["bits_per_byte"].mean(),
@@ -171,7 +171,7 @@ def _text_figures(figs, va: pd.DataFrame, color: dict, cloze: bool, mi: bool) ->
                                *((("cloze_accuracy_mi", "cloze accuracy, mutual information "
                                    "(4 choices)", "cloze_mi_vs_depth.png"),) if mi else ())):
         fig, ax = figs.new(f"{label} vs serving depth", "serving depth K", label)
-        _ci_lines(ax, va, value, color)
+        ci_lines(ax, va, value, color)
         ax.legend(fontsize=8)
         figs.save(fig, name, f"{label} on the validation split at every serving depth, final "
                   "checkpoints; lines: mean over seeds, bands: 95% t-interval over seeds.")
@@ -200,17 +200,17 @@ def _text_summary(per: pd.DataFrame, ref, ref_flops: float, deepest: int, clock:
     return pd.DataFrame([{
         "schedule": sch, "seeds": len(g),
         f"terminal training NLL (final {100 * TERMINAL_SHARE:.0f}% of updates)":
-            _fmt(g["terminal"].mean(), g["terminal"].std()),
-        "mean serving NLL": _fmt(g["mean_nll"].mean(), g["mean_nll"].std()),
-        f"NLL at depth {deepest}": _fmt(g["deep_nll"].mean(), g["deep_nll"].std()),
-        "bits per byte, mean over depths": _fmt(g["bpb"].mean(), g["bpb"].std()),
+            fmt_value(g["terminal"].mean(), g["terminal"].std()),
+        "mean serving NLL": fmt_value(g["mean_nll"].mean(), g["mean_nll"].std()),
+        f"NLL at depth {deepest}": fmt_value(g["deep_nll"].mean(), g["deep_nll"].std()),
+        "bits per byte, mean over depths": fmt_value(g["bpb"].mean(), g["bpb"].std()),
         "depth of lowest NLL (per seed)": ", ".join(str(int(d)) for d in g["best_depth"]),
-        **({"cloze accuracy, mean over depths (chance 0.25)": _fmt(g["cloze"].mean(),
+        **({"cloze accuracy, mean over depths (chance 0.25)": fmt_value(g["cloze"].mean(),
                                                                    g["cloze"].std())}
            if cloze else {}),
         **({"cloze accuracy by mutual information, mean over depths (chance 0.25)":
-            _fmt(g["cloze_mi"].mean(), g["cloze_mi"].std())} if mi else {}),
-        f"modeled FLOPs (% of {ref or 'reference'})": _fmt(100 * g["flops"].mean() / ref_flops,
+            fmt_value(g["cloze_mi"].mean(), g["cloze_mi"].std())} if mi else {}),
+        f"modeled FLOPs (% of {ref or 'reference'})": fmt_value(100 * g["flops"].mean() / ref_flops,
                                                            100 * g["flops"].std() / ref_flops, 1),
         f"train {clock} s/run": f"{g['time'].mean():.0f}"} for sch, g in per.groupby("schedule")])
 

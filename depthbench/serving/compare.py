@@ -124,7 +124,7 @@ def splits_prompts(cfg: ServeConfig) -> bool:
     return n_private == cfg.max_depth and not shared
 
 
-def _scheduler(eng, mode: str, cfg: ServeConfig) -> Scheduler:
+def make_scheduler(eng, mode: str, cfg: ServeConfig) -> Scheduler:
     return Scheduler(eng, mode, 1 if MODES[mode].one_row else cfg.width, cfg.admit_min,
                      cfg.min_coda_batch, cfg.coda_wait, cfg.pool, prompt_slots(mode, cfg),
                      splits_prompts(cfg), cfg.concurrency)
@@ -144,9 +144,9 @@ def run_side_by_side(entries: dict, requests: list[Request],
     def prepare(key):
         mode, cfg, make = entries[key]
         if cfg.warmup_requests:  # first-call allocations and kernel selection stay out of the timing
-            _scheduler(make(), mode, cfg).run([q.fresh() for q in requests[: cfg.warmup_requests]])
+            make_scheduler(make(), mode, cfg).run([q.fresh() for q in requests[: cfg.warmup_requests]])
         eng = make(TurnClock() if interleave else None)
-        sched, reqs = _scheduler(eng, mode, cfg), [q.fresh() for q in requests]
+        sched, reqs = make_scheduler(eng, mode, cfg), [q.fresh() for q in requests]
         return sched, cfg, reqs, sched.steps(reqs)
 
     def result(sched, cfg, reqs):   # the engine (and its KV store) is dropped after this

@@ -13,7 +13,7 @@ from depthbench.errors import UserError
 from depthbench.flops import FlopModel
 from depthbench.rows import tag_rows, write_rows
 from depthbench.schedules import parse_schedule
-from depthbench.train.loop import _prepare, _run_record, train
+from depthbench.train.loop import prepare_model_config, run_record, train
 from depthbench.train.metrics import metrics_rows
 
 
@@ -76,8 +76,8 @@ def job_record(job: TrainJob) -> dict:
     """The run record ``run.json`` that ``job`` writes (to compare with an existing run)."""
     ds = open_dataset(job.data, verify=False)
     tcfg = resolved_train_config(job)
-    mcfg = _prepare(ds, job.model, tcfg)
-    return _run_record(mcfg, tcfg, parse_schedule(job.schedule), ds,
+    mcfg = prepare_model_config(ds, job.model, tcfg)
+    return run_record(mcfg, tcfg, parse_schedule(job.schedule), ds,
                        FlopModel.of(mcfg, ds.seq_len - 1), tcfg.tokens_per_step(ds.seq_len))
 
 

@@ -30,7 +30,7 @@ from depthbench.models.build import build_model
 from depthbench.models.looped import LoopedTransformer
 from depthbench.runtime import Runtime, compiles, setup, teardown
 from depthbench.schedules import Schedule, parse_schedule
-from depthbench.train.metrics import _append, _read_metrics, _write_metrics, step_line
+from depthbench.train.metrics import append_metrics, read_metrics, step_line, write_metrics
 from depthbench.train.updates import lr_at, shared_steps
 from depthbench.version import __version__
 
@@ -75,7 +75,7 @@ def train_step(net: torch.nn.Module, model: LoopedTransformer, opt: torch.optim.
     return loss.detach()
 
 
-def _run_record(model_cfg, train_cfg, schedule, ds, fm, tokens_per_step) -> dict:
+def run_record(model_cfg, train_cfg, schedule, ds, fm, tokens_per_step) -> dict:
     return {
         "version": __version__,
         "model": model_cfg.to_dict(),
@@ -129,7 +129,7 @@ def train(data: str | Path, out: str | Path, model_cfg: ModelConfig, train_cfg: 
         teardown(rt)
 
 
-def _prepare(ds, model_cfg: ModelConfig, train_cfg: TrainConfig) -> ModelConfig:
+def prepare_model_config(ds, model_cfg: ModelConfig, train_cfg: TrainConfig) -> ModelConfig:
     """The model config with the dataset's vocabulary, checked against the dataset."""
     if train_cfg.eval_every and ds.kind != "synthetic":
         raise UserError("eval_every evaluates recall during training, which needs a synthetic "
@@ -199,7 +199,7 @@ def _restore(path: Path, model, opt, ds, rt: Runtime, metrics_path: Path) -> _St
                         "continued; restore the file, or train the run again into a new --out")
     return _State(step=step, flops=ck["flops"], wall=ck["wall_clock"], tokens=ck["tokens"],
                   cpu=ck.get("cpu_clock", 0.0),
-                  rows=[r for r in _read_metrics(metrics_path) if r["step"] <= step])
+                  rows=[r for r in read_metrics(metrics_path) if r["step"] <= step])
 
 
 def _fork(start: tuple[str, int], record: dict, model, opt, ds, rt: Runtime) -> _State | None:
@@ -299,10 +299,10 @@ def _begin(data: Path, out: Path, model_cfg: ModelConfig, train_cfg: TrainConfig
     """Open the dataset, build the model and optimizer, start (fresh, resumed or forked) and
     write the run record; returns what the loop reads."""
     ds = open_dataset(data)
-    model_cfg = _prepare(ds, model_cfg, train_cfg)
+    model_cfg = prepare_model_config(ds, model_cfg, train_cfg)
     fm = FlopModel.of(model_cfg, ds.seq_len - 1)
     tokens_per_step = train_cfg.tokens_per_step(ds.seq_len)
-    record = _run_record(model_cfg, train_cfg, schedule, ds, fm, tokens_per_step)
+    record = run_record(model_cfg, train_cfg, schedule, ds, fm, tokens_per_step)
     metrics_path = out / "metrics.jsonl"
     start_ckpt = _start_checkpoint(out, resume, record)
     torch.manual_seed(train_cfg.seed)
@@ -314,7 +314,7 @@ def _begin(data: Path, out: Path, model_cfg: ModelConfig, train_cfg: TrainConfig
         out.mkdir(parents=True, exist_ok=True)
         ckpt.remove_stale_temporaries(out / "checkpoints")
         atomic_write_text(out / "run.json", json.dumps(record, indent=2) + "\n")
-        _write_metrics(metrics_path, st.rows)
+        write_metrics(metrics_path, st.rows)
     keep = set(train_cfg.keep_steps) | set(share_steps)
     if forked and rt.is_main:   # this run's own checkpoint at the step it starts from: resumable
         _save(out, st.step, st, model, opt, (model_cfg, train_cfg), schedule, ds, rt, keep)
@@ -335,7 +335,7 @@ def _train(data: Path, out: Path, model_cfg: ModelConfig, train_cfg: TrainConfig
     metrics_path = out / "metrics.jsonl"
 
     def record(row: dict) -> None:   # the file first: it stays the truth
-        _append(metrics_path, row, rt)
+        append_metrics(metrics_path, row, rt)
         if on_row is not None and rt.is_main:
             on_row(row)
 

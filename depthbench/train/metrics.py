@@ -13,17 +13,17 @@ from depthbench.fsio import atomic_write_text
 from depthbench.runtime import Runtime
 
 
-def _write_metrics(path: Path, rows: list[dict]) -> None:
+def write_metrics(path: Path, rows: list[dict]) -> None:
     atomic_write_text(path, "".join(json.dumps(r) + "\n" for r in rows))
 
 
-def _append(path: Path, row: dict, rt: Runtime) -> None:
+def append_metrics(path: Path, row: dict, rt: Runtime) -> None:
     if rt.is_main:
         with open(path, "a") as f:
             f.write(json.dumps(row) + "\n")
 
 
-def _read_metrics(path: Path) -> list[dict]:
+def read_metrics(path: Path) -> list[dict]:
     """Rows of metrics.jsonl; a last line cut short by a crash mid-write is dropped."""
     if not path.is_file():
         return []
@@ -68,7 +68,7 @@ def _metrics_row_problem(row) -> str:
 
 
 def metrics_rows(run_dir: str | Path) -> list[dict]:
-    return _read_metrics(Path(run_dir) / "metrics.jsonl")
+    return read_metrics(Path(run_dir) / "metrics.jsonl")
 
 
 def _clock(s: float) -> str:
