@@ -315,7 +315,7 @@ def shared_work(names: list[str]) -> dict:
     stages (a compute-matched run at the steps its match resolves to)."""
     from depthbench.config import TrainJob, resolve_presets
     from depthbench.data_gen import resolve_config
-    from depthbench.pipeline import Pipeline
+    from depthbench.pipeline.grid import Grid
     from depthbench.pipeline.spec import load_spec
     from depthbench.pipeline.steps import matched_steps_of
     from depthbench.schedules import parse_schedule
@@ -323,7 +323,7 @@ def shared_work(names: list[str]) -> dict:
     for name in names:
         spec = load_spec(name)
         gen = resolve_config(spec.data.preset, overrides=spec.data.set, seed=spec.data.seed)
-        trains, matched = Pipeline(spec, Path(tempfile.gettempdir()) / "plan")._train_stages(gen)
+        trains, matched = Grid(spec, Path(tempfile.gettempdir()) / "plan").train_stages(gen)
         steps_of = matched_steps_of(gen, resolve_presets(spec.train.preset, spec.train.set)[0],
                                     trains)
         total = once = 0

@@ -626,12 +626,12 @@ def test_an_eval_stages_key_covers_its_task_files_content(tmp_path):
     tasks.mkdir()
     (tasks / "t.yaml").write_text("task: mine\n")
     st = Stage("eval-x", "eval", {"run": "r", "task_path": str(tasks)}, [], [])
-    first = pipe._key(st)
+    first = pipe.ledger.key(st)
     os.utime(tasks / "t.yaml", (1, 1))
-    assert pipe._key(st) == first
+    assert pipe.ledger.key(st) == first
     (tasks / "t.yaml").write_text("task: mine\ndataset_path: other\n")
-    assert pipe._key(st) != first
-    assert pipe._key(Stage("eval-x", "eval", {"run": "r", "task_path": ""}, [], [])) != first
+    assert pipe.ledger.key(st) != first
+    assert pipe.ledger.key(Stage("eval-x", "eval", {"run": "r", "task_path": ""}, [], [])) != first
 
 
 def test_schedules_that_share_no_seed_are_not_compared(tmp_path):

@@ -41,7 +41,7 @@ def _submit_wave(pipe, todo: list[Stage], submitit, folder: Path) -> None:
             ex = submitit.LocalExecutor(folder=folder)
             ex.update_parameters(timeout_min=60 * 24)
         try:
-            pipe.started[st.id] = time.time()
+            pipe.ledger.started[st.id] = time.time()
             jobs.append((ex.submit(run_stage, st.command, st.config, os.getcwd(), 1), st))
         except Exception as e:  # sbatch refused the job (a partition, a time limit...)
             first = (str(e).strip().splitlines() or [type(e).__name__])[0]
@@ -54,5 +54,5 @@ def _submit_wave(pipe, todo: list[Stage], submitit, folder: Path) -> None:
         except Exception as e:  # a failed job: its own log holds the traceback
             last = str(e).strip().splitlines()[-1] if str(e).strip() else type(e).__name__
             raise UserError(f"stage {st.id} failed ({last[:200]}); see {job.paths.stderr}") from None
-        pipe._mark(st, rss)
+        pipe.ledger.mark(st, rss)
         pipe._done(st)
