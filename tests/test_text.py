@@ -340,7 +340,7 @@ metric_list:
     assert r.exit_code == 2 and "nope" in r.output
 
 
-# ---- boundaries, round 4: documents by content, readings that cannot mean anything ---------------
+# ---- boundaries: documents by content, readings that cannot mean anything ---------------
 def _split_docs(ds: TextDataset) -> dict[str, list[str]]:
     tok, out = ds.tokenizer(), {}
     for s in ("train", "validation"):

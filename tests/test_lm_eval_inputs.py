@@ -1,0 +1,102 @@
+"""lm-eval's inputs, checked before it runs: bounded arguments, a bare checkpoint name, tasks of
+the other dataset kind."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from depthbench.errors import UserError
+
+
+def _lm_eval(*args):
+    return subprocess.run([sys.executable, "-m", "depthbench", "lm-eval", "run", "--model",
+                           "depthbench", "--limit", "2", "--tasks", "depthbench", *args],
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_lm_eval_arguments_are_bounded(trained_run):
+    pytest.importorskip("lm_eval")
+    from depthbench.evaluate.harness import DepthbenchLM
+    for arg in ({"n_loops": 10**6}, {"max_depth": 1025}, {"n_loops": True}, {"batch_size": 10**9}):
+        with pytest.raises(UserError, match="must be an integer in|not an integer"):
+            DepthbenchLM(pretrained=str(trained_run), **arg)
+
+
+def test_lm_eval_on_a_bare_checkpoint_name_is_one_line(trained_run, tmp_path, monkeypatch):
+    pytest.importorskip("lm_eval")
+    from depthbench.checkpoint import checksum_path, latest
+    from depthbench.evaluate.harness import DepthbenchLM
+    src = latest(trained_run)
+    monkeypatch.chdir(tmp_path)
+    shutil.copy(src, "c.pt")
+    shutil.copy(checksum_path(src), "c.pt.sha256")
+    with pytest.raises(UserError, match="pass data=DIR"):
+        DepthbenchLM(pretrained="c.pt")
+    assert os.path.exists("c.pt")
+
+
+@pytest.mark.slow
+def test_lm_eval_inputs_are_checked_before_it_runs(trained_run, small_data, tmp_path):
+    """No dataset, another dataset's task files, a missing --include_path, --rows into the
+    run: each one line, exit 2, the run untouched."""
+    from depthbench.data.generate import generate
+    from depthbench.data_gen import resolve_config
+    generate(resolve_config("tiny", overrides={"exposure": 1, "n_people": 30}), tmp_path / "other")
+    before = sorted(p.name for p in trained_run.rglob("*"))
+    run = f"pretrained={trained_run},n_loops=2"
+    cases = [([("--model_args", run)], "dataset directory"),
+             ([("--model_args", run), ("--metadata", json.dumps({"data": str(tmp_path / "other")}))],
+              "another dataset"),
+             ([("--model_args", run), ("--metadata", json.dumps({"data": str(small_data)})),
+               ("--include_path", str(tmp_path / "nope"))], "include_path"),
+             ([("--model_args", f"pretrained={trained_run}"), ("--depths", "1-2"),
+               ("--rows", str(trained_run / "metrics"))], "--rows"),
+             ([("--model_args", run), ("--metadata", json.dumps({"data": str(small_data)})),
+               ("--output_path", str(small_data))], "--output_path"),
+             ([("--model_args", run), ("--metadata", json.dumps({"data": str(small_data)})),
+               ("--output_path", str(trained_run / "metrics.jsonl"))], "--output_path"),
+             ([("--model_args", run), ("--metadata", json.dumps({"data": 5}))], "--metadata data"),
+             ([("--model_args", f"pretrained={trained_run}"), ("--depths", "1-2"),
+               ("--metadata", json.dumps({"data": ["a"]}))], "--metadata data"),
+             ([("--model_args", run), ("--metadata", "[1]")], "not a JSON object")]
+    for opts, needle in cases:
+        p = _lm_eval(*[x for kv in opts for x in kv])
+        assert p.returncode == 2, (opts, p.stderr[-500:])
+        lines = p.stderr.strip().splitlines()
+        assert len(lines) == 1 and needle in lines[0], (opts, p.stderr[-500:])
+    assert sorted(p.name for p in trained_run.rglob("*")) == before
+
+
+@pytest.mark.slow
+def test_an_lm_eval_task_of_the_other_dataset_kind_is_one_line(trained_run, small_data, tmp_path):
+    """The people's recall tasks on a text dataset, the cloze on a synthetic one: one line that
+    says which kind each is (they crashed with a KeyError or read as a missing file)."""
+
+    from depthbench.config import ModelConfig, TrainConfig
+    from depthbench.data.corpus import prepare_text
+    from depthbench.train.loop import train
+    words = "the quick brown fox jumps over a lazy dog while seven wizards judge".split()
+    rng = np.random.default_rng(0)
+    (tmp_path / "c.txt").write_text("\n\n".join(" ".join(rng.choice(words, size=40))
+                                                 for _ in range(80)))
+    prepare_text([str(tmp_path / "c.txt")], tmp_path / "td", vocab_size=300, val_fraction=0.2,
+                 seq_len=16)
+    train(tmp_path / "td", tmp_path / "tr", ModelConfig(d_model=32, n_heads=4, n_core=1),
+          TrainConfig(steps=2, batch_size=4, warmup_steps=1), "fixed:2", progress=False,
+          log=lambda *a, **k: None)
+    for run, data, task, needle in ((tmp_path / "tr", tmp_path / "td", "depthbench",
+                                     "is a text dataset"),
+                                    (trained_run, small_data, "depthbench_cloze",
+                                     "is a synthetic dataset")):
+        p = subprocess.run([sys.executable, "-m", "depthbench", "lm-eval", "run", "--model",
+                            "depthbench", "--limit", "2", "--tasks", task, "--model_args",
+                            f"pretrained={run}", "--metadata", json.dumps({"data": str(data)})],
+                           capture_output=True, text=True, timeout=300)
+        assert p.returncode == 2, p.stderr[-800:]
+        lines = p.stderr.strip().splitlines()
+        assert needle in lines[-1] and "Traceback" not in p.stderr, p.stderr[-800:]
