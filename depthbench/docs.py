@@ -3,8 +3,12 @@
 Writes ``docs/results.md`` (one section per committed report: what it reproduces, its findings
 table, the comparisons decided in advance with their verdicts, seeds and time) and the README's
 marked blocks (the results table, one row per committed experiment, and the quickstart's findings
-table), every number through ``report.summarize`` over the report's own ``rows/``. Hand-written
-prose carries no digit a rerun could change; rerunning this command changes no file (a test).
+table), every number through ``report.summarize`` over the report's own ``rows/``. In a source
+tree it writes, in the same pass, every page a script renders from kept rows: the calibration
+tables (``benchmarks/calibrate*.py``), the serving blocks of ``docs/benchmarks.md`` (the
+benchmarks' own rendering of ``docs/serving/``) and the bad-input matrix
+(``tests/test_bad_inputs.py``'s cases). Hand-written prose carries no digit a rerun could change;
+rerunning this command changes no file (a test).
 
     depthbench docs            # rewrite the pages (or python -m depthbench.docs)
     depthbench docs --check    # exit 1 if a page is not what the rows give
@@ -302,15 +306,55 @@ def scale_page(pts, tr) -> list[str]:
 BLOCK = re.compile(r"(<!-- generated: (?P<name>[a-z-]+) -->\n)(?P<body>.*?)(<!-- end -->)", re.S)
 
 
-def _fill(text: str, blocks: dict[str, str]) -> str:
+def _fill(text: str, blocks: dict[str, str], page: str = "README.md") -> str:
     def sub(m):
         name = m.group("name")
         if name not in blocks:
             from depthbench.errors import UserError
-            raise UserError(f"README.md's block {name!r} has no generator (known: "
+            raise UserError(f"{page}'s block {name!r} has no generator (known: "
                             f"{', '.join(blocks)}); remove its markers or name a known block")
         return m.group(1) + blocks[name] + m.group(4)
     return BLOCK.sub(sub, text)
+
+
+def _script(root: Path, path: str):
+    """A repository script (``benchmarks/NAME.py``, ``tests/NAME.py``) loaded as a module; the
+    benchmarks import their shared helper from their own folder."""
+    import importlib.util
+    f = root / path
+    if str(f.parent) not in sys.path:
+        sys.path.insert(0, str(f.parent))
+    spec = importlib.util.spec_from_file_location(f.stem, f)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[f.stem] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def script_pages(root: Path) -> dict[Path, str]:
+    """The pages scripts render from kept rows (none outside a source tree with its benchmarks
+    and tests): the two calibration tables, the serving blocks of docs/benchmarks.md, the
+    bad-input matrix."""
+    import json
+    if not ((root / "benchmarks" / "bench_serve.py").is_file()
+            and (root / "tests" / "test_bad_inputs.py").is_file()):
+        return {}
+    out = {}
+    for name in ("calibrate", "calibrate_text"):
+        cal = _script(root, f"benchmarks/{name}.py")
+        out[cal.TABLE] = cal.write_table(cal.load_rows(), path=None)
+    serve, cpu = _script(root, "benchmarks/bench_serve.py"), _script(root, "benchmarks/serve_cpu.py")
+    kept = json.loads((root / "docs" / "serving" / "bench_serve.json").read_text())
+    runs = cpu.load_rows()
+    blocks = {"serve-cpu-grid": serve.cpu_lines(kept), "serve-sim": serve.sim_lines(kept),
+              "serve-kv": serve.kv_lines(kept),
+              "serve-cpu-runs": cpu.table_lines(runs) + [""] + cpu.summary_lines(runs)}
+    page = root / "docs" / "benchmarks.md"
+    out[page] = _fill(page.read_text(), {k: "\n".join(v).strip("\n") + "\n" for k, v in blocks.items()},
+                      "docs/benchmarks.md")
+    bad = _script(root, "tests/test_bad_inputs.py")
+    out[bad.DOC] = bad.render_doc()
+    return out
 
 
 def pages(root: Path = ROOT) -> dict[Path, str]:
@@ -328,7 +372,7 @@ def pages(root: Path = ROOT) -> dict[Path, str]:
               "text-scale": scale_block(pts, tr)}
     page = results_page(done).rstrip("\n") + "\n\n" + "\n".join(scale_page(pts, tr))
     return {readme: _fill(readme.read_text(), blocks),
-            root / "docs" / "results.md": page.rstrip("\n") + "\n"}
+            root / "docs" / "results.md": page.rstrip("\n") + "\n", **script_pages(root)}
 
 
 def main(argv=None, prog: str = "python -m depthbench.docs") -> int:

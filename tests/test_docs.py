@@ -116,3 +116,19 @@ def test_benchmarks_table_is_its_rows():
         res = json.loads((ROOT / "docs" / "benchmarks" / kept).read_text())
         assert cell == _bench(script).readme_cell(res), (
             f"rerun `python benchmarks/{script}.py --readme docs/benchmarks/{kept}`")
+
+
+def test_one_pass_writes_every_page_a_script_renders():
+    """`depthbench docs` in a source tree: the calibration tables, the bad-input matrix and
+    docs/benchmarks.md (its serving blocks the benchmarks' rendering of the kept rows), beside
+    the results pages; outside a source tree, none of them."""
+    got = docs.script_pages(ROOT)
+    names = {p.relative_to(ROOT).as_posix() for p in got}
+    assert names == {"docs/calibration.md", "docs/calibration-text.md", "docs/benchmarks.md",
+                     "docs/bad-inputs.md"}
+    page = ROOT / "docs" / "benchmarks.md"
+    assert {b[1] for b in docs.BLOCK.findall(page.read_text())} == {
+        "serve-cpu-grid", "serve-sim", "serve-kv", "serve-cpu-runs"}
+    out = json.loads((ROOT / "docs" / "serving" / "bench_serve.json").read_text())
+    assert "\n".join(_bench("bench_serve").sim_lines(out)) in got[page]
+    assert docs.script_pages(ROOT / "docs") == {}   # outside a source tree: none

@@ -162,7 +162,9 @@ def scale_report_cmd(grids, out, title, as_json):
               help="The source tree (the folder with README.md, docs/ and reports/; default: "
                    "this checkout).")
 def docs_cmd(check, root):
-    """Regenerate the README's generated blocks and docs/results.md from the committed rows.
+    """Regenerate every generated page from committed rows: the README's blocks, docs/results.md,
+    and in a source tree the calibration tables, docs/benchmarks.md's serving blocks and the
+    bad-input matrix.
 
     \b
     Examples:
