@@ -275,7 +275,7 @@ def test_a_coda_queue_and_batched_admission_never_change_outputs(policy, spec):
     done = Scheduler(eng, "cdb", 4, admit_min=3, min_coda_batch=3, coda_wait=2).run(
         [q.fresh() for q in reqs])
     assert [(q.output, q.depths) for q in done] == [(q.output, q.depths) for q in ref]
-    assert eng.stats["finish_launches"] < sum(len(q.output) - 1 for q in done) / 1.5
+    assert eng.stats.stage["finish"].launches < sum(len(q.output) - 1 for q in done) / 1.5
 
 
 def test_depth_indexed_reads_equal_the_copy_on_exit_layout_and_copy_nothing():
@@ -454,9 +454,9 @@ def test_chunked_prefill_never_changes_outputs(policy, spec):
         done = Scheduler(eng, "cdb", 4, admit_min=2, min_coda_batch=2, prefill_chunk=chunk,
                          split_prompts=split).run([q.fresh() for q in reqs])
         assert [(q.output, q.depths) for q in done] == [(q.output, q.depths) for q in ref], chunk
-        assert eng.stats["prefill_launches"] == 0
+        assert eng.stats.stage["prefill"].launches == 0
         assert max(r[1] for r in eng.records if r[0] == "core") <= 4 + chunk
-        assert eng.stats["core_prompt_tokens"] == 4 * sum(len(q.prompt) for q in reqs)
+        assert eng.stats.stage["core"].prompt_tokens == 4 * sum(len(q.prompt) for q in reqs)
     static = [Scheduler(Engine(model, parse_exit(spec, max_depth=4), policy, 6, 64,
                                n_prompt_slots=c), "static", 4, prefill_chunk=c,
                         split_prompts=split).run([q.fresh() for q in reqs]) for c in (0, 8)]

@@ -130,7 +130,7 @@ def sweep(make_engine, requests, width: int, pool: int, log=None) -> list[tuple]
         sched.run(reqs)
         res = {"wall_s": eng.clock.now() - t0, "output_tokens": sum(len(q.output) for q in reqs)}
         if i:
-            runs.append((res, eng.records, dict(eng.stats)))
+            runs.append((res, eng.records, eng.stats))
             if log:
                 log(f"cost sweep at width {w} ({len(eng.records)} launches)")
     return runs

@@ -206,9 +206,9 @@ def mode_result(mode: str, cfg: ServeConfig, done: list[Request], eng, wall: flo
         **latencies(done, wall, cfg.slo_ttft_ms, cfg.slo_tpot_ms),
         "mean_depth": float(np.mean(decode_depths)) if decode_depths else float("nan"),
         "depth_histogram": hist,
-        "core_launches": st["core_launches"],
-        "rows_per_launch": st["core_rows"] / max(1, st["core_launches"]),
-        "padding_waste": 1.0 - st["core_rows"] / max(1, st["core_launches"] * width),
+        "core_launches": st.stage["core"].launches,
+        "rows_per_launch": st.core_rows / max(1, st.stage["core"].launches),
+        "padding_waste": 1.0 - st.core_rows / max(1, st.stage["core"].launches * width),
         "exact_match": float(np.mean(recall)) if recall else None,
         "kv_cache_mb": eng.kv_nbytes / 2**20,
         # paged KV (the simulator): the pool's blocks, the most held at once, the preemptions
@@ -216,9 +216,9 @@ def mode_result(mode: str, cfg: ServeConfig, done: list[Request], eng, wall: flo
         "kv_peak_blocks": eng.blocks.peak if getattr(eng, "blocks", None) else None,
         "preemptions": preemptions,
         # where the time went: engine launches by kind, the rest is scheduling
-        "time_split": {k: st[f"{k}_s"] / wall for k in STAGES},
-        "launches_per_token": {k: st[f"{k}_launches"] / max(1, n_tokens) for k in STAGES},
-        "host_syncs": st["syncs"],
+        "time_split": {k: st.stage[k].seconds / wall for k in STAGES},
+        "launches_per_token": {k: st.stage[k].launches / max(1, n_tokens) for k in STAGES},
+        "host_syncs": st.syncs,
         **steady,
         "_records": eng.records,   # the launches, where the engine records them
     }

@@ -172,9 +172,9 @@ class Engine(HostState):
             logits = m.readout(s[torch.arange(B, device=dev), last][:, None], last[:, None])[:, 0]
         self.pos[rows_t] = torch.tensor(lens, device=dev)
         self.pos_h[rows] = lens
-        self.stats["prefills"] += B
+        self.stats.prefills += B
         first = logits.argmax(-1).tolist()
-        self.stats["syncs"] += 1
+        self.stats.syncs += 1
         self._log("prefill", time.perf_counter() - t0, B, sum(lens), T)
         return first
 
@@ -229,7 +229,7 @@ class Engine(HostState):
                         self.kv.core_mask(rows_t, loops, mask))[:, 0]
         self.S[it] = s
         self.loop[it] = loops
-        self.stats["core_rows"] += len(items)
+        self.stats.core_rows += len(items)
         if known:
             exited = self._known_exits(items)
         else:
@@ -274,7 +274,7 @@ class Engine(HostState):
         stop, self.pending[it] = decide(crit, loops, fires(crit, loops, sig), self.pending[it])
         if early is not None:
             return [r for r, x in zip(rows, early) if x]
-        self.stats["syncs"] += 1
+        self.stats.syncs += 1
         return [r for r, x in zip(rows, stop.tolist()) if x]
 
     @torch.no_grad()
@@ -298,7 +298,7 @@ class Engine(HostState):
         self.pos[it] = torch.where(it < self.n_rows, pos + 1, pos)
         self.advance(items)
         tokens = logits.argmax(-1).tolist()
-        self.stats["syncs"] += 1
+        self.stats.syncs += 1
         copies = copies_on_exit(self.kv.policy, self.max_depth, depths) if self.record else 0
         self._log("finish", time.perf_counter() - t0, len(items), len(items), L, copies,
                   prompt_tokens=self.n_prompt(items))

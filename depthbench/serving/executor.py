@@ -10,6 +10,7 @@ priced engine (``serving.sim.SimEngine``) both implement ``Executor`` on top of 
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass, field
 from typing import Protocol
 
 import numpy as np
@@ -18,6 +19,26 @@ from depthbench.exits import ExitCriterion
 from depthbench.serving.blocks import BlockPool
 
 STAGES = ("prefill", "start", "core", "finish")
+
+
+@dataclass
+class StageStats:
+    """One stage's launches: how many, their seconds, the tokens they ran, and of those the
+    prompt tokens riding beside decode tokens (chunked prefill)."""
+    launches: int = 0
+    seconds: float = 0.0
+    tokens: int = 0
+    prompt_tokens: int = 0
+
+
+@dataclass
+class EngineStats:
+    """What an executor counted: requests prefilled, decode rows in core launches, host syncs
+    (device-to-host reads), and per stage its launches (``stage``)."""
+    prefills: int = 0
+    core_rows: int = 0
+    syncs: int = 0
+    stage: dict[str, StageStats] = field(default_factory=lambda: {s: StageStats() for s in STAGES})
 
 
 class Clock(Protocol):
@@ -66,7 +87,7 @@ class Executor(Protocol):
     max_depth: int
     n_rows: int                  # KV rows: the most requests resident at once
     clock: Clock
-    stats: dict
+    stats: EngineStats
 
     n_prompt_slots: int          # work items beyond the rows: prompt tokens in core launches
     device_type: str             # "cpu" or "cuda": the device kind the scheduler's defaults suit
@@ -113,12 +134,7 @@ class HostState:
         self.loop_h = np.zeros(n, dtype=np.int64)
         self.target_h = np.zeros(n, dtype=np.int64)   # exit depth, where given at start
         self.known_h = np.zeros(n, dtype=bool)        # whether it was given
-        self.stats = {"prefills": 0, "core_rows": 0, "syncs": 0}
-        for s in STAGES:
-            self.stats[f"{s}_launches"] = 0
-            self.stats[f"{s}_s"] = 0.0
-            self.stats[f"{s}_tokens"] = 0
-            self.stats[f"{s}_prompt_tokens"] = 0
+        self.stats = EngineStats()
         # per stage, sums over launches of (1, tokens, seconds, tokens^2, tokens x seconds): the
         # least-squares seconds per extra token of a launch (``prompt_seconds``)
         self._fit = {s: np.zeros(5) for s in STAGES}
@@ -128,11 +144,11 @@ class HostState:
 
     def _log(self, stage: str, dt: float, rows: int, tokens: int, L: int, copies: int = 0,
              prompt_tokens: int = 0) -> None:
-        st = self.stats
-        st[f"{stage}_launches"] += 1
-        st[f"{stage}_s"] += dt
-        st[f"{stage}_tokens"] += tokens
-        st[f"{stage}_prompt_tokens"] += prompt_tokens
+        st = self.stats.stage[stage]
+        st.launches += 1
+        st.seconds += dt
+        st.tokens += tokens
+        st.prompt_tokens += prompt_tokens
         self._fit[stage] += (1.0, tokens, dt, tokens * tokens, tokens * dt)
         if self.record:
             self.records.append((stage, rows, tokens, L, copies, dt))
@@ -160,10 +176,10 @@ class HostState:
         """Per stage, the seconds spent on prompt tokens: all of the prefill launches', and for
         prompt tokens riding in launches beside decode tokens what they added
         (``_prompt_price``)."""
-        st = self.stats
-        out = {"prefill": float(st["prefill_s"])}
+        st = self.stats.stage
+        out = {"prefill": float(st["prefill"].seconds)}
         for s in STAGES[1:]:
-            n_p = st[f"{s}_prompt_tokens"]
+            n_p = st[s].prompt_tokens
             out[s] = n_p * self._prompt_price(s) if n_p else 0.0
         return out
 

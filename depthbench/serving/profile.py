@@ -381,7 +381,7 @@ def measure(model, cfg: SimConfig, modes=(), widths=()) -> dict[tuple[int, str],
     out = {}
     for k in keys:
         res, done = ran[k]
-        out[k] = (res, engs[k].records, dict(engs[k].stats))
+        out[k] = (res, engs[k].records, engs[k].stats)
     return out
 
 
@@ -393,7 +393,8 @@ def fit_profile(mcfg: ModelConfig, runs, cfg: SimConfig, bytes_per_value: int,
     from scipy.optimize import nnls
     records = [r for _, recs, _ in runs for r in recs]
     fitted = fit_records(mcfg, records, cfg.max_depth, bytes_per_value)
-    A = np.array([[st["core_launches"], res["output_tokens"]] for res, _, st in runs], dtype=float)
+    A = np.array([[st.stage["core"].launches, res["output_tokens"]] for res, _, st in runs],
+                 dtype=float)
     y = np.array([res["wall_s"] - sum(r[-1] for r in recs) for res, recs, _ in runs])
     (iteration, token), _ = nnls(A, np.maximum(y, 0.0))
     if not source:

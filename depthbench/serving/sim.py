@@ -98,7 +98,7 @@ class SimEngine(HostState):
         dt = p.seconds(stage, flops, nbytes, syncs, emitted,
                        p.iteration if stage == "core" else 0.0)
         self.clock.t += dt
-        self.stats["syncs"] += syncs
+        self.stats.syncs += syncs
         self._log(stage, dt, rows, tokens, L, copies, prompt_tokens)
 
     def prefill(self, rows: list[int], prompts: list[list[int]]) -> list[int]:
@@ -106,7 +106,7 @@ class SimEngine(HostState):
         self._launch("prefill", len(rows), len(rows) * max(lens), max(lens), syncs=1,
                      emitted=len(rows))
         self.pos_h[rows] = lens
-        self.stats["prefills"] += len(rows)
+        self.stats.prefills += len(rows)
         return [0] * len(rows)
 
     def _read(self, rows: list[int]) -> int:
@@ -120,7 +120,7 @@ class SimEngine(HostState):
     def core(self, items: list[int]) -> list[int]:
         self._launch("core", len(items), len(items), self.context(items), read=self._read(items),
                      prompt_tokens=self.n_prompt(items))
-        self.stats["core_rows"] += len(items)
+        self.stats.core_rows += len(items)
         return self._known_exits(items)
 
     def finish(self, items: list[int]) -> tuple[list[int], list[int]]:
