@@ -56,11 +56,11 @@ def _most_in_flight(reqs) -> int:
 def test_a_closed_loop_never_holds_more_requests_than_its_clients(cap):
     from depthbench.exits import parse_exit
     from depthbench.serving.compare import engine_rows, make_scheduler, prompt_slots, resolve_knobs
-    from depthbench.serving.sim import SimEngine, sim_model
+    from depthbench.serving.sim import SimEngine
     cfg = resolve_knobs(SimConfig(random="ouro-like", exit="trace:2", max_depth=4, width=16,
                                   requests=40, max_new_tokens=6, length_spread=0.5,
                                   concurrency=cap), "cuda")
-    shape = sim_model(cfg)
+    shape = cfg.model_config()
     from depthbench.serving.compare import random_workload
     for mode in ("cdb", "static", "no_refill"):
         reqs = random_workload(shape.vocab_size, 40, 8, 6, 0, 0.5)
@@ -103,12 +103,12 @@ def test_kv_that_exceeds_the_profiles_memory_admits_fewer_requests_never_more():
     every mode's run holds no more requests at once, and the KV it reports is what fits."""
     from dataclasses import replace
 
-    from depthbench.serving.profile import kv_bytes, kv_rows_that_fit, weight_bytes
-    from depthbench.serving.sim import sim_model
+    from depthbench.serving.memory import kv_bytes, weight_bytes
+    from depthbench.serving.profile import kv_rows_that_fit
     cfg = SimConfig(random="huginn-like", exit="trace:8", max_depth=16, width=32, pool=256,
                     requests=96, prompt_len=512, max_new_tokens=8, modes=("static", "cdb"),
                     kv_block=0)
-    shape, h100 = sim_model(cfg), load_profile("h100")
+    shape, h100 = cfg.model_config(), load_profile("h100")
     small = replace(h100, memory=40e9)
     max_len = 512 + 8 + 1
     fit = kv_rows_that_fit(shape, small, cfg.kv_policy, 16, max_len)

@@ -14,11 +14,11 @@ from test_serving import greedy, model_of, workload
 from depthbench.cli.main import main
 from depthbench.config import SimConfig
 from depthbench.exits import parse_exit
-from depthbench.serving.blocks import BlockPool
 from depthbench.serving.engine import Engine
-from depthbench.serving.profile import kv_blocks_that_fit, kv_bytes, load_profile, weight_bytes
+from depthbench.serving.memory import BlockPool, kv_bytes, weight_bytes
+from depthbench.serving.profile import kv_blocks_that_fit, load_profile
 from depthbench.serving.scheduler import Scheduler
-from depthbench.serving.sim import sim_model, simulate
+from depthbench.serving.sim import simulate
 
 
 def test_a_block_pool_counts_blocks_by_hand_and_takes_nothing_it_cannot_hold():
@@ -67,7 +67,7 @@ def test_paged_kv_under_pressure_preempts_serves_every_token_and_stays_under_its
     pool asks for 256. Every mode admits by blocks, preempts, recomputes and still generates
     every request's tokens; none holds more blocks than fit, and none beats the ideal time of
     its work."""
-    shape, prof = sim_model(HUGE), _small(40e9)
+    shape, prof = HUGE.model_config(), _small(40e9)
     longest = 512 + 64 * 3 // 2 + 1
     n = kv_blocks_that_fit(shape, prof, HUGE.kv_policy, 16, 16, longest)
     per_block = kv_bytes(shape, HUGE.kv_policy, 16, 1, 16, 2)

@@ -15,9 +15,10 @@ from depthbench.cli.main import main
 from depthbench.config import ConfigError, ModelConfig, SimConfig
 from depthbench.exits import parse_exit
 from depthbench.models.looped import LoopedTransformer
+from depthbench.serving.calibrate import calibrate, fit_records
 from depthbench.serving.compare import random_workload
 from depthbench.serving.engine import Engine
-from depthbench.serving.profile import Profile, calibrate, fit_records, load_profile, stage_work
+from depthbench.serving.profile import Profile, load_profile, stage_work
 from depthbench.serving.scheduler import Scheduler
 from depthbench.serving.sim import SimEngine, simulate
 
@@ -321,7 +322,8 @@ def test_the_width_sweep_recovers_a_known_cost_model():
     sweep of full-depth serving on it, fitted as serve-bench fits the real engine's, gives back
     those costs, and leveling the fit on launches that took twice their price doubles it."""
     from depthbench.serving.bound import sweep
-    from depthbench.serving.profile import ProfileCosts, fit_profile
+    from depthbench.serving.calibrate import fit_profile
+    from depthbench.serving.profile import ProfileCosts
     truth = {"prefill": [2e-3, 3e-11, 1e-10], "start": [1e-4, 2e-11, 2e-10],
              "core": [2e-4, 1e-11, 3e-10], "finish": [3e-4, 4e-11, 1e-10]}
     prof = Profile("known", kind="fitted", paged=False, overlap=False, device="cpu",

@@ -256,6 +256,14 @@ class SimConfig(ServeConfig):
                 f"must be in 0..65536 positions (0: whole-length reservation; got {self.kv_block})")
 
 
+    def model_config(self):
+        """The random model ``random`` and ``model_set`` name (a vocabulary of 256 where the
+        preset leaves it to the dataset): the shape simulated and, with ``calibrate``, measured."""
+        from depthbench.config.model import model_preset
+        mcfg = model_preset(self.random).replace(**self.model_set)
+        return mcfg if mcfg.vocab_size else mcfg.replace(vocab_size=256)
+
+
 @dataclass(frozen=True, kw_only=True)
 class ReportConfig(PlainConfig):
     """A report from result rows: ``report.build_report``."""

@@ -20,6 +20,7 @@ from depthbench.models.looped import LoopedTransformer
 from depthbench.rows import row_paths
 from depthbench.runtime import hold_freed_memory
 from depthbench.serving.bound import sweep, withheld_reason, withhold
+from depthbench.serving.calibrate import fit_profile, machine
 from depthbench.serving.compare import (
     compare_modes,
     engine_rows,
@@ -30,7 +31,7 @@ from depthbench.serving.compare import (
     with_arrivals,
 )
 from depthbench.serving.engine import Engine
-from depthbench.serving.profile import ProfileCosts, fit_profile, machine
+from depthbench.serving.profile import ProfileCosts
 from depthbench.serving.scheduler import Request
 from depthbench.serving.sim import SimEngine
 

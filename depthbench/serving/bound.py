@@ -115,7 +115,7 @@ def sweep(make_engine, requests, width: int, pool: int, log=None) -> list[tuple]
     pool (at most the requests), on engines from ``make_engine(width)`` (``record=True``), after
     one unrecorded warm-up batch. The width's batch serves its requests whole; the others at most
     8 new tokens each, in three batches below the width (prefill launches enough to fit even for
-    a handful of requests). Per width (``serving.profile.fit_profile``'s runs): ({wall_s,
+    a handful of requests). Per width (``serving.calibrate.fit_profile``'s runs): ({wall_s,
     output_tokens}, launch records, engine stats)."""
     from depthbench.serving.scheduler import Request, Scheduler
     runs, n = [], len(requests)

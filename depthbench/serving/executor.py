@@ -16,7 +16,7 @@ from typing import Protocol
 import numpy as np
 
 from depthbench.exits import ExitCriterion
-from depthbench.serving.blocks import BlockPool
+from depthbench.serving.memory import BlockPool
 
 STAGES = ("prefill", "start", "core", "finish")
 

@@ -1,20 +1,19 @@
-"""The serving cost model: a machine's per-stage step times (``Profile``), the work and KV bytes
-a step of each stage does, and fitting a profile from timings measured on this machine."""
+"""The serving cost model: a machine's per-stage launch costs (``Profile``: a roofline from public
+specifications, or fitted on this machine by ``serving.calibrate``) and the work a launch of each
+stage does (``stage_work``), priced by ``ProfileCosts``."""
 
 from __future__ import annotations
 
 import json
 import math
-import platform
 import tomllib
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-import numpy as np
-
-from depthbench.config import MODES, LoopShape, ModelConfig, SimConfig, kv_layout, model_preset, shape_of
+from depthbench.config import LoopShape, ModelConfig, shape_of
 from depthbench.errors import UserError
 from depthbench.serving.executor import STAGES
+from depthbench.serving.memory import kv_bytes, weight_bytes
 
 PROFILE_DIR = Path(__file__).parent / "profiles"
 
@@ -226,15 +225,7 @@ class ProfileCosts:
                          p.iteration if stage == "core" else 0.0)
 
 
-def weight_bytes(cfg: ModelConfig | LoopShape, bytes_per_value: int) -> int:
-    """The weights' bytes: every stage's matmul parameters (the core once: its loops share it)
-    and the embeddings."""
-    s = shape_of(cfg)
-    params = (s.prelude_params + s.core_params + s.coda_params + s.head_params + s.gate_params
-              + s.vocab_size * s.d_model)
-    return params * bytes_per_value
-
-
+# ---- what fits in the profile's memory -----------------------------------------------------------
 def kv_rows_that_fit(cfg: ModelConfig | LoopShape, profile: Profile, policy: str, max_depth: int,
                      max_len: int) -> int | None:
     """Resident requests whose KV (each reserved at ``max_len`` positions: a request is admitted
@@ -247,7 +238,7 @@ def kv_rows_that_fit(cfg: ModelConfig | LoopShape, profile: Profile, policy: str
 
 def kv_blocks_that_fit(cfg: ModelConfig | LoopShape, profile: Profile, policy: str,
                        max_depth: int, block_size: int, max_len: int) -> int | None:
-    """Paged KV (``serving.blocks``): blocks of ``block_size`` positions that fit beside the
+    """Paged KV (``BlockPool``): blocks of ``block_size`` positions that fit beside the
     weights in ``memory_util`` of the profile's memory; None where the profile states no memory.
     Refuses, in one line, a model whose weights and the blocks of one request of ``max_len``
     positions do not fit."""
@@ -271,139 +262,3 @@ def _units_that_fit(cfg, profile: Profile, unit_bytes: int, one_request: int,
                         f"{profile.memory / 2**30:.0f} GiB; give shorter prompts or outputs, or a "
                         "smaller model")
     return units
-
-
-def kv_bytes(cfg: ModelConfig | LoopShape, policy: str, max_depth: int, rows: int, max_len: int,
-             bytes_per_value: int) -> int:
-    s = shape_of(cfg)
-    n_private, shared, _ = kv_layout(policy, max_depth)
-    slots = s.n_prelude + s.n_core * (n_private + int(shared)) + s.n_coda
-    return 2 * slots * rows * max_len * s.kv_width * bytes_per_value
-
-
-# ---- simulating a workload ---------------------------------------------------------------------------
-def sim_model(cfg: SimConfig) -> ModelConfig:
-    mcfg = model_preset(cfg.random).replace(**cfg.model_set)
-    return mcfg if mcfg.vocab_size else mcfg.replace(vocab_size=256)
-
-
-def machine() -> str:
-    import torch
-    return f"{platform.machine()} {platform.processor() or platform.system()}, " \
-           f"torch {torch.__version__}, {torch.get_num_threads()} thread(s)"
-
-
-# ---- calibration on this machine -----------------------------------------------------------------
-def fit_records(cfg: ModelConfig, records, max_depth: int, bytes_per_value: int) -> dict:
-    """Per stage [a, alpha, beta] by non-negative least squares of launch seconds on
-    (1, FLOPs, bytes), the fit's R^2 and its residuals' RMS over the mean launch time (a stage
-    of launches that all cost the same is predicted well with an R^2 near 0)."""
-    from scipy.optimize import nnls
-    fit, r2, rel = {}, {}, {}
-    for stage in STAGES:
-        rec = [r for r in records if r[0] == stage]
-        if len(rec) < 3:
-            raise UserError(f"calibration saw {len(rec)} {stage} launches; raise --requests")
-        X = np.array([[1.0, *stage_work(cfg, stage, rows, tok, L, max_depth, bytes_per_value, cp)]
-                      for _, rows, tok, L, cp, _ in rec])
-        y = np.array([r[-1] for r in rec])
-        scale = X.max(axis=0)
-        scale[scale == 0] = 1.0
-        coef, _ = nnls(X / scale, y)
-        coef = coef / scale
-        fit[stage] = [float(c) for c in coef]
-        resid = y - X @ coef
-        r2[stage] = float(1 - (resid ** 2).sum() / max(((y - y.mean()) ** 2).sum(), 1e-30))
-        rel[stage] = float(np.sqrt((resid ** 2).mean()) / max(abs(y.mean()), 1e-30))
-    return {"fit": fit, "r2": r2, "rel_rmse": rel}
-
-
-def calibrate(cfg: SimConfig, log=None) -> tuple[Profile, dict]:
-    """Run the real engine on this machine (the random model of ``cfg``'s shape, every mode at
-    each of ``cfg.calibrate_widths``) with launch timers on; fit a profile to the timings."""
-    import torch
-
-    from depthbench.models.looped import LoopedTransformer
-
-    mcfg = sim_model(cfg)
-    torch.manual_seed(cfg.seed)
-    model = LoopedTransformer(mcfg).eval()
-    runs, measured = [], {}
-    for (width, mode), run in measure(model, cfg, widths=cfg.calibrate_widths).items():
-        runs.append(run)
-        measured[width, mode] = run[0]["tokens_per_s"]
-        if log:
-            log(f"  width {width} {mode}: {run[0]['tokens_per_s']:.1f} tokens/s")
-    p = next(model.parameters())
-    prof, info = fit_profile(mcfg, runs, cfg, p.element_size(), p.device.type)
-    return prof, {**info, "measured_tokens_per_s": measured}
-
-
-def measure(model, cfg: SimConfig, modes=(), widths=()) -> dict[tuple[int, str], tuple]:
-    """The modes of ``cfg`` (or ``modes``) at each of ``widths`` (default: ``cfg.width``) on the
-    real engine with launch records, all side by side unless ``cfg.interleave`` is off: per
-    (width, mode) its (result, records, engine stats). batch1 runs on its own over a sixteenth
-    of the requests (at least 8): its rate does not depend on how many there are."""
-    from depthbench.runtime import hold_freed_memory
-    from depthbench.serving.compare import (
-        engine_rows,
-        prompt_slots,
-        random_workload,
-        resolve_knobs,
-        run_side_by_side,
-    )
-    from depthbench.serving.engine import Engine
-
-    hold_freed_memory()
-    dev = next(model.parameters()).device.type
-    crit = cfg.criterion
-    reqs = random_workload(model.cfg.vocab_size, cfg.requests, cfg.prompt_len, cfg.max_new_tokens,
-                           cfg.seed, cfg.length_spread)
-    max_len = max(len(q.prompt) + q.max_new_tokens for q in reqs) + 1
-    engs: dict[tuple[int, str], Engine] = {}
-
-    def entry(width, mode):
-        c = resolve_knobs(cfg.replace(width=width), dev)
-
-        def make(clock=None):
-            engs[width, mode] = Engine(model, crit, c.kv_policy, engine_rows(mode, c), max_len,
-                                       record=True, clock=clock,
-                                       n_prompt_slots=prompt_slots(mode, c))
-            return engs[width, mode]
-        return mode, c, make
-
-    keys = [(w, m) for w in widths or (cfg.width,) for m in modes or cfg.modes]
-    ran = run_side_by_side({k: entry(*k) for k in keys if not MODES[k[1]].one_row}, reqs,
-                           cfg.interleave)
-    for k in keys:
-        if MODES[k[1]].one_row:
-            ran |= run_side_by_side({k: entry(*k)}, reqs[: max(8, cfg.requests // 16)], False)
-    out = {}
-    for k in keys:
-        res, done = ran[k]
-        out[k] = (res, engs[k].records, engs[k].stats)
-    return out
-
-
-def fit_profile(mcfg: ModelConfig, runs, cfg: SimConfig, bytes_per_value: int,
-                device: str = "cpu", source: str = "") -> tuple[Profile, dict]:
-    """A fitted profile from measured runs ``(result, records, stats)``: launch costs per stage,
-    then the scheduler's time between launches per core launch and per emitted token.
-    ``source``: what was measured (default: ``cfg``'s calibration)."""
-    from scipy.optimize import nnls
-    records = [r for _, recs, _ in runs for r in recs]
-    fitted = fit_records(mcfg, records, cfg.max_depth, bytes_per_value)
-    A = np.array([[st.stage["core"].launches, res["output_tokens"]] for res, _, st in runs],
-                 dtype=float)
-    y = np.array([res["wall_s"] - sum(r[-1] for r in recs) for res, recs, _ in runs])
-    (iteration, token), _ = nnls(A, np.maximum(y, 0.0))
-    if not source:
-        shape = ", ".join(f"{k}={v}" for k, v in mcfg.to_dict().items()
-                          if k in ("d_model", "n_heads", "n_prelude", "n_core", "n_coda", "vocab_size"))
-        source = (f"serve-sim --calibrate on {machine()}: {cfg.random} ({shape}), exit {cfg.exit}, "
-                  f"widths {list(cfg.calibrate_widths)}, {cfg.requests} requests")
-    prof = Profile(name="calibrated", kind="fitted", bytes_per_value=bytes_per_value, paged=False,
-                   overlap=False, device=device,
-                   source=f"{source}; fit R^2 " + ", ".join(f"{k} {v:.3f}" for k, v in fitted["r2"].items()),
-                   token=float(token), iteration=float(iteration), fit=fitted["fit"])
-    return prof, {"r2": fitted["r2"], "rel_rmse": fitted["rel_rmse"], "launch_records": len(records)}

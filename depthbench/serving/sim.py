@@ -39,18 +39,15 @@ from pathlib import Path
 from depthbench.config import MODES, LoopShape, ModelConfig, SimConfig, copies_on_exit
 from depthbench.errors import UserError
 from depthbench.exits import ExitCriterion, replay_file
-from depthbench.serving.blocks import BlockPool
 from depthbench.serving.bound import withheld_reason, withhold
 from depthbench.serving.executor import Clock, HostState
+from depthbench.serving.memory import BlockPool, kv_bytes
 from depthbench.serving.profile import (
     Profile,
     ProfileCosts,
-    calibrate,
     kv_blocks_that_fit,
-    kv_bytes,
     kv_rows_that_fit,
     load_profile,
-    sim_model,
     stage_work,
 )
 
@@ -151,7 +148,7 @@ def simulate(cfg: SimConfig, profile: Profile, mcfg: ModelConfig | None = None) 
     if mcfg is None and cfg.model:
         from depthbench.loading import load_shape
         mcfg = load_shape(cfg.model)
-    mcfg = mcfg or sim_model(cfg)
+    mcfg = mcfg or cfg.model_config()
     cfg = resolve_knobs(cfg, profile.device_type)
     crit = cfg.criterion
     reqs = with_arrivals(random_workload(mcfg.vocab_size, cfg.requests, cfg.prompt_len,
@@ -300,6 +297,7 @@ def run_sim(cfg: SimConfig, log=None) -> dict:
                             "shape; leave --model out (a fitted profile prices any shape)")
         if Path(cfg.calibrate).is_dir():
             raise UserError(f"--calibrate {cfg.calibrate} is a directory; give a .toml file")
+        from depthbench.serving.calibrate import calibrate
         prof, info = calibrate(cfg, log)
         atomic_write_text(Path(cfg.calibrate), prof.to_toml())  # makes the parents only now
         return {"profile": str(cfg.calibrate), "r2": info["r2"], "rows": [], "results": []}

@@ -1,7 +1,9 @@
-"""Paged KV: a device's KV memory as a pool of blocks of ``block_size`` positions, each request
-holding the blocks its positions fill (vLLM's block manager, as the scheduler needs it).
+"""The device memory serving has: the weights' bytes, the KV bytes of a layout, and the block pool
+paged admission works with (what fits in a profile's memory: ``serving.profile``).
 
-A request is admitted only where the blocks of what its prefill writes are free, beyond a
+Paged KV: a device's KV memory as a pool of blocks of ``block_size`` positions, each request
+holding the blocks its positions fill (vLLM's block manager, as the scheduler needs it). A
+request is admitted only where the blocks of what its prefill writes are free, beyond a
 watermark of ``WATERMARK`` of the pool (none where nothing else is resident, so that a request
 that fits the whole pool always runs); a token takes the block its position falls in when it
 starts; a finished or preempted request frees its blocks. Under KV pressure the scheduler
@@ -12,6 +14,8 @@ its output so far on readmission, as vLLM's recompute preemption does. Torch-fre
 from __future__ import annotations
 
 import math
+
+from depthbench.config import LoopShape, ModelConfig, kv_layout, shape_of
 
 WATERMARK = 0.01   # of the pool's blocks kept free at admission (vLLM's default watermark)
 
@@ -50,3 +54,20 @@ class BlockPool:
 
     def release(self, key: int) -> None:
         self.free += self.held.pop(key, 0)
+
+
+def weight_bytes(cfg: ModelConfig | LoopShape, bytes_per_value: int) -> int:
+    """The weights' bytes: every stage's matmul parameters (the core once: its loops share it)
+    and the embeddings."""
+    s = shape_of(cfg)
+    params = (s.prelude_params + s.core_params + s.coda_params + s.head_params + s.gate_params
+              + s.vocab_size * s.d_model)
+    return params * bytes_per_value
+
+
+def kv_bytes(cfg: ModelConfig | LoopShape, policy: str, max_depth: int, rows: int, max_len: int,
+             bytes_per_value: int) -> int:
+    s = shape_of(cfg)
+    n_private, shared, _ = kv_layout(policy, max_depth)
+    slots = s.n_prelude + s.n_core * (n_private + int(shared)) + s.n_coda
+    return 2 * slots * rows * max_len * s.kv_width * bytes_per_value

@@ -1,0 +1,137 @@
+"""Calibration on this machine: the real engine run with launch timers on, and a profile fitted
+to what it measured (per stage ``a + alpha FLOPs + beta bytes`` by non-negative least squares,
+then the scheduler's seconds per core launch and per emitted token): ``serve-sim --calibrate``,
+and the cost model of ``serve-bench``'s bound on the CPU."""
+
+from __future__ import annotations
+
+import platform
+
+import numpy as np
+
+from depthbench.config import MODES, ModelConfig, SimConfig
+from depthbench.errors import UserError
+from depthbench.serving.executor import STAGES
+from depthbench.serving.profile import Profile, stage_work
+
+
+def machine() -> str:
+    import torch
+    return f"{platform.machine()} {platform.processor() or platform.system()}, " \
+           f"torch {torch.__version__}, {torch.get_num_threads()} thread(s)"
+
+
+# ---- calibration on this machine -----------------------------------------------------------------
+def fit_records(cfg: ModelConfig, records, max_depth: int, bytes_per_value: int) -> dict:
+    """Per stage [a, alpha, beta] by non-negative least squares of launch seconds on
+    (1, FLOPs, bytes), the fit's R^2 and its residuals' RMS over the mean launch time (a stage
+    of launches that all cost the same is predicted well with an R^2 near 0)."""
+    from scipy.optimize import nnls
+    fit, r2, rel = {}, {}, {}
+    for stage in STAGES:
+        rec = [r for r in records if r[0] == stage]
+        if len(rec) < 3:
+            raise UserError(f"calibration saw {len(rec)} {stage} launches; raise --requests")
+        X = np.array([[1.0, *stage_work(cfg, stage, rows, tok, L, max_depth, bytes_per_value, cp)]
+                      for _, rows, tok, L, cp, _ in rec])
+        y = np.array([r[-1] for r in rec])
+        scale = X.max(axis=0)
+        scale[scale == 0] = 1.0
+        coef, _ = nnls(X / scale, y)
+        coef = coef / scale
+        fit[stage] = [float(c) for c in coef]
+        resid = y - X @ coef
+        r2[stage] = float(1 - (resid ** 2).sum() / max(((y - y.mean()) ** 2).sum(), 1e-30))
+        rel[stage] = float(np.sqrt((resid ** 2).mean()) / max(abs(y.mean()), 1e-30))
+    return {"fit": fit, "r2": r2, "rel_rmse": rel}
+
+
+def calibrate(cfg: SimConfig, log=None) -> tuple[Profile, dict]:
+    """Run the real engine on this machine (the random model of ``cfg``'s shape, every mode at
+    each of ``cfg.calibrate_widths``) with launch timers on; fit a profile to the timings."""
+    import torch
+
+    from depthbench.models.looped import LoopedTransformer
+
+    mcfg = cfg.model_config()
+    torch.manual_seed(cfg.seed)
+    model = LoopedTransformer(mcfg).eval()
+    runs, measured = [], {}
+    for (width, mode), run in measure(model, cfg, widths=cfg.calibrate_widths).items():
+        runs.append(run)
+        measured[width, mode] = run[0]["tokens_per_s"]
+        if log:
+            log(f"  width {width} {mode}: {run[0]['tokens_per_s']:.1f} tokens/s")
+    p = next(model.parameters())
+    prof, info = fit_profile(mcfg, runs, cfg, p.element_size(), p.device.type)
+    return prof, {**info, "measured_tokens_per_s": measured}
+
+
+def measure(model, cfg: SimConfig, modes=(), widths=()) -> dict[tuple[int, str], tuple]:
+    """The modes of ``cfg`` (or ``modes``) at each of ``widths`` (default: ``cfg.width``) on the
+    real engine with launch records, all side by side unless ``cfg.interleave`` is off: per
+    (width, mode) its (result, records, engine stats). batch1 runs on its own over a sixteenth
+    of the requests (at least 8): its rate does not depend on how many there are."""
+    from depthbench.runtime import hold_freed_memory
+    from depthbench.serving.compare import (
+        engine_rows,
+        prompt_slots,
+        random_workload,
+        resolve_knobs,
+        run_side_by_side,
+    )
+    from depthbench.serving.engine import Engine
+
+    hold_freed_memory()
+    dev = next(model.parameters()).device.type
+    crit = cfg.criterion
+    reqs = random_workload(model.cfg.vocab_size, cfg.requests, cfg.prompt_len, cfg.max_new_tokens,
+                           cfg.seed, cfg.length_spread)
+    max_len = max(len(q.prompt) + q.max_new_tokens for q in reqs) + 1
+    engs: dict[tuple[int, str], Engine] = {}
+
+    def entry(width, mode):
+        c = resolve_knobs(cfg.replace(width=width), dev)
+
+        def make(clock=None):
+            engs[width, mode] = Engine(model, crit, c.kv_policy, engine_rows(mode, c), max_len,
+                                       record=True, clock=clock,
+                                       n_prompt_slots=prompt_slots(mode, c))
+            return engs[width, mode]
+        return mode, c, make
+
+    keys = [(w, m) for w in widths or (cfg.width,) for m in modes or cfg.modes]
+    ran = run_side_by_side({k: entry(*k) for k in keys if not MODES[k[1]].one_row}, reqs,
+                           cfg.interleave)
+    for k in keys:
+        if MODES[k[1]].one_row:
+            ran |= run_side_by_side({k: entry(*k)}, reqs[: max(8, cfg.requests // 16)], False)
+    out = {}
+    for k in keys:
+        res, done = ran[k]
+        out[k] = (res, engs[k].records, engs[k].stats)
+    return out
+
+
+def fit_profile(mcfg: ModelConfig, runs, cfg: SimConfig, bytes_per_value: int,
+                device: str = "cpu", source: str = "") -> tuple[Profile, dict]:
+    """A fitted profile from measured runs ``(result, records, stats)``: launch costs per stage,
+    then the scheduler's time between launches per core launch and per emitted token.
+    ``source``: what was measured (default: ``cfg``'s calibration)."""
+    from scipy.optimize import nnls
+    records = [r for _, recs, _ in runs for r in recs]
+    fitted = fit_records(mcfg, records, cfg.max_depth, bytes_per_value)
+    A = np.array([[st.stage["core"].launches, res["output_tokens"]] for res, _, st in runs],
+                 dtype=float)
+    y = np.array([res["wall_s"] - sum(r[-1] for r in recs) for res, recs, _ in runs])
+    (iteration, token), _ = nnls(A, np.maximum(y, 0.0))
+    if not source:
+        shape = ", ".join(f"{k}={v}" for k, v in mcfg.to_dict().items()
+                          if k in ("d_model", "n_heads", "n_prelude", "n_core", "n_coda", "vocab_size"))
+        source = (f"serve-sim --calibrate on {machine()}: {cfg.random} ({shape}), exit {cfg.exit}, "
+                  f"widths {list(cfg.calibrate_widths)}, {cfg.requests} requests")
+    prof = Profile(name="calibrated", kind="fitted", bytes_per_value=bytes_per_value, paged=False,
+                   overlap=False, device=device,
+                   source=f"{source}; fit R^2 " + ", ".join(f"{k} {v:.3f}" for k, v in fitted["r2"].items()),
+                   token=float(token), iteration=float(iteration), fit=fitted["fit"])
+    return prof, {"r2": fitted["r2"], "rel_rmse": fitted["rel_rmse"], "launch_records": len(records)}
