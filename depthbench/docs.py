@@ -177,10 +177,10 @@ def _verdicts(s: dict, key: str = "comparisons") -> str:
         return "chooses each arm's LR (no comparison)"
     if not s[key]:
         return "described"
-    from depthbench.report.load import group_short
+    from depthbench.axes import AXES
     out = []
     for c in s[key]:
-        at = f" at {group_short(c['axis'], c['group'])}" if c.get("group") is not None else ""
+        at = f" at {AXES[c['axis']].short(c['group'])}" if c.get("group") is not None else ""
         short = _short_nll(c["verdict"]) if key == "nll" else c["verdict"].split(" (")[0]
         out.append(f"`{c['schedule']}`{at}: {short}")
     return "; ".join(out)

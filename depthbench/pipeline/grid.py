@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from depthbench.axes import BUDGET, LENGTH, LR
 from depthbench.config import (
     EvalConfig,
     ProbeConfig,
@@ -15,7 +16,7 @@ from depthbench.config import (
     resolve_presets,
     train_preset,
 )
-from depthbench.pipeline.spec import ExperimentSpec, budget_tag, length_tag, lr_tag
+from depthbench.pipeline.spec import ExperimentSpec
 from depthbench.pipeline.stages import Stage, slug
 from depthbench.pipeline.steps import budget_steps, length_steps, matched_steps_of, prefix_sharing
 from depthbench.rows import items_base, row_paths
@@ -79,7 +80,7 @@ class Grid:
         def stage(schedule, seed, steps, tag="", match="", tags=None, after=(), arm="", lr=None):
             name = tag + slug(schedule, seed)
             m, tr = resolve_presets(t.preset, t.arm_overrides(arm or schedule,
-                                                              (tags or {}).get("budget")))
+                                                              (tags or {}).get(BUDGET.column)))
             tr = tr.replace(steps=steps, seed=seed, **({} if lr is None else {"lr": lr}))
             job = TrainJob(data=str(self.data), out=str(self.out / "runs" / name), model=m,
                            train=tr, schedule=schedule, resume=True, match_flops=match,
@@ -91,14 +92,14 @@ class Grid:
         # the most expensive runs (deepest mean depth) first, so the pool finishes together
         by_cost = sorted(t.schedules, key=lambda s: -parse_schedule(s).depths(base.steps, 0).mean())
         # the grid's axis: (run-name prefix, row tags, peak LR, steps) of each of its values
-        sweep = ([(lr_tag(lr), {"lr_sweep": lr}, lr, base.steps) for lr in t.lrs]
-                 or [(length_tag(x), {"length": x}, None, length_steps(x, base.steps))
+        sweep = ([(LR.prefix(lr), {LR.column: lr}, lr, base.steps) for lr in t.lrs]
+                 or [(LENGTH.prefix(x), {LENGTH.column: x}, None, length_steps(x, base.steps))
                      for x in t.lengths] or [("", {}, None, base.steps)])
         if t.budgets:   # each budget, and at each budget every LR of a sweep
             steps_of = budget_steps(gen_cfg, mcfg, base, t.budget_schedule)
-            lrs = [(lr_tag(lr), {"lr_sweep": lr}, lr) for lr in t.lrs] or [("", {}, None)]
-            trains = [stage(s, seed, steps_of(s, b, seed), budget_tag(b) + tag,
-                            tags={"budget": b, **tags}, lr=lr)
+            lrs = [(LR.prefix(lr), {LR.column: lr}, lr) for lr in t.lrs] or [("", {}, None)]
+            trains = [stage(s, seed, steps_of(s, b, seed), BUDGET.prefix(b) + tag,
+                            tags={BUDGET.column: b, **tags}, lr=lr)
                       for b in sorted(t.budgets, reverse=True) for tag, tags, lr in lrs
                       for s in by_cost for seed in t.seeds]
         else:

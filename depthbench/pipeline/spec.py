@@ -13,6 +13,7 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from depthbench.axes import BUDGET, LENGTH, LR
 from depthbench.config import DEFAULT_SERVE_MODES, EVAL_SPLITS, SERVE_MODES, TRACKERS, ConfigError, kv_layout
 from depthbench.config.base import PlainConfig, require
 from depthbench.errors import UserError
@@ -93,7 +94,7 @@ class TrainSpec(PlainConfig):
         require(all(0 < b <= 1 for b in self.budgets) and len(set(self.budgets)) == len(self.budgets),
                "budgets", "must be distinct fractions of the full FLOP budget in (0, 1], e.g. "
                "[0.15, 0.45, 1.0]")
-        ids = [budget_tag(b) for b in self.budgets]
+        ids = [BUDGET.prefix(b) for b in self.budgets]
         require(len(set(ids)) == len(ids), "budgets",
                "must differ by at least 0.01 (runs are named by whole percents: "
                f"{', '.join(ids)})")
@@ -115,11 +116,11 @@ class TrainSpec(PlainConfig):
     def _check_arms(self) -> None:
         require(all(0 < lr <= 1 for lr in self.lrs) and len(set(self.lrs)) == len(self.lrs), "lrs",
                "must be distinct peak learning rates in (0, 1], e.g. [1.5e-3, 3e-3, 6e-3]")
-        require(len({lr_tag(lr) for lr in self.lrs}) == len(self.lrs), "lrs",
+        require(len({LR.prefix(lr) for lr in self.lrs}) == len(self.lrs), "lrs",
                "must differ in their first 6 significant digits (runs are named by them)")
         require(all(0 < x <= 1000 for x in self.lengths) and len(self.lengths) == len(set(self.lengths)),
                "lengths", "must be distinct multiples of train.steps in (0, 1000], e.g. [1, 2, 4]")
-        require(len({length_tag(x) for x in self.lengths}) == len(self.lengths), "lengths",
+        require(len({LENGTH.prefix(x) for x in self.lengths}) == len(self.lengths), "lengths",
                "must differ in their first 4 significant digits (runs are named by them)")
         require(not (self.lengths and (self.budgets or self.lrs)), "lengths",
                "a training-length axis does not combine with budgets or lrs; give one axis per grid")
@@ -150,16 +151,6 @@ class TrainSpec(PlainConfig):
         return {**self.set, **self.arm_set.get(arm, {}), **at}
 
 
-def length_tag(x: float) -> str:
-    """The run-name prefix of a training-length axis' runs (x2- for twice the steps)."""
-    return f"x{x:.4g}-"
-
-
-def lr_tag(lr: float) -> str:
-    """The run-name prefix of a learning-rate sweep's runs (lr0.003- for 3e-3)."""
-    return f"lr{lr:.6g}-"
-
-
 def _arm_key(arm: str) -> str:
     """An arm's name with each schedule in it spelled canonically (and its budget, after " @ ",
     as whole percents)."""
@@ -182,11 +173,6 @@ def _canonical(schedule: str, name: str) -> str:
         return parse_schedule(schedule).canonical
     except UserError as e:
         raise ConfigError(f"{name}: {e}") from None
-
-
-def budget_tag(b: float) -> str:
-    """The run-name prefix of a budget's runs (b015- for 15%)."""
-    return f"b{round(100 * b):03d}-"
 
 
 @dataclass(frozen=True, kw_only=True)

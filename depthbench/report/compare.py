@@ -7,8 +7,9 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
+from depthbench.axes import AXES, LENGTH
 from depthbench.report.figures import reference_of
-from depthbench.report.load import depth_spans, group_col, group_short, group_words
+from depthbench.report.load import depth_spans, group_col
 from depthbench.stats import holm, no_interval, paired_differences, sign_flip_p, t_interval
 
 # Where a comparison's 95% interval lies inside +-this on depth-averaged exact match, the two
@@ -27,13 +28,13 @@ def _by_group(re: pd.DataFrame) -> list[tuple[str | None, float | None, pd.DataF
 def _insert_group(t: pd.DataFrame, c: pd.DataFrame) -> pd.DataFrame:
     """The comparison table ``t`` with the axis value of each row ``c`` first, where it has one."""
     if c["group"].notna().any():
-        t.insert(0, c["axis"].iloc[0], [group_short(a, v) for a, v in zip(c["axis"], c["group"])])
+        t.insert(0, c["axis"].iloc[0], [AXES[a].short(v) for a, v in zip(c["axis"], c["group"])])
     return t
 
 
 def _at(r) -> str:
     """"At 15% of the budget, " for a comparison row of a grid with an axis, else ""."""
-    return f"At {group_words(r['axis'], r['group'])}, " if pd.notna(r["group"]) else ""
+    return f"At {AXES[r['axis']].words(r['group'])}, " if pd.notna(r["group"]) else ""
 
 
 def comparisons_of(re: pd.DataFrame, reference: str | None,
@@ -304,10 +305,10 @@ def plateaus_of(re: pd.DataFrame) -> pd.DataFrame:
     person task the asked value's) (NLL at the longer
     length / NLL at the shorter - 1), its 95% t-interval and the plateau verdict. Empty unless
     the rows hold the training-length axis at two lengths or more."""
-    if group_col(re) != "length":
+    if group_col(re) != LENGTH.column:
         return pd.DataFrame()
-    per = re.groupby(["schedule", "length", "seed"])[nll_metric(re)].mean()
-    lengths = sorted(re["length"].dropna().unique())
+    per = re.groupby(["schedule", LENGTH.column, "seed"])[nll_metric(re)].mean()
+    lengths = sorted(re[LENGTH.column].dropna().unique())
     rows = []
     for s in sorted(re["schedule"].unique()):
         for a, b in zip(lengths, lengths[1:]):
@@ -331,7 +332,7 @@ def plateau_table(p: pd.DataFrame) -> pd.DataFrame:
         return f"{100 * x:+.2f}%"
     return pd.DataFrame({
         "schedule": p["schedule"],
-        "lengths": [f"{group_short('length', a)} to {group_short('length', b)}"
+        "lengths": [f"{LENGTH.short(a)} to {LENGTH.short(b)}"
                     for a, b in zip(p["from"], p["to"])],
         "seeds": p["seeds"], "mean serving NLL": [f"{a:.4f} to {b:.4f}"
                                                   for a, b in zip(p["nll_from"], p["nll_to"])],
@@ -341,8 +342,8 @@ def plateau_table(p: pd.DataFrame) -> pd.DataFrame:
 
 
 def plateau_words(p: pd.DataFrame) -> list[str]:
-    return [f"`{r['schedule']}` from {group_words('length', r['from'])} to "
-            f"{group_short('length', r['to'])}: mean serving NLL {r['nll_from']:.3f} to "
+    return [f"`{r['schedule']}` from {LENGTH.words(r['from'])} to "
+            f"{LENGTH.short(r['to'])}: mean serving NLL {r['nll_from']:.3f} to "
             f"{r['nll_to']:.3f}, {100 * r['diff']:+.2f}%"
             + (f" [{100 * r['lo']:+.2f}%, {100 * r['hi']:+.2f}%]" if np.isfinite(r["hi"]) else "")
             + f", {r['seeds']} seeds: {r['verdict']}." for _, r in p.iterrows()]

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from depthbench.axes import AXES, BUDGET
 from depthbench.errors import UserError
 from depthbench.report.load import group_col
 from depthbench.stats import mean_ci
@@ -160,12 +161,12 @@ def bounds_table(fin: pd.DataFrame) -> pd.DataFrame | None:
 
 def fig_budgets(figs, re: pd.DataFrame, color: dict) -> None:
     """The paper's Figure 1: one panel per matched FLOP budget."""
-    budgets = sorted(re["budget"].dropna().unique())
+    budgets = sorted(re[BUDGET.column].dropna().unique())
     fig, axes = figs.plt.subplots(1, len(budgets), figsize=(4.2 * len(budgets), 4.0), dpi=110,
                                   sharey=True, squeeze=False)
     ceiling = float(re["ceiling_bits"].iloc[0])
     for ax, b in zip(axes[0], budgets):
-        ci_lines(ax, re[re["budget"] == b], "bits_per_person", color)
+        ci_lines(ax, re[re[BUDGET.column] == b], "bits_per_person", color)
         ax.axhline(ceiling, ls="--", color="k", lw=1, label="task ceiling")
         _floor_line(ax, re, "floor_bits_per_person")
         ax.set_title(f"{100 * b:.0f}% of the FLOP budget", fontsize=11)
@@ -297,20 +298,20 @@ def fig_by_group(figs, em: pd.DataFrame, nll: pd.DataFrame, color: dict, band: f
     for ax, (c, scale, ylabel, pct) in zip(axes[0], panels):
         for s, g in c.groupby("schedule") if not c.empty else ():
             g = g.sort_values("group")
-            x = g["group"] * (100 if axis == "budget" else 1)
+            x = g["group"] * AXES[axis].scale
             lo, hi = (g["diff"] - g["lo"]) * scale, (g["hi"] - g["diff"]) * scale
             ax.errorbar(x, g["diff"] * scale, yerr=[lo.fillna(0), hi.fillna(0)], marker="o",
                         capsize=3, color=color.get(s, "k"), label=f"{s} - {g['reference'].iloc[0]}")
         ax.axhline(0, color="k", lw=0.8)
         if pct:
             ax.axhspan(-pct, pct, color="0.85", zorder=0, label=f"±{pct:g}% (the paper's band)")
-        if axis == "length":
+        if AXES[axis].log2:
             ax.set_xscale("log", base=2)
-        ax.set_xlabel("% of the FLOP budget" if axis == "budget" else "training length (x the spec's steps)")
+        ax.set_xlabel(AXES[axis].label)
         ax.set_ylabel(ylabel)
         ax.grid(alpha=0.3)
     axes[0][1].legend(fontsize=7)
     figs.save(fig, f"comparisons_by_{axis}.png", "Each arm minus the reference at every "
-              f"{'budget' if axis == 'budget' else 'training length'}: left, exact match averaged "
+              f"{AXES[axis].noun}: left, exact match averaged "
               "over serving depths; right, mean serving NLL as a relative difference (the paper's "
               f"metric; shaded: its ±{100 * band:g}% band). Paired 95% t-intervals over seeds.")

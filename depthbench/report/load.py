@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from depthbench.axes import BUDGET, GROUPS, LR
 from depthbench.errors import UserError
 from depthbench.report.checks import as_number, checked_rows, refuse_item_counts
 from depthbench.rows import ROW_KEYS, SCHEMA, budget_label
@@ -98,8 +99,8 @@ def load_rows(paths: list[Path]) -> dict[str, pd.DataFrame]:
     _refuse_mixed_datasets(out)
     refuse_item_counts(out)
     ev = out.get("eval")
-    if ev is not None and "lr_sweep" in ev.columns and ev["lr_sweep"].isna().any() \
-            and ev["lr_sweep"].notna().any():
+    if ev is not None and LR.column in ev.columns and ev[LR.column].isna().any() \
+            and ev[LR.column].notna().any():
         raise UserError("the rows mix an LR sweep's runs (rows with lr_sweep) with a grid's; "
                         "a sweep only chooses LRs and its report compares no arms: report "
                         "the sweep and the grid apart")
@@ -149,7 +150,7 @@ def _refuse_unfinished(ev: pd.DataFrame, runs: pd.DataFrame | None) -> None:
 def _refuse_seed_twice(ev: pd.DataFrame) -> None:
     """One arm's seed is one run: two runs of the same arm (schedule, matched reference, LR,
     budget or length) and seed would be counted as two seeds."""
-    arm = [c for c in ("schedule", "matched_to", "lr_sweep", *GROUPS) if c in ev.columns]
+    arm = [c for c in ("schedule", "matched_to", LR.column, *GROUPS) if c in ev.columns]
     if "seed" not in ev.columns or "run" not in ev.columns:
         return
     per = ev.drop_duplicates("run")[["run", "seed", *arm]].astype(str)
@@ -179,7 +180,7 @@ def _refuse_duplicates(df: pd.DataFrame, kind: str) -> None:
     named = ROW_KEYS[kind]
     # serve: repeated benchmarks are separate rows unless every value repeats (a copied file)
     key = [c for c in (named or df.columns) if c in df.columns and c != "_file"]
-    key += ["budget"] if "budget" in df.columns and "budget" not in key else []
+    key += [BUDGET.column] if BUDGET.column in df.columns and BUDGET.column not in key else []
     dup = df.duplicated(key, keep=False)
     if not dup.any():
         return
@@ -216,23 +217,9 @@ def _kind(cols: set) -> str | None:
     return None
 
 
-# a grid's axes whose arms are compared within each value: matched FLOP budgets (fractions of
-# the full budget) and training lengths (multiples of the spec's steps)
-GROUPS = ("budget", "length")
-
-
 def group_col(df: pd.DataFrame) -> str | None:
     """The grid axis the rows hold (a budgets or a lengths grid), or None."""
     return next((c for c in GROUPS if c in df.columns and df[c].notna().any()), None)
-
-
-def group_short(axis: str, v: float) -> str:
-    """A value of the axis as a table cell: 15% of the budget, 2x the steps."""
-    return f"{100 * v:.0f}%" if axis == "budget" else f"{v:g}x"
-
-
-def group_words(axis: str, v: float) -> str:
-    return f"{100 * v:.0f}% of the budget" if axis == "budget" else f"{v:g}x the spec's steps"
 
 
 def final_rows(ev: pd.DataFrame) -> pd.DataFrame:
@@ -292,12 +279,12 @@ def labelled(rows: dict[str, pd.DataFrame]) -> dict[str, pd.DataFrame]:
         if "matched_to" in df.columns and "schedule" in df.columns:
             df = df.assign(schedule=[arm_label(s, m) for s, m in
                                      zip(df["schedule"], df["matched_to"])])
-        if "lr_sweep" in df.columns and "schedule" in df.columns:   # a sweep: arm @ lr=...
+        if LR.column in df.columns and "schedule" in df.columns:   # a sweep: arm @ lr=...
             # at budgets, each budget is an arm of its own: arm @ 15% @ lr=...
             at = [f"{s} @ {budget_label(b)}" if pd.notna(b) else s for s, b in
-                  zip(df["schedule"], df["budget"] if "budget" in df.columns else [None] * len(df))]
+                  zip(df["schedule"], df[BUDGET.column] if BUDGET.column in df.columns else [None] * len(df))]
             df = df.assign(schedule=[f"{s} @ lr={lr:g}" if pd.notna(lr) else s
-                                     for s, lr in zip(at, df["lr_sweep"])])
+                                     for s, lr in zip(at, df[LR.column])])
         out[kind] = df
     return out
 

@@ -8,6 +8,7 @@ from typing import NamedTuple
 import numpy as np
 import pandas as pd
 
+from depthbench.axes import BUDGET, LENGTH
 from depthbench.errors import UserError
 from depthbench.report.breakdown import breakdown_section
 from depthbench.report.compare import (
@@ -64,7 +65,7 @@ def eval_sections(figs, ev: pd.DataFrame, color: dict, reference: str | None,
         raise UserError(f"the eval rows hold no eval_reordered split (only "
                         f"{', '.join(sorted(map(str, ev['split'].unique())))}); the report reads "
                         "recall on eval_reordered: evaluate with --split eval_reordered")
-    if "budget" in re.columns and re["budget"].notna().any():
+    if BUDGET.column in re.columns and re[BUDGET.column].notna().any():
         fig_budgets(figs, re, color)
     comparisons = comparisons_of(re, reference)
     if not comparisons.empty:
@@ -94,7 +95,7 @@ def eval_sections(figs, ev: pd.DataFrame, color: dict, reference: str | None,
             tables.append((f"Exact match minus {ref}: averaged over serving depths, per seed, then "
                            "mean and 95% CI over seeds", paired_mean_em(re, ref)))
     fig_fixed(figs, re, color)
-    fig_nll_flops(figs, by_length if axis == "length" else re, color)
+    fig_nll_flops(figs, by_length if axis == LENGTH.column else re, color)
     tables += breakdown_section(figs, re, ref, color)
     tables[:0] = _summary_tables(re, ref, curves)
     tables[:0] = _brackets_table(fin)

@@ -21,7 +21,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from depthbench.report.load import group_col, group_short
+from depthbench.axes import AXES, GROUPS
+from depthbench.report.load import group_col
 
 WORST_OF_MEDIAN = 0.8    # the worst seed's depth-averaged exact match over the median seed's
 MAX_SD = 0.05            # seed SD of bits per person at a judged depth, share of the ceiling
@@ -94,7 +95,7 @@ def spread_table(fin: pd.DataFrame) -> pd.DataFrame:
             sel &= (seen_all[k] == v).to_numpy()
         head = {"schedule": key[-1]}
         if axis:
-            head = {axis: group_short(axis, key[0]), **head}
+            head = {axis: AXES[axis].short(key[0]), **head}
         rows.append({**head, **_arm(g, seen_all[sel])})
     return pd.DataFrame(rows)
 
@@ -106,7 +107,7 @@ def spread_words(table: pd.DataFrame) -> str:
     bad = table[table["criteria"] != "pass"]
     if bad.empty:
         return f"Seed spread: every arm ({len(table)}) passes the calibration's criteria."
-    axis = next((c for c in ("budget", "length") if c in table.columns), None)
+    axis = next((c for c in GROUPS if c in table.columns), None)
     named = [f"`{r['schedule']}`" + (f" at {r[axis]}" if axis else "") + f" ({r['criteria'][6:]})"
              for _, r in bad.iterrows()]
     return (f"Seed spread: {len(table) - len(bad)} of {len(table)} arms pass the calibration's "

@@ -11,6 +11,7 @@ import json
 import numpy as np
 import pandas as pd
 
+from depthbench.axes import LR
 from depthbench.report.compare import nll_metric
 from depthbench.report.load import final_rows, fmt_value
 
@@ -18,19 +19,19 @@ SWEEP_SPLITS = ("eval_reordered", "validation")  # the split a sweep reads: pers
 
 
 def is_sweep(ev: pd.DataFrame | None) -> bool:
-    return ev is not None and "lr_sweep" in ev.columns and ev["lr_sweep"].notna().any()
+    return ev is not None and LR.column in ev.columns and ev[LR.column].notna().any()
 
 
 def sweep_runs(ev: pd.DataFrame) -> pd.DataFrame:
     """One row per run of a sweep: its arm (``schedule`` without the LR), LR, seed, mean serving
     NLL (its ``nll_metric`` averaged over every serving depth, final checkpoint) and, on the
     person task, exact match averaged over depths. ``ev`` holds raw or labelled rows."""
-    fin = final_rows(ev[ev["lr_sweep"].notna()])
+    fin = final_rows(ev[ev[LR.column].notna()])
     split = next((s for s in SWEEP_SPLITS if (fin["split"] == s).any()), None)
     if split is None:
         return pd.DataFrame(columns=["arm", "lr", "seed", "nll", "exact_match"])
     fin = fin[fin["split"] == split]
-    aggs = {"schedule": ("schedule", "first"), "lr": ("lr_sweep", "first"),
+    aggs = {"schedule": ("schedule", "first"), "lr": (LR.column, "first"),
             "seed": ("seed", "first"), "nll": (nll_metric(fin), "mean"),
             "depths": ("depth", "nunique")}
     if "exact_match" in fin.columns:
@@ -64,7 +65,7 @@ def _arm_lr_means(ev: pd.DataFrame) -> pd.DataFrame:
 
 def metric_words(ev: pd.DataFrame) -> str:
     """What a sweep's "mean serving NLL" is of, in words."""
-    fin = final_rows(ev[ev["lr_sweep"].notna()])
+    fin = final_rows(ev[ev[LR.column].notna()])
     return ("mean serving NLL of the asked value" if nll_metric(fin) == "value_nll"
             else "mean serving NLL")
 
