@@ -125,8 +125,9 @@ def _dataset(recipe: str, work: Path) -> Path:
     m = path / "manifest.json"
     # a dataset prepared before held-out documents were filtered by containment is prepared again
     if not m.is_file() or "contained_in_training" not in json.loads(m.read_text()):
-        prepare_text(over["corpus"], path, d["vocab_size"], None, d["val_fraction"], d["seed"],
-                     d["seq_len"], force=True)
+        prepare_text(over["corpus"], path, vocab_size=d["vocab_size"],
+                     val_fraction=d["val_fraction"], seed=d["seed"], seq_len=d["seq_len"],
+                     force=True)
     return path
 
 

@@ -330,7 +330,7 @@ def test_no_module_is_longer_than_450_lines():
 
 def test_the_cli_imports_only_actions_and_configs():
     allowed = {"depthbench.cli",
-               "depthbench.config", "depthbench.data.corpus.prepare_text",
+               "depthbench.config", "depthbench.data.corpus.run_prepare_text",
                "depthbench.errors.UserError",
                "depthbench.train.job.run_train", "depthbench.train.job.arch_keys",
                "depthbench.export.export_run", "depthbench.trackers.replay",

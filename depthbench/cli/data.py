@@ -89,10 +89,13 @@ def prepare_text_cmd(inputs, out, vocab_size, tokenizer, val_fraction, seq_len, 
       depthbench prepare-text python-docs --out data/pydocs --vocab-size 2048
       depthbench prepare-text corpus/*.jsonl.gz --out data/web --tokenizer tokenizer.json
     """
-    from depthbench.data.corpus import prepare_text
+    from depthbench.config import PrepareTextConfig
+    from depthbench.data.corpus import run_prepare_text
     t0 = time.perf_counter()
-    m = prepare_text(list(inputs), out, vocab_size or 0, tokenizer, val_fraction, seed, seq_len,
-                     force)
+    m = run_prepare_text(PrepareTextConfig(out=str(out), corpus=tuple(inputs),
+                                           vocab_size=vocab_size or 0, tokenizer=tokenizer or "",
+                                           val_fraction=val_fraction, seed=seed, seq_len=seq_len),
+                         force)
     sp = m["splits"]
     click.echo(f"wrote {out}: {sp['train']['documents']} training and "
                f"{sp['validation']['documents']} validation documents, "

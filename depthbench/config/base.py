@@ -66,7 +66,7 @@ def _type_problem(value, annotation: str) -> str | None:
         ok = isinstance(value, dict) and all(isinstance(k, str) and not _type_problem(v, "dict")
                                              for k, v in value.items())
         return None if ok else "must be a table of tables of plain values, e.g. { NAME = { lr = 2e-3 } }"
-    if annotation in ("ModelConfig", "TrainConfig"):
+    if annotation in ("ModelConfig", "TrainConfig", "GenConfig"):
         return None if type(value).__name__ == annotation else f"must be a {annotation} table"
     raise AssertionError(f"no type check for {annotation}")
 

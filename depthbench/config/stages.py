@@ -3,11 +3,13 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 
 from depthbench.config.base import ConfigError, PlainConfig, require
 from depthbench.config.model import MODEL_PRESETS, kv_layout
 from depthbench.config.train import DEVICES
+from depthbench.data_gen import GenConfig
 from depthbench.data_gen.format import SPLITS
 from depthbench.errors import UserError
 from depthbench.schedules import MAX_DEPTH, parse_depths
@@ -49,6 +51,50 @@ def depths_ok(spec: str, name: str) -> None:
 
 def one_of(value, choices, name: str) -> None:
     require(value in choices, name, f"must be one of {', '.join(choices)} (got {value!r})")
+
+
+@dataclass(frozen=True, kw_only=True)
+class GenerateJob(PlainConfig):
+    """A synthetic dataset written to ``out`` from the generator's config (``dataset``, a table
+    of ``data_gen.GenConfig``'s keys): ``data.generate.generate``."""
+    out: str
+    dataset: GenConfig
+
+    def __post_init__(self):
+        self._check_types()
+        require(bool(self.out), "out", "must name the dataset directory")
+
+    @classmethod
+    def from_dict(cls, d: dict):
+        d = dict(d)
+        if isinstance(d.get("dataset"), dict):
+            try:
+                d["dataset"] = GenConfig.from_dict(d["dataset"])
+            except (ValueError, TypeError) as e:
+                raise ConfigError(f"dataset: {e}") from None
+        return super().from_dict(d)
+
+    def to_dict(self) -> dict:
+        """The generator's own table (its manifest's spelling), so a stage's key is its dataset's."""
+        return json.loads(json.dumps({"out": self.out, "dataset": self.dataset.to_dict()}))
+
+
+@dataclass(frozen=True, kw_only=True)
+class PrepareTextConfig(PlainConfig):
+    """A text corpus tokenized into a dataset at ``out``: ``data.corpus.prepare_text`` (its
+    settings checked there, where the corpus is read)."""
+    out: str
+    corpus: tuple[str, ...]
+    vocab_size: int = 0            # train a byte-level BPE of this size, or
+    tokenizer: str = ""            # read this tokenizer.json
+    val_fraction: float = 0.01
+    seed: int = 0
+    seq_len: int = 128
+
+    def __post_init__(self):
+        self._check_types()
+        require(bool(self.out), "out", "must name the dataset directory")
+        require(bool(self.corpus), "corpus", "must name at least one input")
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -361,7 +361,14 @@ def _check_settings(vocab_size: int, tokenizer, val_fraction: float, seq_len: in
         raise TextDataError(f"--seq-len {seq_len} must be between 8 and 65536")
 
 
-def prepare_text(inputs: list[str], out: str | Path, vocab_size: int = 0,
+def run_prepare_text(cfg, force: bool = False, log=None) -> dict:
+    """The prepare-text stage: ``prepare_text`` of a ``config.PrepareTextConfig``."""
+    return prepare_text(list(cfg.corpus), cfg.out, vocab_size=cfg.vocab_size,
+                        tokenizer=cfg.tokenizer or None, val_fraction=cfg.val_fraction,
+                        seed=cfg.seed, seq_len=cfg.seq_len, force=force, log=log)
+
+
+def prepare_text(inputs: list[str], out: str | Path, *, vocab_size: int = 0,
                  tokenizer: str | None = None, val_fraction: float = 0.01, seed: int = 0,
                  seq_len: int = 128, force: bool = False, log=None) -> dict:
     """Tokenize a corpus into a text dataset at ``out`` (see the module docstring); returns its

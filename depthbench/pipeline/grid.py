@@ -9,6 +9,8 @@ from pathlib import Path
 from depthbench.axes import BUDGET, LENGTH, LR
 from depthbench.config import (
     EvalConfig,
+    GenerateJob,
+    PrepareTextConfig,
     ProbeConfig,
     ReportConfig,
     ServeConfig,
@@ -38,14 +40,14 @@ class Grid:
         gen_cfg = resolve_config(s.data.preset, overrides=s.data.set, seed=s.data.seed)
         if s.data.text:   # the corpus's inputs, as given (paths relative to where it runs)
             d = s.data
-            gen = Stage("generate", "prepare-text", {
-                "out": str(self.data), "corpus": list(d.corpus), "vocab_size": d.vocab_size,
-                "tokenizer": d.tokenizer, "val_fraction": d.val_fraction, "seed": d.seed,
-                "seq_len": d.seq_len}, [self.data / "manifest.json"])
+            gen = Stage("generate", "prepare-text", PrepareTextConfig(
+                out=str(self.data), corpus=d.corpus, vocab_size=d.vocab_size,
+                tokenizer=d.tokenizer, val_fraction=d.val_fraction, seed=d.seed,
+                seq_len=d.seq_len).to_dict(), [self.data / "manifest.json"])
         else:
-            gen = Stage("generate", "generate", {"out": str(self.data),
-                                                 "dataset": gen_cfg.to_dict()},
-                        [self.data / "manifest.json"])
+            gen = Stage("generate", "generate", GenerateJob(
+                out=str(self.data), dataset=gen_cfg).to_dict(),
+                [self.data / "manifest.json"])
         trains, matched = self.train_stages(gen_cfg)
         runs = trains + matched
         evals = [st for t in runs for st in self.eval_stages(t)]

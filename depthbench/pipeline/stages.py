@@ -12,26 +12,28 @@ from pathlib import Path
 
 from depthbench.config import (
     EvalConfig,
+    GenerateJob,
+    PrepareTextConfig,
     ProbeConfig,
     ReportConfig,
     ServeConfig,
     TrainJob,
 )
 
-CONFIGS = {"train": TrainJob, "eval": EvalConfig, "probe-update": ProbeConfig,
-           "serve-bench": ServeConfig, "report": ReportConfig}
+# every stage's typed config: the action gets the config, built from the stage's plain one
+CONFIGS = {"generate": GenerateJob, "prepare-text": PrepareTextConfig, "train": TrainJob,
+           "eval": EvalConfig, "probe-update": ProbeConfig, "serve-bench": ServeConfig,
+           "report": ReportConfig}
 
 
-def _generate(cfg: dict) -> None:
+def _generate(job: GenerateJob) -> None:
     from depthbench.data.generate import generate
-    from depthbench.data_gen import GenConfig
-    generate(GenConfig.from_dict(cfg["dataset"]), cfg["out"], force=True)
+    generate(job.dataset, job.out, force=True)
 
 
-def _prepare_text(cfg: dict) -> None:
-    from depthbench.data.corpus import prepare_text
-    prepare_text(list(cfg["corpus"]), cfg["out"], cfg["vocab_size"], cfg["tokenizer"] or None,
-                 cfg["val_fraction"], cfg["seed"], cfg["seq_len"], force=True)
+def _prepare_text(cfg: PrepareTextConfig) -> None:
+    from depthbench.data.corpus import run_prepare_text
+    run_prepare_text(cfg, force=True)
 
 
 def _train(job: TrainJob) -> None:
@@ -79,8 +81,7 @@ def run_stage(command: str, config: dict, cwd: str | None = None, threads: int =
     if os.environ.get("SUBMITIT_EXECUTOR") == "slurm" and int(os.environ.get("SLURM_NTASKS", 1)) > 1:
         import submitit  # several tasks: torchrun's environment from SLURM's
         submitit.helpers.TorchDistributedEnvironment().export(set_cuda_visible_devices=False)
-    cls = CONFIGS.get(command)
-    ACTIONS[command](cls.from_dict(config) if cls else config)
+    ACTIONS[command](CONFIGS[command].from_dict(config))
     return peak_rss_mb()
 
 
