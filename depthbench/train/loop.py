@@ -242,30 +242,46 @@ def _first_state(out: Path, start_ckpt: Path | None, start: tuple[str, int] | No
     return _State(), False
 
 
-def _save(out: Path, at: int, st: _State, model, opt, cfgs: tuple, schedule: Schedule,
-          ds, rt: Runtime, keep: set) -> None:
-    model_cfg, train_cfg = cfgs
-    state = {
-        "model": model.state_dict(), "optimizer": opt.state_dict(),
-        "rng": {"torch": torch.get_rng_state(),
-                **({"cuda": torch.cuda.get_rng_state(rt.device)} if rt.device.type == "cuda"
-                   else {})},
-        "data_position": at, "schedule": schedule.spec, "schedule_position": at,
-        "model_config": model_cfg.to_dict(), "train_config": train_cfg.to_dict(),
-        "dataset_hash": ds.hash, "flops": st.flops, "wall_clock": st.wall, "tokens": st.tokens,
-        "cpu_clock": st.cpu,
-    }
-    try:
-        ckpt.save(out / "checkpoints", at, state)
-    except (OSError, RuntimeError) as e:  # torch reports a full disk as a RuntimeError
-        why = getattr(e, "strerror", None) or str(e).strip().splitlines()[0][:100]
-        raise UserError(f"cannot write a checkpoint to {out / 'checkpoints'} ({why}); free "
-                        "space or fix the path, then run again with --resume; the previous "
-                        "checkpoint is intact") from None
-    # periodic checkpoints are superseded by the next one; kept steps stay
-    for s, p in ckpt.list_checkpoints(out).items():
-        if s != at and s not in keep:
-            ckpt.remove(p)
+@dataclasses.dataclass
+class _Run:
+    """What the loop reads: the opened dataset, the resolved configs and schedule, the FLOP
+    model, the model and its optimizer, where training stands (``st``) and the steps whose
+    checkpoints stay (``keep``)."""
+    out: Path
+    ds: object
+    model_cfg: ModelConfig
+    train_cfg: TrainConfig
+    schedule: Schedule
+    fm: FlopModel
+    model: torch.nn.Module
+    opt: torch.optim.Optimizer
+    st: _State
+    keep: set
+    rt: Runtime
+
+    def save(self) -> None:
+        """A checkpoint at the current step (periodic ones superseded by the next one)."""
+        at, st, rt = self.st.step, self.st, self.rt
+        state = {
+            "model": self.model.state_dict(), "optimizer": self.opt.state_dict(),
+            "rng": {"torch": torch.get_rng_state(),
+                    **({"cuda": torch.cuda.get_rng_state(rt.device)} if rt.device.type == "cuda"
+                       else {})},
+            "data_position": at, "schedule": self.schedule.spec, "schedule_position": at,
+            "model_config": self.model_cfg.to_dict(), "train_config": self.train_cfg.to_dict(),
+            "dataset_hash": self.ds.hash, "flops": st.flops, "wall_clock": st.wall,
+            "tokens": st.tokens, "cpu_clock": st.cpu,
+        }
+        try:
+            ckpt.save(self.out / "checkpoints", at, state)
+        except (OSError, RuntimeError) as e:  # torch reports a full disk as a RuntimeError
+            why = getattr(e, "strerror", None) or str(e).strip().splitlines()[0][:100]
+            raise UserError(f"cannot write a checkpoint to {self.out / 'checkpoints'} ({why}); "
+                            "free space or fix the path, then run again with --resume; the "
+                            "previous checkpoint is intact") from None
+        for s, p in ckpt.list_checkpoints(self.out).items():
+            if s != at and s not in self.keep:
+                ckpt.remove(p)
 
 
 def _eval_row(model, ds, cfg: TrainConfig, rt: Runtime, step: int) -> dict:
@@ -295,9 +311,9 @@ def _bar(total: int, initial: int):
 
 
 def _begin(data: Path, out: Path, model_cfg: ModelConfig, train_cfg: TrainConfig,
-           schedule: Schedule, resume: bool, rt: Runtime, say, start, share_steps):
+           schedule: Schedule, resume: bool, rt: Runtime, say, start, share_steps) -> _Run:
     """Open the dataset, build the model and optimizer, start (fresh, resumed or forked) and
-    write the run record; returns what the loop reads."""
+    write the run record: what the loop reads."""
     ds = open_dataset(data)
     model_cfg = prepare_model_config(ds, model_cfg, train_cfg)
     fm = FlopModel.of(model_cfg, ds.seq_len - 1)
@@ -315,22 +331,23 @@ def _begin(data: Path, out: Path, model_cfg: ModelConfig, train_cfg: TrainConfig
         ckpt.remove_stale_temporaries(out / "checkpoints")
         atomic_write_text(out / "run.json", json.dumps(record, indent=2) + "\n")
         write_metrics(metrics_path, st.rows)
-    keep = set(train_cfg.keep_steps) | set(share_steps)
+    run = _Run(out, ds, model_cfg, train_cfg, schedule, fm, model, opt, st,
+               set(train_cfg.keep_steps) | set(share_steps), rt)
     if forked and rt.is_main:   # this run's own checkpoint at the step it starts from: resumable
-        _save(out, st.step, st, model, opt, (model_cfg, train_cfg), schedule, ds, rt, keep)
+        run.save()
     rt.barrier()
     how = compiles(train_cfg.compile, train_cfg.steps, rt.device.type)[1]
     say(f"device: {rt.reason}, {how}; model: {n_params(model):,} parameters; schedule "
         f"{schedule.spec}; {train_cfg.steps} steps of {train_cfg.batch_size} sequences")
-    return ds, model_cfg, fm, model, opt, st, keep
+    return run
 
 
 def _train(data: Path, out: Path, model_cfg: ModelConfig, train_cfg: TrainConfig,
            schedule: Schedule, resume: bool, progress: bool, log, rt: Runtime,
            start: tuple[str, int] | None = None, share_steps: tuple = (), on_row=None) -> dict:
     say = log if rt.is_main else (lambda *a, **k: None)
-    ds, model_cfg, fm, model, opt, st, keep = _begin(data, out, model_cfg, train_cfg, schedule,
-                                                     resume, rt, say, start, share_steps)
+    run = _begin(data, out, model_cfg, train_cfg, schedule, resume, rt, say, start, share_steps)
+    ds, fm, model, opt, st = run.ds, run.fm, run.model, run.opt, run.st
     tokens_per_step = train_cfg.tokens_per_step(ds.seq_len)
     metrics_path = out / "metrics.jsonl"
 
@@ -375,10 +392,10 @@ def _train(data: Path, out: Path, model_cfg: ModelConfig, train_cfg: TrainConfig
         if train_cfg.eval_every and st.step % train_cfg.eval_every == 0:
             record(_eval_row(model, ds, train_cfg, rt, st.step))
             t_last, c_last = time.perf_counter(), time.process_time()
-        if (st.step == train_cfg.steps or st.step in keep
+        if (st.step == train_cfg.steps or st.step in run.keep
                 or (train_cfg.ckpt_every and st.step % train_cfg.ckpt_every == 0)):
             if rt.is_main:
-                _save(out, st.step, st, model, opt, (model_cfg, train_cfg), schedule, ds, rt, keep)
+                run.save()
             rt.barrier()
             t_last, c_last = time.perf_counter(), time.process_time()
     if bar is not None:
