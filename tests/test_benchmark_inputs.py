@@ -2,11 +2,9 @@
 
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
-
-ROOT = Path(__file__).resolve().parents[1]
+from refusals import ROOT
 
 
 @pytest.mark.parametrize("script,args", [

@@ -8,6 +8,7 @@ import pytest
 from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from refusals import cli, one_line, one_line_exit_2
 
 from depthbench.cli.main import main
 from depthbench.errors import UserError
@@ -19,25 +20,6 @@ SETTINGS = settings(max_examples=60, deadline=None,
 
 
 SPELLINGS = st.sampled_from(["fixed:{k}", "fixed:0{k}", " fixed:{k} ", "fixed:00{k}"])
-
-
-def one_line(r, *needles):
-    assert r.exit_code == 2, r.output
-    lines = r.stderr.strip().splitlines()   # the error; a log line before it may be on stdout
-    assert len(lines) == 1 and "Traceback" not in r.output, r.output
-    for n in needles:
-        assert n in lines[0], lines[0]
-
-
-def _cli(args):
-    return CliRunner().invoke(main, [str(a) for a in args])
-
-
-def _one_line_exit_2(r, needle: str):
-    assert r.exit_code == 2, r.output
-    lines = [x for x in r.output.splitlines() if x.strip()]
-    assert len(lines) == 1 and "Traceback" not in r.output, r.output
-    assert needle in lines[0], lines[0]
 
 
 @SETTINGS
@@ -126,4 +108,4 @@ def test_axes_that_round_to_nothing_are_refused(tmp_path, axis, needle):
     spec.write_text(f'name = "ax"\n[data]\npreset = "tiny"\n[train]\npreset = "tiny"\nschedules = '
                     f'["uniform:1-4"]\nseeds = [0]\nsteps = 6\n{axis}\n[serve]\nenabled = false\n'
                     '[probe]\nenabled = false\n')
-    _one_line_exit_2(_cli(["run", spec, "--plan", "--out", tmp_path / "o"]), needle)
+    one_line_exit_2(cli(["run", spec, "--plan", "--out", tmp_path / "o"]), needle)

@@ -8,21 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from click.testing import CliRunner
-
-from depthbench.cli.main import main
-
-
-def _cli(args):
-    return CliRunner().invoke(main, [str(a) for a in args])
-
-
-def _one_line_exit_2(r, needle: str):
-    assert r.exit_code == 2, r.output
-    lines = [x for x in r.output.splitlines() if x.strip()]
-    assert len(lines) == 1 and "Traceback" not in r.output, r.output
-    assert needle in lines[0], lines[0]
-
+from refusals import cli, one_line_exit_2
 
 GOLDEN = Path(__file__).parent / "golden"
 
@@ -67,14 +53,14 @@ def test_a_config_the_port_cannot_read_faithfully_is_refused(folders, name, edit
     d = _edited(folders, "ouro", name, edit)
     for args in (["eval", "--model", f"ouro:{d}", "--data", folders / "text", "--depths", "1",
                   "--out", folders / f"out-{name}"], ["serve-sim", "--model", f"ouro:{d}"]):
-        _one_line_exit_2(_cli(args), needle)
+        one_line_exit_2(cli(args), needle)
     assert not list(folders.glob(f"out-{name}*"))
 
 
 def test_a_spec_naming_a_file_or_with_spaces_says_so(folders):
-    _one_line_exit_2(_cli(["serve-sim", "--model", f"ouro:{folders / 'ouro' / 'config.json'}"]),
+    one_line_exit_2(cli(["serve-sim", "--model", f"ouro:{folders / 'ouro' / 'config.json'}"]),
                      "is a file; give the checkpoint folder")
-    assert _cli(["serve-sim", "--model", f"ouro: {folders / 'ouro'}", "--requests", "4"]
+    assert cli(["serve-sim", "--model", f"ouro: {folders / 'ouro'}", "--requests", "4"]
                 ).exit_code == 0
 
 
@@ -91,7 +77,7 @@ def test_nan_weights_are_never_read_as_a_model(folders):
                   folders / "nan-out"],
                  ["serve-bench", "--model", f"ouro:{d}", "--data", folders / "text",
                   "--requests", "2", "--max-new-tokens", "2"]):
-        _one_line_exit_2(_cli(args), "holds NaN or infinite values")
+        one_line_exit_2(cli(args), "holds NaN or infinite values")
 
 
 def test_a_dataset_of_other_merges_is_refused(folders):
@@ -101,7 +87,7 @@ def test_a_dataset_of_other_merges_is_refused(folders):
     from depthbench.data.corpus import prepare_text
     prepare_text([str(folders / "corpus.txt")], folders / "text-rev", val_fraction=0.2,
                  seq_len=32, tokenizer=str(folders / "rev.json"))
-    _one_line_exit_2(_cli(["eval", "--model", f"ouro:{folders / 'ouro'}", "--data",
+    one_line_exit_2(cli(["eval", "--model", f"ouro:{folders / 'ouro'}", "--data",
                            folders / "text-rev", "--out", folders / "rev-out"]),
                      "the same vocabulary")
 
@@ -110,7 +96,7 @@ def test_a_tokenizer_whose_ids_exceed_its_size_is_refused(folders):
     t = json.loads((folders / "ouro" / "tokenizer.json").read_text())
     t["model"]["vocab"][next(iter(t["model"]["vocab"]))] = 70_000
     (folders / "sparse.json").write_text(json.dumps(t))
-    _one_line_exit_2(_cli(["prepare-text", folders / "corpus.txt", "--out", folders / "sp",
+    one_line_exit_2(cli(["prepare-text", folders / "corpus.txt", "--out", folders / "sp",
                            "--tokenizer", folders / "sparse.json"]), "gives ids up to 70000")
     assert not (folders / "sp").exists()
 
@@ -134,9 +120,9 @@ def test_from_weights_keeps_the_architecture_its_weights_were_trained_in(folders
         build_model(ModelConfig.from_dict({**ModelConfig().to_dict(), **keys,
                                            "tie_embeddings": False}))
     for s in ("tie_embeddings=false", "d_model=64", "n_core=3", "vocab_size=200"):
-        r = _cli(["train", "--data", folders / "text", "--out", folders / "tw", "--model-from",
+        r = cli(["train", "--data", folders / "text", "--out", folders / "tw", "--model-from",
                   f"huginn:{folders / 'huginn'}", "--from-weights", "--set", s, "--steps", "2"])
-        _one_line_exit_2(r, f"--set {s.split('=')[0]}=")
+        one_line_exit_2(r, f"--set {s.split('=')[0]}=")
         assert not (folders / "tw").exists()
 
 
@@ -152,7 +138,7 @@ def test_dory_configs_name_the_field_that_is_wrong(tmp_path, edit, needle):
     tiny_dory().hf.save_pretrained(str(d))
     c = json.loads((d / "config.json").read_text())
     (d / "config.json").write_text(json.dumps({**c, **edit}))
-    _one_line_exit_2(_cli(["serve-sim", "--model", f"hf:{d}"]), needle)
+    one_line_exit_2(cli(["serve-sim", "--model", f"hf:{d}"]), needle)
 
 
 def test_a_builtin_name_that_is_also_a_folder_here_is_ambiguous(tmp_path, monkeypatch):
@@ -160,9 +146,9 @@ def test_a_builtin_name_that_is_also_a_folder_here_is_ambiguous(tmp_path, monkey
     (tmp_path / "kjv").mkdir()
     (tmp_path / "kjv" / "mine.txt").write_text("\n\n".join(f"my document {i} words" for i in
                                                            range(50)))
-    _one_line_exit_2(_cli(["prepare-text", "kjv", "--out", "d", "--vocab-size", "300"]),
+    one_line_exit_2(cli(["prepare-text", "kjv", "--out", "d", "--vocab-size", "300"]),
                      "give ./kjv for yours or builtin:kjv")
-    _one_line_exit_2(_cli(["prepare-text", "builtin:nope", "--out", "d", "--vocab-size", "300"]),
+    one_line_exit_2(cli(["prepare-text", "builtin:nope", "--out", "d", "--vocab-size", "300"]),
                      "no built-in corpus is called 'nope'")
     from depthbench.data.corpus import input_files
     assert [Path(f).name for f in input_files(["./kjv"])] == ["mine.txt"]

@@ -10,6 +10,7 @@ import pytest
 from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from refusals import cli, one_line, one_line_exit_2
 
 from depthbench.cli.main import main
 from depthbench.errors import UserError
@@ -25,25 +26,6 @@ from depthbench.fsio import (
 
 SETTINGS = settings(max_examples=60, deadline=None,
                     suppress_health_check=[HealthCheck.function_scoped_fixture])
-
-
-def one_line(r, *needles):
-    assert r.exit_code == 2, r.output
-    lines = r.stderr.strip().splitlines()   # the error; a log line before it may be on stdout
-    assert len(lines) == 1 and "Traceback" not in r.output, r.output
-    for n in needles:
-        assert n in lines[0], lines[0]
-
-
-def _cli(args):
-    return CliRunner().invoke(main, [str(a) for a in args])
-
-
-def _one_line_exit_2(r, needle: str):
-    assert r.exit_code == 2, r.output
-    lines = [x for x in r.output.splitlines() if x.strip()]
-    assert len(lines) == 1 and "Traceback" not in r.output, r.output
-    assert needle in lines[0], lines[0]
 
 
 @SETTINGS
@@ -131,14 +113,14 @@ def test_a_refused_train_leaves_no_lock_in_the_directory_it_found(small_data, tm
 
 def test_eval_and_serve_bench_refuse_to_replace_a_users_file(trained_run, small_data, tmp_path):
     (tmp_path / "mine.jsonl").write_text("my notes\n")
-    r = _cli(["eval", trained_run, "--data", small_data, "--depths", "1", "--out",
+    r = cli(["eval", trained_run, "--data", small_data, "--depths", "1", "--out",
               tmp_path / "mine"])
-    _one_line_exit_2(r, "would replace")
+    one_line_exit_2(r, "would replace")
     assert (tmp_path / "mine.jsonl").read_text() == "my notes\n"
     (tmp_path / "trace.txt").write_text("hello\n")
-    r = _cli(["serve-bench", "--random", "tiny", "--requests", "2", "--max-new-tokens", "2",
+    r = cli(["serve-bench", "--random", "tiny", "--requests", "2", "--max-new-tokens", "2",
               "--save-trace", tmp_path / "trace.txt"])
-    _one_line_exit_2(r, "--save-trace would replace")
+    one_line_exit_2(r, "--save-trace would replace")
     assert (tmp_path / "trace.txt").read_text() == "hello\n"
 
 
@@ -150,10 +132,10 @@ def test_a_second_writer_of_a_dataset_is_refused(tmp_path):
     fcntl.flock(fd, fcntl.LOCK_EX)     # another process writing ds
     try:
         (tmp_path / "c.txt").write_text("\n\n".join(f"doc {i} words here" for i in range(50)))
-        r = _cli(["prepare-text", tmp_path / "c.txt", "--out", out, "--vocab-size", "300"])
-        _one_line_exit_2(r, "is being written by another depthbench process")
-        r = _cli(["generate", "--out", out, "--preset", "tiny"])
-        _one_line_exit_2(r, "is being written by another depthbench process")
+        r = cli(["prepare-text", tmp_path / "c.txt", "--out", out, "--vocab-size", "300"])
+        one_line_exit_2(r, "is being written by another depthbench process")
+        r = cli(["generate", "--out", out, "--preset", "tiny"])
+        one_line_exit_2(r, "is being written by another depthbench process")
     finally:
         os.close(fd)
     assert not out.exists()

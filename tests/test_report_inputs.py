@@ -8,31 +8,13 @@ import numpy as np
 import pandas as pd
 import pytest
 from click.testing import CliRunner
+from refusals import ROOT, TABLE3, TEXT, cli, one_line_exit_2
 
 from depthbench.cli.main import main
 from depthbench.report import load_rows
 from depthbench.report.compare import nll_comparisons
 from depthbench.report.load import fmt_value
 from depthbench.stats import t_interval
-
-ROOT = Path(__file__).resolve().parents[1]
-
-
-TEXT = ROOT / "reports" / "text-table3-deep-lr3e-3" / "rows"
-
-
-TABLE3 = ROOT / "reports" / "table3" / "rows"
-
-
-def _cli(args):
-    return CliRunner().invoke(main, [str(a) for a in args])
-
-
-def _one_line_exit_2(r, needle: str):
-    assert r.exit_code == 2, r.output
-    lines = [x for x in r.output.splitlines() if x.strip()]
-    assert len(lines) == 1 and "Traceback" not in r.output, r.output
-    assert needle in lines[0], lines[0]
 
 
 def _rows(tmp: Path, src: Path, edit=None, kinds=("eval",)) -> Path:
@@ -71,16 +53,16 @@ def test_infinite_or_missing_readings_are_refused(tmp_path, column, value, needl
         df[column] = df[column].astype(float)
         df.loc[df.index[0], column] = value
         return df
-    r = _cli(["report", _rows(tmp_path, TABLE3, edit), "--out", tmp_path / "out"])
-    _one_line_exit_2(r, needle)
+    r = cli(["report", _rows(tmp_path, TABLE3, edit), "--out", tmp_path / "out"])
+    one_line_exit_2(r, needle)
     assert not (tmp_path / "out").exists()
 
 
 def test_a_mean_exit_depth_below_one_is_refused(tmp_path):
     src = ROOT / "reports" / "quickstart" / "rows"
-    r = _cli(["report", _rows(tmp_path, src, lambda df, _: df.assign(mean_depth=-3.0),
+    r = cli(["report", _rows(tmp_path, src, lambda df, _: df.assign(mean_depth=-3.0),
                               ("serve",)), "--out", tmp_path / "out"])
-    _one_line_exit_2(r, "mean_depth holds -3")
+    one_line_exit_2(r, "mean_depth holds -3")
 
 
 @pytest.mark.parametrize("edit,needle", [
@@ -90,31 +72,31 @@ def test_a_mean_exit_depth_below_one_is_refused(tmp_path):
 ])
 def test_cloze_items_must_name_one_of_their_choices(tmp_path, edit, needle):
     d = _rows(tmp_path, TEXT, lambda df, k: edit(df) if k == "item" else df, ("eval", "item"))
-    _one_line_exit_2(_cli(["report", d, "--out", tmp_path / "out"]), needle)
+    one_line_exit_2(cli(["report", d, "--out", tmp_path / "out"]), needle)
 
 
 def test_the_item_count_is_the_item_rows(tmp_path):
     d = _rows(tmp_path, TEXT, lambda df, k: df.iloc[:100] if k == "item" else df,
               ("eval", "item"))
-    _one_line_exit_2(_cli(["report", d, "--out", tmp_path / "out"]),
+    one_line_exit_2(cli(["report", d, "--out", tmp_path / "out"]),
                      "say 256 cloze items but its item rows hold 100")
     # without item rows the report does not point at them
     (d / "item.csv").unlink()
-    assert _cli(["report", d, "--out", tmp_path / "out"]).exit_code == 0
+    assert cli(["report", d, "--out", tmp_path / "out"]).exit_code == 0
     md = (tmp_path / "out" / "README.md").read_text()
     assert "rows/item.csv" not in md and "256 items (their rows are not among these)" in md
 
 
 def test_a_sweep_and_a_grid_are_not_reported_together(tmp_path):
-    r = _cli(["report", TABLE3, ROOT / "reports" / "table3-lr" / "rows", "--out", tmp_path / "o"])
-    _one_line_exit_2(r, "mix an LR sweep's runs")
+    r = cli(["report", TABLE3, ROOT / "reports" / "table3-lr" / "rows", "--out", tmp_path / "o"])
+    one_line_exit_2(r, "mix an LR sweep's runs")
 
 
 def test_one_seed_given_twice_is_refused(tmp_path):
     def edit(df, _):
         extra = df[df["run"] == df["run"].iloc[0]].assign(run=lambda x: x["run"] + "-again")
         return pd.concat([df, extra])
-    _one_line_exit_2(_cli(["report", _rows(tmp_path, TABLE3, edit), "--out", tmp_path / "o"]),
+    one_line_exit_2(cli(["report", _rows(tmp_path, TABLE3, edit), "--out", tmp_path / "o"]),
                      "would count one seed twice")
 
 
@@ -125,7 +107,7 @@ def test_a_run_read_before_its_end_is_refused(tmp_path):
             df.loc[first, "step"] = df.loc[first, "step"] // 2
         return df
     d = _rows(tmp_path, TABLE3, edit, ("eval", "run"))
-    _one_line_exit_2(_cli(["report", d, "--out", tmp_path / "o"]), "before its end at step")
+    one_line_exit_2(cli(["report", d, "--out", tmp_path / "o"]), "before its end at step")
 
 
 def test_a_loaded_models_rows_are_reported(tmp_path):
@@ -137,7 +119,7 @@ def test_a_loaded_models_rows_are_reported(tmp_path):
     rows.to_csv(f, index=False)
     ev = load_rows([f])["eval"]
     assert set(ev["schedule"]) == {"ouro:ckpt"} and (ev["seed"] == 0).all()
-    r = _cli(["report", f, "--out", tmp_path / "out"])
+    r = cli(["report", f, "--out", tmp_path / "out"])
     assert r.exit_code == 0, r.output
     assert "(one seed)" in (tmp_path / "out" / "README.md").read_text()
 

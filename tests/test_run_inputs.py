@@ -5,38 +5,14 @@ import json
 import shutil
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from refusals import ROOT, TABLE3, cli, one_line, one_line_exit_2
 
 from depthbench.cli.main import main
 from depthbench.errors import UserError
 from depthbench.report import load_rows
-
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def one_line(r, *needles):
-    assert r.exit_code == 2, r.output
-    lines = r.stderr.strip().splitlines()   # the error; a log line before it may be on stdout
-    assert len(lines) == 1 and "Traceback" not in r.output, r.output
-    for n in needles:
-        assert n in lines[0], lines[0]
-
-
-TABLE3 = ROOT / "reports" / "table3" / "rows"
-
-
-def _cli(args):
-    return CliRunner().invoke(main, [str(a) for a in args])
-
-
-def _one_line_exit_2(r, needle: str):
-    assert r.exit_code == 2, r.output
-    lines = [x for x in r.output.splitlines() if x.strip()]
-    assert len(lines) == 1 and "Traceback" not in r.output, r.output
-    assert needle in lines[0], lines[0]
 
 
 def test_resuming_a_run_whose_training_log_is_gone_is_one_line(small_data, tmp_path):
@@ -53,10 +29,10 @@ def test_eval_refuses_a_run_that_stopped_early(trained_run, small_data, tmp_path
     for p in (run / "checkpoints").glob("*"):
         if not p.name.startswith("step_0000200.pt"):   # killed before step 400 was written
             p.unlink()
-    r = _cli(["eval", run, "--data", small_data, "--depths", "1-2", "--out", tmp_path / "e"])
-    _one_line_exit_2(r, "stopped at step 200 of 400")
+    r = cli(["eval", run, "--data", small_data, "--depths", "1-2", "--out", tmp_path / "e"])
+    one_line_exit_2(r, "stopped at step 200 of 400")
     assert not list(tmp_path.glob("e*"))
-    r = _cli(["eval", run / "checkpoints" / "step_0000200.pt", "--data", small_data,
+    r = cli(["eval", run / "checkpoints" / "step_0000200.pt", "--data", small_data,
               "--depths", "1-2", "--max-people", "8", "--out", tmp_path / "e"])
     assert r.exit_code == 0, r.output
 

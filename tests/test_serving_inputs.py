@@ -5,27 +5,9 @@ refused in one line; the knobs that did run are recorded."""
 import pandas as pd
 import pytest
 from click.testing import CliRunner
+from refusals import cli, one_line, one_line_exit_2
 
 from depthbench.cli.main import main
-
-
-def one_line(r, *needles):
-    assert r.exit_code == 2, r.output
-    lines = r.stderr.strip().splitlines()   # the error; a log line before it may be on stdout
-    assert len(lines) == 1 and "Traceback" not in r.output, r.output
-    for n in needles:
-        assert n in lines[0], lines[0]
-
-
-def _cli(args):
-    return CliRunner().invoke(main, [str(a) for a in args])
-
-
-def _one_line_exit_2(r, needle: str):
-    assert r.exit_code == 2, r.output
-    lines = [x for x in r.output.splitlines() if x.strip()]
-    assert len(lines) == 1 and "Traceback" not in r.output, r.output
-    assert needle in lines[0], lines[0]
 
 
 def test_an_all_zero_fitted_profile_is_refused(tmp_path):
@@ -64,11 +46,11 @@ def test_a_replay_trace_shorter_than_the_workload_is_refused(tmp_path):
 
 
 def test_serving_refuses_knobs_that_cannot_run_and_records_those_that_did(tmp_path):
-    _one_line_exit_2(_cli(["serve-bench", "--random", "tiny", "--rate", "0.000001"]),
+    one_line_exit_2(cli(["serve-bench", "--random", "tiny", "--rate", "0.000001"]),
                      "--rate 1e-06 requests/s spreads 256 requests")
-    _one_line_exit_2(_cli(["serve-bench", "--random", "tiny", "--pool", "8", "--width", "64"]),
+    one_line_exit_2(cli(["serve-bench", "--random", "tiny", "--pool", "8", "--width", "64"]),
                      "at least width=64")
-    r = _cli(["serve-bench", "--random", "tiny", "--requests", "6", "--max-new-tokens", "3",
+    r = cli(["serve-bench", "--random", "tiny", "--requests", "6", "--max-new-tokens", "3",
               "--width", "64", "--out", tmp_path / "sb"])
     assert r.exit_code == 0, r.output
     rows = pd.read_csv(tmp_path / "sb.csv")
