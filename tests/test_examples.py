@@ -87,7 +87,9 @@ def _step(n: str) -> str:
 
 def shortened(args: list[str]) -> list[str]:
     """The example's arguments with its training shortened, and the checkpoint steps it names
-    scaled alike (1200 of the preset's 1500 steps: 32 of 40); nothing else changes."""
+    scaled alike (1200 of the preset's 1500 steps: 32 of 40); a serving example's workload
+    shortened (16 requests, 8 new tokens of random prompts, a narrower model where it names a
+    wide one); nothing else changes."""
     args = [re.sub(r"keep_steps=\[(\d+)\]", lambda m: f"keep_steps=[{_step(m.group(1))}]", a)
             for a in args]
     for flag in ("--step", "--checkpoint"):
@@ -101,6 +103,8 @@ def shortened(args: list[str]) -> list[str]:
     if args[0] in ("serve-bench", "serve-sim"):
         wide = any(a.startswith("d_model=") for a in args)   # an example's own wide model
         args = args + ["--requests", "16"] + (["--set", "d_model=128"] if wide else [])
+        # random prompts generate 32 tokens unless told; 8 run every launch kind as often
+        args += [] if "--max-new-tokens" in args or "--random" not in args else ["--max-new-tokens", "8"]
         return args + (["--calibrate-widths", "1,2"] if "--calibrate" in args else [])
     if args[0] == "run" and "--plan" not in args:
         return args + ["--seeds", "0", "--set", f"train.steps={STEPS}", "--set",
