@@ -205,11 +205,11 @@ class Scheduler:
         if not self.blocks:
             return rows
         order = deque(sorted(rows, key=lambda r: self.active[r].seq))
-        kept = []
+        kept = set()
         while order:
             q = self.active[order[0]]
             if self.blocks.take(q.id, len(q.prompt) + len(q.output)):
-                kept.append(order.popleft())
+                kept.add(order.popleft())
                 continue
             victim = self.active[order.pop()]
             self._vacate(victim)
