@@ -60,16 +60,16 @@ MODES = ("static", "no_refill", "cdb")
 
 def summary(res: dict) -> dict:
     """What the tables quote of one comparison."""
-    by = {r["mode"]: r for r in res["results"]}
+    by = {r.mode: r for r in res["results"]}
     c, n = by["cdb"], by["no_refill"]
-    return {"mean_depth": c["mean_depth"], "bound": c["bound"], "cdb": c["fraction"],
-            "no_refill": n["fraction"], "static": by["static"]["fraction"],
-            "full_depth": by["full_depth"]["fraction"],
-            "cdb_over_no_refill": c["tokens_per_s"] / n["tokens_per_s"],
-            "cdb_tokens_per_s": c["tokens_per_s"], "baseline": res["baseline"],
-            "prefill_share": c["time_split"]["prefill"],
-            "launches_per_token": c["launches_per_token"],
-            "largest": max(r["fraction"] for r in res["results"])}
+    return {"mean_depth": c.mean_depth, "bound": c.bounds.bound, "cdb": c.bounds.fraction,
+            "no_refill": n.bounds.fraction, "static": by["static"].bounds.fraction,
+            "full_depth": by["full_depth"].bounds.fraction,
+            "cdb_over_no_refill": c.tokens_per_s / n.tokens_per_s,
+            "cdb_tokens_per_s": c.tokens_per_s, "baseline": res["baseline"],
+            "prefill_share": c.time_split["prefill"],
+            "launches_per_token": c.launches_per_token,
+            "largest": max(r.bounds.fraction for r in res["results"])}
 
 
 # ---- (cpu) ----------------------------------------------------------------------------------------

@@ -202,23 +202,25 @@ def test_serve_bench_reports_every_mode():
                       warmup_requests=1)
     res = serve_bench(model, random_workload(40, 6, 4, 5, 0), cfg, 10)
     # the modes, then full-depth serving at its best knobs (the baseline of every speedup)
-    assert [r["mode"] for r in res["results"]] == ["static", "no_refill", "batch1", "cdb",
-                                                   "full_depth"]
+    assert [r.mode for r in res["results"]] == ["static", "no_refill", "batch1", "cdb",
+                                                "full_depth"]
     assert res["adaptive_modes_agree"] is True
     for r in res["results"]:
-        for k in ("tokens_per_s", "ttft_ms", "itl_ms", "mean_depth", "depth_histogram",
-                  "core_launches", "rows_per_launch", "padding_waste", "ceiling", "speedup",
-                  "fraction_of_ceiling", "fraction_of_gain", "fraction", "bound", "ideal_s"):
-            assert k in r
-        assert r["output_tokens"] == 30
+        row = r.row()
+        for k in ("tokens_per_s", "ttft_p50_ms", "itl_p99_ms", "mean_depth", "core_launches",
+                  "rows_per_launch", "padding_waste", "ceiling", "speedup", "fraction_of_ceiling",
+                  "fraction_of_gain", "fraction", "bound", "ideal_s"):
+            assert k in row
+        assert r.output_tokens == 30 == sum(r.depth_histogram) + 6   # the first from prefill
+        b = r.bounds
         if res["bound_note"]:   # a fit on a busy CPU that explains too little: said, not used
-            assert "R^2" in r["bound_note"] and r["bound"] is r["fraction"] is None
+            assert "R^2" in r.bound_note and b.bound is b.fraction is b.ideal_s is None
         else:
-            assert r["speedup"] == pytest.approx(r["bound"] * r["fraction"])
+            assert b.speedup == pytest.approx(b.bound * b.fraction)
     assert set(res["fit_r2"]) == {"prefill", "start", "core", "finish"}
-    by = {r["mode"]: r for r in res["results"]}
-    assert by["static"]["speedup_vs_static"] == 1.0 and by["static"]["mean_depth"] == 4
-    assert by["full_depth"]["speedup"] == 1.0 and by["full_depth"]["baseline"] == res["baseline"]
+    by = {r.mode: r for r in res["results"]}
+    assert by["static"].bounds.speedup_vs_static == 1.0 and by["static"].mean_depth == 4
+    assert by["full_depth"].bounds.speedup == 1.0 and by["full_depth"].baseline == res["baseline"]
 
 
 @pytest.mark.parametrize("spec", ["", "fixed", "fixed:0", "fixed:99", "latent:-1", "kl:x",
@@ -423,7 +425,7 @@ def test_modes_side_by_side_take_turns_and_serve_what_they_serve_alone(rate):
     for m in modes:
         assert [(q.output, q.depths) for q in side[m][1]] == [(q.output, q.depths) for q in alone[m][1]]
         if rate == 0:   # with arrivals over time, what is batched depends on the timing
-            assert side[m][0]["core_launches"] == alone[m][0]["core_launches"]
+            assert side[m][0].core_launches == alone[m][0].core_launches
     if rate == 0:
         assert sorted(side_order) == sorted(alone_order)
     switches = sum(a != b for a, b in zip(side_order, side_order[1:]))
@@ -433,7 +435,7 @@ def test_modes_side_by_side_take_turns_and_serve_what_they_serve_alone(rate):
         at = [i for i, x in enumerate(side_order) if x == m]
         assert at[0] < len(side_order) / 4 and at[-1] > 3 * len(side_order) / 4
     if rate == 0:
-        assert sum(side[m][0]["wall_s"] for m in modes) <= elapsed
+        assert sum(side[m][0].wall_s for m in modes) <= elapsed
 
 
 @pytest.mark.slow

@@ -74,13 +74,13 @@ def test_paged_kv_under_pressure_preempts_serves_every_token_and_stays_under_its
     assert n == int((40e9 * 0.9 - weight_bytes(shape, 2)) // per_block)
     res = simulate(HUGE, prof)
     want = [len(o) for o in res["outputs"]["static_lockstep"]]
-    by = {r["mode"]: r for r in res["results"]}
+    by = {r.mode: r for r in res["results"]}
     for mode, r in by.items():
-        assert r["kv_blocks"] == n and r["kv_peak_blocks"] <= n, mode
-        assert r["kv_cache_mb"] * 2**20 == pytest.approx(r["kv_peak_blocks"] * per_block)
+        assert r.kv_blocks == n and r.kv_peak_blocks <= n, mode
+        assert r.kv_cache_mb * 2**20 == pytest.approx(r.kv_peak_blocks * per_block)
         assert [len(o) for o in res["outputs"][mode]] == want, mode
-        assert 0 < r["fraction"] <= 1.02, (mode, r["fraction"])
-    assert by["cdb"]["preemptions"] > 0 and by["static"]["preemptions"] > 0
+        assert 0 < r.bounds.fraction <= 1.02, (mode, r.bounds.fraction)
+    assert by["cdb"].preemptions > 0 and by["static"].preemptions > 0
 
 
 def test_paged_kv_with_room_for_every_request_changes_nothing():
@@ -91,7 +91,8 @@ def test_paged_kv_with_room_for_every_request_changes_nothing():
                                                                 load_profile("h100"))
     kv = ("kv_blocks", "kv_peak_blocks", "kv_cache_mb", "kv_rows_fit")
     for a, b in zip(paged["results"], whole["results"]):
-        assert a["preemptions"] == 0 and a["kv_blocks"] and b["kv_blocks"] is None
+        assert a.preemptions == 0 and a.kv_blocks and b.kv_blocks is None
+        a, b = a.to_dict(), b.to_dict()
         assert {k: v for k, v in a.items() if k not in kv} == {k: v for k, v in b.items() if k not in kv}
 
 

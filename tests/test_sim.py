@@ -34,10 +34,10 @@ def test_zero_overhead_flop_proportional_cost_reproduces_the_bound_exactly(width
                     width=width, requests=40, prompt_len=1, max_new_tokens=12, kv_policy=policy,
                     length_spread=0.5, min_coda_batch=2)
     res = simulate(cfg, IDEAL)
-    by = {r["mode"]: r for r in res["results"]}
+    by = {r.mode: r.bounds for r in res["results"]}
     for m in ("no_refill", "batch1", "cdb"):
-        assert by[m]["speedup"] == pytest.approx(by[m]["paper_bound"], rel=1e-9), m
-    assert by["cdb"]["paper_bound"] > 1.05   # a bound with room to miss
+        assert by[m].speedup == pytest.approx(by[m].paper_bound, rel=1e-9), m
+    assert by["cdb"].paper_bound > 1.05   # a bound with room to miss
 
 
 def test_simulated_engine_makes_the_real_engines_launches_and_depths():
@@ -100,10 +100,10 @@ def test_calibration_writes_a_profile_that_predicts_its_own_runs(tmp_path):
     for width in cfg.calibrate_widths:
         res = simulate(cfg.replace(width=width), again)
         for r in res["results"]:
-            if r["mode"] == "full_depth":   # the baseline: static at its best knobs
+            if r.mode == "full_depth":   # the baseline: static at its best knobs
                 continue
-            measured = info["measured_tokens_per_s"][width, r["mode"]]
-            assert r["tokens_per_s"] == pytest.approx(measured, rel=0.3), (width, r["mode"])
+            measured = info["measured_tokens_per_s"][width, r.mode]
+            assert r.tokens_per_s == pytest.approx(measured, rel=0.3), (width, r.mode)
 
 
 def test_gpu_profiles_load_and_name_their_sources():
@@ -158,7 +158,7 @@ def test_scheduler_and_simulator_run_without_torch():
         "from depthbench.serving.profile import load_profile\nfrom depthbench.serving.sim import simulate\n"
         "res = simulate(SimConfig(random='ouro-like', exit='trace:2', max_depth=4, requests=32),\n"
         "               load_profile('h100'))\n"
-        "print(' '.join(sorted(r['mode'] for r in res['results'])))\n")
+        "print(' '.join(sorted(r.mode for r in res['results'])))\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split() == ["batch1", "cdb", "full_depth", "no_refill", "static"]
@@ -176,14 +176,14 @@ def test_with_zero_overheads_every_mode_realizes_the_ideal_time_of_its_work(prom
                     min_coda_batch=4, modes=("static", "no_refill", "cdb", "static_lockstep"),
                     prefill_chunk=chunk)
     res = simulate(cfg, IDEAL)
-    by = {r["mode"]: r for r in res["results"]}
+    by = {r.mode: r.bounds for r in res["results"]}
     for m, r in by.items():
-        assert r["fraction"] == pytest.approx(1.0, rel=1e-9), m
-        assert r["bound"] == pytest.approx(r["speedup"], rel=1e-9), m
-    assert by["cdb"]["bound"] == pytest.approx(by["no_refill"]["bound"], rel=1e-9)
-    assert by["cdb"]["bound"] > 1.03               # a bound with room to miss
-    assert by["cdb"]["paper_bound"] > by["cdb"]["bound"]
-    assert by["full_depth"]["speedup"] == 1.0
+        assert r.fraction == pytest.approx(1.0, rel=1e-9), m
+        assert r.bound == pytest.approx(r.speedup, rel=1e-9), m
+    assert by["cdb"].bound == pytest.approx(by["no_refill"].bound, rel=1e-9)
+    assert by["cdb"].bound > 1.03               # a bound with room to miss
+    assert by["cdb"].paper_bound > by["cdb"].bound
+    assert by["full_depth"].speedup == 1.0
 
 
 def test_static_differs_from_cdb_only_in_depth():
@@ -251,7 +251,7 @@ def test_a_modes_numbers_do_not_depend_on_the_other_modes_compared():
     rows = {}
     for modes in (("cdb",), ("static", "cdb"), ("no_refill", "cdb", "batch1", "static_lockstep")):
         res = simulate(cfg.replace(modes=modes), prof)
-        rows[modes] = {r["mode"]: r for r in res["results"]}
+        rows[modes] = {r.mode: r for r in res["results"]}
     for m in ("cdb", "static", "full_depth"):
         seen = [by[m] for by in rows.values()]
         assert all(r == seen[0] for r in seen[1:]), m
@@ -272,7 +272,7 @@ def test_no_fraction_exceeds_1_02_on_the_gpu_profiles(profile, knobs):
                         prompt_len=8, max_new_tokens=24, length_spread=0.5,
                         modes=("static", "no_refill", "cdb", "static_lockstep"), **knobs)
         for r in simulate(cfg, load_profile(profile))["results"]:
-            assert 0 < r["fraction"] <= 1.02, (shape, r["mode"], r["fraction"])
+            assert 0 < r.bounds.fraction <= 1.02, (shape, r.mode, r.bounds.fraction)
 
 
 # a launch costs its weight reads or its FLOPs, whichever is more, with no host overhead: a
@@ -296,11 +296,11 @@ def test_no_fraction_exceeds_the_bound_when_small_launches_cost_as_much_as_full_
                     requests=64, prompt_len=6, max_new_tokens=24, length_spread=0.5,
                     modes=("static", "no_refill", "cdb", "static_lockstep"), **knobs)
     res = simulate(cfg, WEIGHT_BOUND)
-    by = {r["mode"]: r for r in res["results"]}
+    by = {r.mode: r.bounds for r in res["results"]}
     for m, r in by.items():
-        assert r["fraction"] <= 1 + 1e-9, (m, r["fraction"])
-    assert by["cdb"]["bound"] > 1.05        # a bound with room to miss
-    assert max(r["fraction"] for r in by.values()) > 0.5      # and one a mode comes near
+        assert r.fraction <= 1 + 1e-9, (m, r.fraction)
+    assert by["cdb"].bound > 1.05        # a bound with room to miss
+    assert max(r.fraction for r in by.values()) > 0.5      # and one a mode comes near
 
 
 def test_the_record_names_the_width_and_pool_that_ran_for_a_short_workload():
@@ -313,8 +313,8 @@ def test_the_record_names_the_width_and_pool_that_ran_for_a_short_workload():
     assert (ran.width, ran.pool) == (8, 8) and ran.min_coda_batch > 0
     a, b = simulate(cfg, IDEAL), simulate(ran, IDEAL)
     drop = ("wall_s",)
-    assert [{k: v for k, v in r.items() if k not in drop} for r in a["results"]] == \
-        [{k: v for k, v in r.items() if k not in drop} for r in b["results"]]
+    assert [{k: v for k, v in r.to_dict().items() if k not in drop} for r in a["results"]] == \
+        [{k: v for k, v in r.to_dict().items() if k not in drop} for r in b["results"]]
 
 
 def test_the_width_sweep_recovers_a_known_cost_model():
@@ -374,8 +374,8 @@ def test_no_mode_beats_its_bound_over_a_seeded_sweep_of_workloads():
     worst = {}
     for profile, cfg in _random_workloads(14, seed=2026):
         for r in simulate(cfg, load_profile(profile))["results"]:
-            key = (profile, cfg.random, cfg.prompt_len, cfg.prefill_chunk, r["mode"])
-            worst[key] = r["fraction"]
+            key = (profile, cfg.random, cfg.prompt_len, cfg.prefill_chunk, r.mode)
+            worst[key] = r.bounds.fraction
     assert len(worst) == 14 * 5 and any(k[3] for k in worst) and any(k[2] > 256 for k in worst)
     bad = {k: v for k, v in worst.items() if not 0 < v <= 1.02}
     assert not bad, bad
@@ -388,9 +388,9 @@ def test_the_chunked_ideal_charges_host_token_costs_on_emitted_tokens_only():
     cfg = SimConfig(random="paper-200m", max_depth=8, exit="trace:4", width=64, requests=192,
                     prompt_len=16, max_new_tokens=4, prefill_chunk=512,
                     modes=("static", "no_refill", "cdb"))
-    by = {r["mode"]: r for r in simulate(cfg, load_profile("h100"))["results"]}
-    assert all(0 < r["fraction"] <= 1.02 for r in by.values()), by
-    assert by["cdb"]["bound"] > by["full_depth"]["bound"] > 1.0
+    by = {r.mode: r.bounds for r in simulate(cfg, load_profile("h100"))["results"]}
+    assert all(0 < r.fraction <= 1.02 for r in by.values()), by
+    assert by["cdb"].bound > by["full_depth"].bound > 1.0
 
 
 def test_a_bound_is_withheld_where_it_means_nothing():
@@ -408,15 +408,38 @@ def test_a_bound_is_withheld_where_it_means_nothing():
     assert "core" not in why.split("(")[1] and "prefill" not in why
     assert withheld_reason({"r2": {"core": float("nan")}}, 0.0)
     assert (MIN_FIT_R2, MAX_FIT_ERROR) == (0.5, 0.1)
-    rows = [{"fraction": 0.9, "bound": 1.4, "ideal_s": 2.0, "speedup": 1.2}]
-    withhold(rows, why)
-    assert rows[0]["fraction"] is rows[0]["bound"] is rows[0]["ideal_s"] is None
-    assert rows[0]["speedup"] == 1.2 and rows[0]["bound_note"] == why
     cfg = SimConfig(random="ouro-like", exit="trace:2", max_depth=4, requests=32,
                     modes=("static", "cdb"))
     closed = simulate(cfg, load_profile("h100"))
-    assert closed["bound_note"] == "" and all(r["fraction"] > 0 for r in closed["results"])
+    assert closed["bound_note"] == "" and all(r.bounds.fraction > 0 for r in closed["results"])
+    kept = closed["results"][0]
+    blank = withhold([kept], why)[0]
+    assert blank.bounds.fraction is blank.bounds.bound is blank.bounds.ideal_s is None
+    assert blank.bounds.speedup == kept.bounds.speedup and blank.bound_note == why
+    assert kept.bounds.fraction > 0   # the result withheld from is not changed
+    row = blank.row()
+    assert row["fraction"] is row["bound"] is None and row["bound_note"] == why
     open_ = simulate(cfg.replace(rate=50.0), load_profile("h100"))
     assert "arrivals" in open_["bound_note"]
-    assert all(r["fraction"] is None and r["bound"] is None for r in open_["results"])
-    assert all(r["speedup"] > 0 for r in open_["results"])
+    assert all(r.bounds.fraction is None and r.bounds.bound is None for r in open_["results"])
+    assert all(r.bounds.speedup > 0 for r in open_["results"])
+
+
+def test_a_serve_row_is_the_mode_result_flattened():
+    """The serve columns are derived from the typed result: every scalar reading by its name,
+    each nested one (latency percentiles, time split, launches per token) as NAME_KEY columns,
+    the bounds and knobs by name, and nothing nested left in the row."""
+    from depthbench.serving.result import FLAT
+    cfg = SimConfig(random="ouro-like", exit="trace:2", max_depth=4, requests=16,
+                    modes=("static", "cdb"))
+    res = simulate(cfg, load_profile("h100"))
+    for r in res["results"]:
+        row, rec = r.row(run="x"), r.to_dict()
+        assert row["run"] == "x" and row["mode"] == r.mode and row["kv_rows_fit"] is None
+        assert not any(isinstance(v, (dict, list)) for v in row.values())
+        assert row["fraction"] == r.bounds.fraction and row["width"] == r.knobs["width"]
+        assert row["ttft_p99_ms"] == r.latency["ttft_ms"]["p99"]
+        assert row["time_core"] == r.time_split["core"]
+        flat = {fmt.format(k) for name, fmt in FLAT.items() for k in rec[name]}
+        scalars = {k for k, v in rec.items() if not isinstance(v, (dict, list))}
+        assert set(row) == {"run"} | scalars | flat

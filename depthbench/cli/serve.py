@@ -158,7 +158,8 @@ def serve_bench_cmd(sets, modes, config_file, as_json, **given):
     else:
         click.echo("kept no rows: give --out FILE_BASE to write them (.csv, .jsonl and a record)")
     if as_json:
-        emit_json({"results": res["results"], "adaptive_modes_agree": res["adaptive_modes_agree"],
+        emit_json({"results": [r.to_dict() for r in res["results"]],
+                   "adaptive_modes_agree": res["adaptive_modes_agree"],
                    "baseline": res["baseline"], "out": given.get("out")})
 
 

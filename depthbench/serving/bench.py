@@ -149,7 +149,7 @@ def serve_bench(model: LoopedTransformer, requests: list[Request], cfg: ServeCon
     res["profile"] = profile.to_toml()
     res["fit_r2"], res["fit_error"] = fit["r2"], fit["rel_rmse"]
     res["bound_note"] = withheld_reason(fit, cfg.rate, cfg.concurrency, cfg.width) or ""
-    withhold(res["results"], res["bound_note"])
+    res["results"] = withhold(res["results"], res["bound_note"])
     return res
 
 
@@ -241,6 +241,7 @@ def run_bench(cfg: ServeConfig, log=None) -> dict:
     if cfg.out:
         files = row_files(rows, cfg.out, "serve")
         record = {k: v for k, v in res.items() if k not in ("outputs", "depth_traces")}
+        record["results"] = [r.to_dict() for r in res["results"]]
         record["source"] = source
         summary["csv"], summary["jsonl"] = row_paths(cfg.out)
         summary["record"] = summary["jsonl"].with_suffix(".json")

@@ -42,6 +42,12 @@ class Work(NamedTuple):
     emitted: float | None = None
 
 
+class Served(NamedTuple):
+    """A sweep batch's whole-run reading (the fields of ``result.ModeResult`` a fit needs)."""
+    wall_s: float
+    output_tokens: int
+
+
 class Costs(Protocol):
     def seconds(self, stage: str, rows: float, read: float,
                 emitted: float | None = None) -> float: ...
@@ -115,8 +121,8 @@ def sweep(make_engine, requests, width: int, pool: int, log=None) -> list[tuple]
     pool (at most the requests), on engines from ``make_engine(width)`` (``record=True``), after
     one unrecorded warm-up batch. The width's batch serves its requests whole; the others at most
     8 new tokens each, in three batches below the width (prefill launches enough to fit even for
-    a handful of requests). Per width (``serving.calibrate.fit_profile``'s runs): ({wall_s,
-    output_tokens}, launch records, engine stats)."""
+    a handful of requests). Per width (``serving.calibrate.fit_profile``'s runs): (``Served``,
+    launch records, engine stats)."""
     from depthbench.serving.scheduler import Request, Scheduler
     runs, n = [], len(requests)
     widths = sorted({min(max(1, w), n) for w in (1, width // 4, width, pool)})
@@ -128,7 +134,7 @@ def sweep(make_engine, requests, width: int, pool: int, log=None) -> list[tuple]
         sched = Scheduler(eng, "static_lockstep", w)
         t0 = eng.clock.now()
         sched.run(reqs)
-        res = {"wall_s": eng.clock.now() - t0, "output_tokens": sum(len(q.output) for q in reqs)}
+        res = Served(eng.clock.now() - t0, sum(len(q.output) for q in reqs))
         if i:
             runs.append((res, eng.records, eng.stats))
             if log:
@@ -170,11 +176,7 @@ def withheld_reason(fit: dict | None, rate: float, concurrency: int = 0,
     return None
 
 
-def withhold(results: list[dict], reason: str | None) -> None:
-    """Blank every mode's bound, fraction and ideal time, saying why (``bound_note``)."""
-    for r in results:
-        r["bound_note"] = reason or ""
-        if reason:
-            for k in ("ideal_s", "fraction", "bound"):
-                r[k] = None
-
+def withhold(results: list, reason: str | None) -> list:
+    """Each mode's result (``result.ModeResult``) with its bound, fraction and ideal time
+    blanked where there is a ``reason`` (``withheld_reason``), which ``bound_note`` says."""
+    return [r.withheld(reason) for r in results]

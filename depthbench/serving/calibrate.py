@@ -59,7 +59,7 @@ def calibrate(cfg: SimConfig, log=None) -> tuple[Profile, dict]:
     runs, measured = [], {}
     for (width, mode), run in measure(model, cfg, widths=cfg.calibrate_widths).items():
         runs.append(run)
-        measured[width, mode] = run[0]["tokens_per_s"]
+        measured[width, mode] = run[0].tokens_per_s
         if log:
             log(f"  width {width} {mode}: {run[0]['tokens_per_s']:.1f} tokens/s")
     p = next(model.parameters())
@@ -115,15 +115,16 @@ def measure(model, cfg: SimConfig, modes=(), widths=()) -> dict[tuple[int, str],
 
 def fit_profile(mcfg: ModelConfig, runs, cfg: SimConfig, bytes_per_value: int,
                 device: str = "cpu", source: str = "") -> tuple[Profile, dict]:
-    """A fitted profile from measured runs ``(result, records, stats)``: launch costs per stage,
+    """A fitted profile from measured runs ``(result, records, stats)`` (a result: its
+    ``wall_s`` and ``output_tokens``, a ``ModeResult`` or ``bound.Served``): launch costs per stage,
     then the scheduler's time between launches per core launch and per emitted token.
     ``source``: what was measured (default: ``cfg``'s calibration)."""
     from scipy.optimize import nnls
     records = [r for _, recs, _ in runs for r in recs]
     fitted = fit_records(mcfg, records, cfg.max_depth, bytes_per_value)
-    A = np.array([[st.stage["core"].launches, res["output_tokens"]] for res, _, st in runs],
+    A = np.array([[st.stage["core"].launches, res.output_tokens] for res, _, st in runs],
                  dtype=float)
-    y = np.array([res["wall_s"] - sum(r[-1] for r in recs) for res, recs, _ in runs])
+    y = np.array([res.wall_s - sum(r[-1] for r in recs) for res, recs, _ in runs])
     (iteration, token), _ = nnls(A, np.maximum(y, 0.0))
     if not source:
         shape = ", ".join(f"{k}={v}" for k, v in mcfg.to_dict().items()

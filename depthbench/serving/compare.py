@@ -11,12 +11,14 @@ runs: the mode's ``fraction`` of the ideal time of its work under a per-stage co
 (``full_depth``, chosen among ``baseline_candidates``), its ``bound`` (the speedup at the ideal
 time), its speedup over ``static`` at the comparison's knobs, the FLOP ceiling ``(F0 + K_max
 Fr) / (F0 + mean_depth Fr)`` and the paper's eq. 1 estimate. ``compare_modes`` takes an
-executor factory.
+executor factory and returns each mode's ``result.ModeResult``, its ``Bounds`` returned by
+``mode_bounds``; the serve rows are derived from those (``ModeResult.row``).
 """
 
 from __future__ import annotations
 
 from collections import deque
+from dataclasses import replace
 
 import numpy as np
 
@@ -24,6 +26,7 @@ from depthbench.config import MODES, ServeConfig, kv_layout, shape_of
 from depthbench.console import progress_bar
 from depthbench.flops import FlopModel
 from depthbench.serving.executor import STAGES, TurnClock
+from depthbench.serving.result import KNOBS, Bounds, ModeResult
 from depthbench.serving.scheduler import (
     Request,
     Scheduler,
@@ -186,7 +189,7 @@ def run_side_by_side(entries: dict, requests: list[Request],
 
 
 def mode_result(mode: str, cfg: ServeConfig, done: list[Request], eng, wall: float,
-                width: int, t0: float = 0.0, preemptions: int = 0) -> dict:
+                width: int, t0: float = 0.0, preemptions: int = 0) -> ModeResult:
     """One mode's row (``t0``: the engine clock's reading when the scheduler started, what
     the requests' token times count from; ``preemptions``: requests the scheduler preempted
     under paged KV and recomputed)."""
@@ -196,32 +199,31 @@ def mode_result(mode: str, cfg: ServeConfig, done: list[Request], eng, wall: flo
     st = eng.stats
     times = [t for q in done for t in q.token_times]
     recall = [q.output[: len(q.target)] == q.target for q in done if q.target]
-    steady = steady_state(times)
     prefill_s = eng.prompt_seconds()
-    return {
-        "mode": mode, "wall_s": wall, "output_tokens": n_tokens, "tokens_per_s": n_tokens / wall,
+    blocks = getattr(eng, "blocks", None)   # paged KV (the simulator's)
+    return ModeResult(
+        mode=mode, wall_s=wall, output_tokens=n_tokens, tokens_per_s=n_tokens / wall,
         # decode alone: the first token of each request comes from the (full-depth) prefill
-        "prefill_s": prefill_s,
-        "decode_tokens_per_s": len(decode_depths) / max(wall - prefill_s, 1e-9),
-        **latencies(done, wall, cfg.slo_ttft_ms, cfg.slo_tpot_ms),
-        "mean_depth": float(np.mean(decode_depths)) if decode_depths else float("nan"),
-        "depth_histogram": hist,
-        "core_launches": st.stage["core"].launches,
-        "rows_per_launch": st.core_rows / max(1, st.stage["core"].launches),
-        "padding_waste": 1.0 - st.core_rows / max(1, st.stage["core"].launches * width),
-        "exact_match": float(np.mean(recall)) if recall else None,
-        "kv_cache_mb": eng.kv_nbytes / 2**20,
-        # paged KV (the simulator): the pool's blocks, the most held at once, the preemptions
-        "kv_blocks": eng.blocks.n_blocks if getattr(eng, "blocks", None) else None,
-        "kv_peak_blocks": eng.blocks.peak if getattr(eng, "blocks", None) else None,
-        "preemptions": preemptions,
+        prefill_s=prefill_s,
+        decode_tokens_per_s=len(decode_depths) / max(wall - prefill_s, 1e-9),
+        latency=latencies(done, wall, cfg.slo_ttft_ms, cfg.slo_tpot_ms),
+        mean_depth=float(np.mean(decode_depths)) if decode_depths else float("nan"),
+        depth_histogram=hist,
+        core_launches=st.stage["core"].launches,
+        rows_per_launch=st.core_rows / max(1, st.stage["core"].launches),
+        padding_waste=1.0 - st.core_rows / max(1, st.stage["core"].launches * width),
+        exact_match=float(np.mean(recall)) if recall else None,
+        kv_cache_mb=eng.kv_nbytes / 2**20,
+        # the pool's blocks, the most held at once, the requests preempted and recomputed
+        kv_blocks=blocks.n_blocks if blocks else None,
+        kv_peak_blocks=blocks.peak if blocks else None,
+        preemptions=preemptions,
         # where the time went: engine launches by kind, the rest is scheduling
-        "time_split": {k: st.stage[k].seconds / wall for k in STAGES},
-        "launches_per_token": {k: st.stage[k].launches / max(1, n_tokens) for k in STAGES},
-        "host_syncs": st.syncs,
-        **steady,
-        "_records": eng.records,   # the launches, where the engine records them
-    }
+        time_split={k: st.stage[k].seconds / wall for k in STAGES},
+        launches_per_token={k: st.stage[k].launches / max(1, n_tokens) for k in STAGES},
+        host_syncs=st.syncs,
+        **steady_state(times),
+        records=eng.records)
 
 
 def steady_state(times: list[float], trim: float = 0.1) -> dict:
@@ -244,9 +246,6 @@ def paper_bound(fm: FlopModel, k_max: int, depths: list[int]) -> float:
     if not depths:
         return float("nan")
     return len(depths) * fm.forward(k_max) / sum(fm.forward(d) for d in depths)
-
-
-KNOBS = ("admit_min", "min_coda_batch", "coda_wait", "pool", "prefill_chunk")
 
 
 def knob_label(mode: str, cfg) -> str:
@@ -277,12 +276,13 @@ def pick_baseline(candidates: dict, requests: list[Request], engines) -> tuple[s
     runs = {label: run_side_by_side({label: (mode, cfg.replace(warmup_requests=0),
                                              engines(mode, cfg))}, requests, False)[label]
             for label, (mode, cfg) in candidates.items()}
-    tps = {label: res["tokens_per_s"] for label, (res, _) in runs.items()}
+    tps = {label: res.tokens_per_s for label, (res, _) in runs.items()}
     return max(tps, key=tps.get), tps, runs
 
 
-def mode_bounds(r: dict, done: list[Request], base: dict, static: dict, fm: FlopModel,
-                fm_params: FlopModel, k_max: int, costs, n_max: tuple[int, int, int]) -> dict:
+def mode_bounds(r: ModeResult, done: list[Request], base: ModeResult, static: ModeResult,
+                fm: FlopModel, fm_params: FlopModel, k_max: int, costs,
+                n_max: tuple[int, int, int]) -> Bounds:
     """One mode's bound and speedups, from its result ``r``: ``ideal_s`` (``bound.ideal_seconds``
     of the work it did: T*), ``fraction`` = T* / its whole-run seconds (its own; no other mode
     enters it), ``speedup`` over full-depth serving at its best knobs (``base``), ``bound`` =
@@ -291,39 +291,28 @@ def mode_bounds(r: dict, done: list[Request], base: dict, static: dict, fm: Flop
     from depthbench.serving.bound import ideal_route, workload_work
     width, pool, chunk = n_max
     ideal, route = ideal_route(costs, workload_work(done, k_max, width, pool, chunk))
-    fraction = ideal / r["wall_s"]
-    speedup = r["tokens_per_s"] / base["tokens_per_s"]
-    ceiling = fm.ceiling(k_max, r["mean_depth"])
-    decode_speedup = r["decode_tokens_per_s"] / base["decode_tokens_per_s"]
+    fraction = ideal / r.wall_s
+    speedup = r.tokens_per_s / base.tokens_per_s
+    ceiling = fm.ceiling(k_max, r.mean_depth)
+    decode_speedup = r.decode_tokens_per_s / base.decode_tokens_per_s
     paper = paper_bound(fm_params, k_max, [d for q in done for d in q.depths])
-    return {
-        "ideal_s": ideal,
+    return Bounds(
+        ideal_s=ideal,
         # where the time goes: the ideal's launches per emitted token by stage, beside the mode's
-        "ideal_launches_per_token": {s: w.launches / max(1, r["output_tokens"])
-                                     for s, w in route.items()},
-        "fraction": fraction, "speedup": speedup,
-        "bound": speedup / fraction if fraction else None,
-        "speedup_vs_static": r["tokens_per_s"] / static["tokens_per_s"],
-        "ceiling": ceiling, "fraction_of_ceiling": speedup / ceiling,
-        "fraction_of_gain": (speedup - 1) / (ceiling - 1) if ceiling > 1 + 1e-9 else None,
-        "decode_speedup": decode_speedup, "decode_fraction_of_ceiling": decode_speedup / ceiling,
-        "paper_bound": paper, "paper_fraction": speedup / paper,
-    }
+        ideal_launches_per_token={s: w.launches / max(1, r.output_tokens)
+                                  for s, w in route.items()},
+        fraction=fraction, speedup=speedup,
+        bound=speedup / fraction if fraction else None,
+        speedup_vs_static=r.tokens_per_s / static.tokens_per_s,
+        ceiling=ceiling, fraction_of_ceiling=speedup / ceiling,
+        fraction_of_gain=(speedup - 1) / (ceiling - 1) if ceiling > 1 + 1e-9 else None,
+        decode_speedup=decode_speedup, decode_fraction_of_ceiling=decode_speedup / ceiling,
+        paper_bound=paper, paper_fraction=speedup / paper)
 
 
 def result_rows(res: dict, **keys) -> list[dict]:
-    """Flat result rows (one per mode) of a serve_bench result, led by grouping ``keys``."""
-    rows = []
-    for r in res["results"]:
-        row = {**keys, **{k: v for k, v in r.items() if not isinstance(v, (dict, list))}}
-        for name, fmt in (("ttft_ms", "ttft_{}_ms"), ("itl_ms", "itl_{}_ms"),
-                          ("tpot_ms", "tpot_{}_ms"), ("e2e_ms", "e2e_{}_ms"),
-                          ("norm_latency_ms", "norm_latency_{}_ms"),
-                          ("time_split", "time_{}"), ("launches_per_token", "launches_per_token_{}"),
-                          ("ideal_launches_per_token", "ideal_launches_per_token_{}")):
-            row.update({fmt.format(k): v for k, v in r[name].items()})
-        rows.append(row)
-    return rows
+    """Flat serve rows (one per mode, ``ModeResult.row``) of a comparison, led by ``keys``."""
+    return [r.row(**keys) for r in res["results"]]
 
 
 def compare_modes(engines, mcfg, requests: list[Request], cfg: ServeConfig, seq_len_for_flops: int,
@@ -355,21 +344,22 @@ def compare_modes(engines, mcfg, requests: list[Request], cfg: ServeConfig, seq_
     ran = {k: kept[k] if k in kept else fresh[k] for k in keys}
     if progress:
         progress(", ".join(keys))
-    results = {k: res for k, (res, _) in ran.items()}
-    records = {k: res.pop("_records") for k, res in results.items()}
+    measured = {k: res for k, (res, _) in ran.items()}
     if level:   # the fitted costs' level, on the full-depth reference measured beside the modes
-        costs = costs.leveled(records["static"])
-    results.setdefault("full_depth", dict(results["static"]))
-    results["full_depth"].update(mode="full_depth", baseline=best)
+        costs = costs.leveled(measured["static"].records)
+    measured["full_depth"] = replace(measured.get("full_depth", measured["static"]),
+                                     mode="full_depth", baseline=best)
     done = {k: d for k, (_, d) in ran.items()}
     done.setdefault("full_depth", done["static"])
     n_max = (cfg.width, max(c.pool for _, c in cands.values()),
              max(c.prefill_chunk for _, c in cands.values()))
-    for k, r in results.items():
-        r.update(mode_bounds(r, done[k], results["full_depth"], results["static"], fm, fm_params,
-                             cfg.max_depth, costs, n_max))
+    results = {}
+    for k, r in measured.items():
         ran_with = keys.get(k, keys["static"])[1]   # the knobs this mode ran with, resolved
-        r.update(width=ran_with.width, **{knob: getattr(ran_with, knob) for knob in KNOBS})
+        results[k] = replace(r, records=None, bounds=mode_bounds(
+            r, done[k], measured["full_depth"], measured["static"], fm, fm_params, cfg.max_depth,
+            costs, n_max), knobs={"width": ran_with.width,
+                                  **{knob: getattr(ran_with, knob) for knob in KNOBS}})
     same = None
     adaptive = [m for m in cfg.modes if MODES[m].exits]
     if len(adaptive) > 1:

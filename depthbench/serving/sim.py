@@ -34,6 +34,7 @@ real engine, needs it."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 from depthbench.config import MODES, LoopShape, ModelConfig, SimConfig, copies_on_exit
@@ -179,10 +180,9 @@ def simulate(cfg: SimConfig, profile: Profile, mcfg: ModelConfig | None = None) 
     res = compare_modes(engines, mcfg, reqs, sim, cfg.prompt_len + (cfg.max_new_tokens or 32),
                         costs)
     res["bound_note"] = withheld_reason(None, cfg.rate, cfg.concurrency, cfg.width) or ""
-    withhold(res["results"], res["bound_note"])
+    res["results"] = [replace(r, kv_rows_fit=fit, simulated=True)
+                      for r in withhold(res["results"], res["bound_note"])]
     res["kv_rows_fit"] = fit
-    for r in res["results"]:
-        r["kv_rows_fit"] = fit
     return res
 
 
@@ -266,7 +266,7 @@ def sweep_points(cfg: SimConfig, profile: Profile, shape, log=None) -> tuple[lis
                     rate=rate, profile=profile.name)
         rows += tag_rows(result_rows(res, **keys), cfg.tags)
         for r in res["results"]:
-            results.append({**r, "exit": spec, "rate": rate,
+            results.append({**r.to_dict(), "exit": spec, "rate": rate,
                             "trace_mean": float(spec.partition(":")[2]) if cfg.means else None})
         if log:
             log(f"  {spec}" + (f" at {rate:g} requests/s" if cfg.rates else "") + " done")
