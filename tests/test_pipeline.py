@@ -117,6 +117,30 @@ def test_plan_prints_commands_without_running(tmp_path):
     assert not (tmp_path / "exp" / "runs").exists()
 
 
+def test_a_run_config_plans_what_the_command_plans(tmp_path):
+    """``run_grid`` with a ``RunConfig`` is what ``depthbench run`` calls: the same spec, sets
+    and output directory plan the same stage configs; the config round-trips through JSON and
+    refuses an unknown executor by name."""
+    from depthbench.config import ConfigError, RunConfig
+    from depthbench.pipeline import run_grid
+    spec = tmp_path / "spec.toml"
+    spec.write_text(SMALL)
+    r = CliRunner().invoke(main, ["run", str(spec), "--plan", "--out", str(tmp_path / "cli"),
+                                  "--set", "train.steps=12", "--seeds", "0"])
+    assert r.exit_code == 0, r.output
+    cfg = RunConfig(spec=str(spec), out=str(tmp_path / "api"), plan=True,
+                    sets={"train.steps": 12, "train.seeds": [0]})
+    assert RunConfig.from_dict(json.loads(json.dumps(cfg.to_dict()))) == cfg
+    got = run_grid(cfg, log=lambda m: None)
+    assert got["plan"] and [c.replace("/api/", "/cli/") for c in got["commands"]] == \
+        r.stdout.splitlines()
+    for f in (tmp_path / "api" / "plan").glob("*.json"):
+        assert f.read_text().replace("/api/", "/cli/") == \
+            (tmp_path / "cli" / "plan" / f.name).read_text(), f.name
+    with pytest.raises(ConfigError, match="executor"):
+        RunConfig(executor="kubernetes")
+
+
 def test_lr_sweep_and_arm_set_reach_each_run(tmp_path):
     """A sweep trains every arm and seed at each LR (named and tagged by it; the matched arm
     matched to the same LR's run); arm_set gives one arm its own keys over train.set."""

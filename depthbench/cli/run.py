@@ -61,15 +61,12 @@ def run_cmd(spec, out, sets, seeds, plan, rerun, executor, as_json):
       depthbench run paper-200m --plan
       depthbench run my_grid.toml --out /scratch/grid --executor slurm
     """
-    from pathlib import Path
+    from depthbench.config import RunConfig
+    from depthbench.pipeline import run_grid
 
-    from depthbench.pipeline import Pipeline, load_spec
-
-    s = load_spec(spec, _spec_sets(sets, seeds))
-    out = Path(out) if out else Path("runs") / s.name
-    pipe = Pipeline(s, out, log=cs.say, report_dir=out / "report", rerun=rerun,
-                    executor=executor)
-    summary = pipe.run(plan=plan)
+    cfg = RunConfig(spec=spec or "", out=out or "", sets=_spec_sets(sets, seeds), plan=plan,
+                    rerun=tuple(rerun), executor=executor)
+    summary = run_grid(cfg, log=cs.say)
     if not plan:
         click.echo(f"report: {summary['report']}/index.html ({summary['seconds']:.0f}s)")
     if as_json:

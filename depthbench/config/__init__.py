@@ -34,6 +34,7 @@ from depthbench.config.stages import (
     PrepareTextConfig,
     ProbeConfig,
     ReportConfig,
+    RunConfig,
     ServeConfig,
     SimConfig,
     depths_ok,
@@ -55,7 +56,7 @@ __all__ = [
     "copies_on_exit", "huginn_like_model", "kv_layout", "model_preset", "ouro_like_model",
     "paper_1b_model", "paper_200m_model", "shape_of", "small_model", "tiny_model", "DEFAULT_SERVE_MODES",
     "EVAL_SPLITS", "MODES", "Mode", "SERVE_MODES", "EvalConfig", "GenerateJob", "PrepareTextConfig",
-    "ProbeConfig", "ReportConfig", "ServeConfig",
+    "ProbeConfig", "ReportConfig", "RunConfig", "ServeConfig",
     "SimConfig", "depths_ok", "one_of", "DEVICES", "TRACKERS", "TRAIN_PRESETS", "TrainConfig", "TrainJob",
     "resolve_presets", "split_sets", "train_preset",
 ]

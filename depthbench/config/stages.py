@@ -321,3 +321,21 @@ class ReportConfig(PlainConfig):
     def __post_init__(self):
         self._check_types()
         require(bool(self.results), "results", "must name at least one result file or directory")
+
+
+EXECUTORS = ("local", "slurm", "submitit-local")
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunConfig(PlainConfig):
+    """An experiment grid run: ``pipeline.run.run_grid``, what ``depthbench run`` calls."""
+    spec: str = ""                 # a spec TOML file or a packaged experiment ("": quickstart)
+    out: str = ""                  # the experiment directory ("": runs/NAME)
+    sets: dict = field(default_factory=dict)   # "SECTION.KEY" -> value, changes to the spec
+    plan: bool = False             # write every stage's config and its command; run nothing
+    rerun: tuple[str, ...] = ()    # patterns of finished stages to rerun where changed
+    executor: str = "local"        # local: a process pool; slurm, submitit-local: submitit jobs
+
+    def __post_init__(self):
+        self._check_types()
+        one_of(self.executor, EXECUTORS, "executor")

@@ -20,7 +20,7 @@ import time
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from pathlib import Path
 
-from depthbench.config import resolve_presets, train_preset
+from depthbench.config import RunConfig, resolve_presets, train_preset
 from depthbench.errors import UserError
 from depthbench.fsio import DirLock, atomic_write_text
 from depthbench.pipeline.grid import Grid
@@ -164,3 +164,12 @@ class Pipeline:
                     st = running.pop(fut)
                     self.ledger.mark(st, fut.result())
                     self._done(st)
+
+
+def run_grid(cfg: RunConfig, log=print) -> dict:
+    """``depthbench run``: the spec ``cfg.spec`` names, changed by ``cfg.sets``, run (or with
+    ``cfg.plan`` only planned) under ``cfg.out`` (default runs/NAME), its report in OUT/report."""
+    spec = load_spec(cfg.spec or None, cfg.sets)
+    out = Path(cfg.out) if cfg.out else Path("runs") / spec.name
+    return Pipeline(spec, out, log=log, rerun=cfg.rerun, executor=cfg.executor,
+                    report_dir=out / "report").run(plan=cfg.plan)
