@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import json
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -14,6 +15,13 @@ from depthbench.axes import BUDGET, GROUPS, LR
 from depthbench.errors import UserError
 from depthbench.report.checks import as_number, checked_rows, refuse_item_counts
 from depthbench.rows import ROW_KEYS, SCHEMA, budget_label
+
+
+class Sections(NamedTuple):
+    """What a kind of rows adds to the page: titled tables, comparison sentences, extra files."""
+    tables: list[tuple[str, pd.DataFrame]]
+    notes: list[str]
+    files: dict[str, str]
 
 
 def _cut_short(path: Path) -> bool:

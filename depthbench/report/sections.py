@@ -3,8 +3,6 @@ serving, each returning its Markdown and figures."""
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
 import numpy as np
 import pandas as pd
 
@@ -43,16 +41,17 @@ from depthbench.report.figures import (
     floor_of,
     reference_of,
 )
-from depthbench.report.load import TERMINAL_SHARE, final_rows, fmt_value, grid_clock, group_col, labelled
+from depthbench.report.load import (
+    TERMINAL_SHARE,
+    Sections,
+    final_rows,
+    fmt_value,
+    grid_clock,
+    group_col,
+    labelled,
+)
 from depthbench.report.spread import spread_section, spread_table, spread_words
 from depthbench.stats import mean_ci, paired_differences, t_interval
-
-
-class Sections(NamedTuple):
-    """What a kind of rows adds to the page: titled tables, comparison sentences, extra files."""
-    tables: list[tuple[str, pd.DataFrame]]
-    notes: list[str]
-    files: dict[str, str]
 
 
 def eval_sections(figs, ev: pd.DataFrame, color: dict, reference: str | None,
@@ -76,7 +75,8 @@ def eval_sections(figs, ev: pd.DataFrame, color: dict, reference: str | None,
                        "Holm-corrected across this report's claims; equivalent where the "
                        f"interval lies within ±{EQUIVALENCE_MARGIN:g}",
                        comparison_table(comparisons)))
-    nll = _nll_section(re, reference, tables, notes)
+    nll_part, nll = _nll_section(re, reference)
+    tables, notes = tables + nll_part.tables, notes + nll_part.notes
     fig_by_group(figs, comparisons, nll, color, NLL_BAND)
     axis, by_length = group_col(re), re
     if axis:   # the other figures: the full budget, the longest training
@@ -108,8 +108,8 @@ def eval_sections(figs, ev: pd.DataFrame, color: dict, reference: str | None,
     control = _control_table(fin)
     if control is not None:
         tables.append(control)
-    spread_section(fin, tables, notes)
-    return Sections(tables, notes, files)
+    spread = spread_section(fin)
+    return Sections(tables + spread.tables, notes + spread.notes, files)
 
 
 def _brackets_table(fin: pd.DataFrame) -> list:
@@ -128,10 +128,10 @@ def _brackets_table(fin: pd.DataFrame) -> list:
              "per model parameter)", brackets)]
 
 
-def _nll_section(re: pd.DataFrame, reference: str | None, tables: list,
-                 notes: list) -> pd.DataFrame:
-    """The paper's metric: the verdicts on mean serving NLL, a table and a sentence each;
-    returns the comparisons."""
+def _nll_section(re: pd.DataFrame, reference: str | None) -> tuple[Sections, pd.DataFrame]:
+    """The paper's metric: the verdicts on mean serving NLL, a table and a sentence each, and
+    the plateaus between training lengths; with the comparisons themselves."""
+    tables, notes = [], []
     nll = nll_comparisons(re, reference)
     if not nll.empty:
         asked = nll["metric"].iloc[0] == "value_nll"
@@ -161,7 +161,7 @@ def _nll_section(re: pd.DataFrame, reference: str | None, tables: list,
                        "t-interval; on a plateau only where the interval lies "
                        f"within ±{100 * PLATEAU_BAND:g}%, still improving only where it lies below "
                        "it", plateau_table(plateau)))
-    return nll
+    return Sections(tables, notes, {}), nll
 
 
 def _control_table(fin: pd.DataFrame):
@@ -381,14 +381,16 @@ def serve_section(figs, sv: pd.DataFrame) -> tuple[str, pd.DataFrame]:
             sv[cols].round(3))
 
 
-def _nll_summary(out: dict, re: pd.DataFrame, reference: str | None) -> None:
-    """The verdicts on mean serving NLL (the paper's metric) into a report's summary."""
+def _nll_summary(re: pd.DataFrame, reference: str | None) -> dict:
+    """A report summary's verdicts on mean serving NLL (the paper's metric) and their
+    sentences; none where the rows decide none."""
     nll = nll_comparisons(re, reference)
-    if not nll.empty:
-        out["nll"] = [{"schedule": r["schedule"], "axis": r["axis"],
-                       "group": None if pd.isna(r["group"]) else r["group"],
-                       "verdict": r["verdict"]} for _, r in nll.iterrows()]
-        out["nll_sentences"] = nll_words(nll) + plateau_words(plateaus_of(re))
+    if nll.empty:
+        return {}
+    return {"nll": [{"schedule": r["schedule"], "axis": r["axis"],
+                     "group": None if pd.isna(r["group"]) else r["group"],
+                     "verdict": r["verdict"]} for _, r in nll.iterrows()],
+            "nll_sentences": nll_words(nll) + plateau_words(plateaus_of(re))}
 
 
 def summarize(rows: dict[str, pd.DataFrame], reference: str | None = None) -> dict:
@@ -415,7 +417,7 @@ def summarize(rows: dict[str, pd.DataFrame], reference: str | None = None) -> di
         return out
     if "bits_per_byte" in fin.columns and fin["bits_per_byte"].notna().any():
         out["kind"] = "text"
-        _nll_summary(out, fin[fin["split"] == "validation"], reference)
+        out.update(_nll_summary(fin[fin["split"] == "validation"], reference))
         return out
     out["kind"] = "synthetic"
     # rows from before dataset format 4 scored every fact of a row, teacher-forced after the
@@ -432,7 +434,7 @@ def summarize(rows: dict[str, pd.DataFrame], reference: str | None = None) -> di
                               for _, r in prim.iterrows()]
         out["sentences"] = [f"{w} {per_depth_words(re, r)}" for w, (_, r) in
                             zip(comparison_words(c), prim.iterrows())]
-    _nll_summary(out, re, reference)
+    out.update(_nll_summary(re, reference))
     for split, g in fin.groupby("split"):
         if split == "eval_unseen_people":
             continue

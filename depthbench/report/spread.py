@@ -22,7 +22,7 @@ import numpy as np
 import pandas as pd
 
 from depthbench.axes import AXES, GROUPS
-from depthbench.report.load import group_col
+from depthbench.report.load import Sections, group_col
 
 WORST_OF_MEDIAN = 0.8    # the worst seed's depth-averaged exact match over the median seed's
 MAX_SD = 0.05            # seed SD of bits per person at a judged depth, share of the ceiling
@@ -114,15 +114,15 @@ def spread_words(table: pd.DataFrame) -> str:
             "criteria; " + "; ".join(named) + ".")
 
 
-def spread_section(fin: pd.DataFrame, tables: list, notes: list) -> None:
-    """The report's seed-spread table and sentence, appended where the rows have arms."""
+def spread_section(fin: pd.DataFrame) -> Sections:
+    """The report's seed-spread table and sentence (none where the rows have no arms)."""
     spread = spread_table(fin)
-    if not spread.empty:
-        notes.append(spread_words(spread))
-        tables.append(("Seed spread against the calibration's criteria (docs/calibration.md): "
-                       "worst seed's depth-averaged exact match over the median's "
-                       f"(>= {WORST_OF_MEDIAN:g}), largest seed SD at a judged depth "
-                       f"(<= {MAX_SD:.0%}), lowest judged seed-mean above the lower oracles the rows "
-                       f"carry ({_oracle_words(fin)}; >= {ABOVE_BRACKETS:.0%}), "
-                       f"best seed-mean (<= {MAX_SHARE:.0%})",
-                       spread))
+    if spread.empty:
+        return Sections([], [], {})
+    return Sections([("Seed spread against the calibration's criteria (docs/calibration.md): "
+                      "worst seed's depth-averaged exact match over the median's "
+                      f"(>= {WORST_OF_MEDIAN:g}), largest seed SD at a judged depth "
+                      f"(<= {MAX_SD:.0%}), lowest judged seed-mean above the lower oracles the "
+                      f"rows carry ({_oracle_words(fin)}; >= {ABOVE_BRACKETS:.0%}), "
+                      f"best seed-mean (<= {MAX_SHARE:.0%})", spread)],
+                    [spread_words(spread)], {})

@@ -22,8 +22,8 @@ from depthbench.report.figures import (
     fig_nll_flops,
     reference_of,
 )
-from depthbench.report.load import TERMINAL_SHARE, final_rows, fmt_value
-from depthbench.report.sections import Sections, terminal_nll_of, with_train_time
+from depthbench.report.load import TERMINAL_SHARE, Sections, final_rows, fmt_value
+from depthbench.report.sections import terminal_nll_of, with_train_time
 from depthbench.stats import mean_ci, paired_differences, t_interval
 
 
