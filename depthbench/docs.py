@@ -48,6 +48,12 @@ EXPERIMENTS = (
     Experiment("table3-lr-x2", "Table 3's learning-rate sweep at 2x its steps: each arm at three "
                "peak LRs on 4 held-out seeds; table3-x2 runs each arm at its lowest mean serving "
                "NLL of the asked value", "depthbench run table3-lr-x2", in_readme=False),
+    Experiment("table3-lr-x4", "Table 3's learning-rate sweep at 4x its steps: each arm on 4 "
+               "held-out seeds at the peak LRs run so far, one LR per part (the spec's comment "
+               "says how; until all three have run, no arm's choice is final and table3-x4 keeps "
+               "its earlier LRs)", "depthbench run table3-lr-x4 --set 'train.lrs=[LR]' --out "
+               "runs/table3-lr-x4 for each LR, then depthbench report "
+               "runs/table3-lr-x4/report/rows --out reports/table3-lr-x4", in_readme=False),
     Experiment("table3-finish", "the paper's Figure 2 rows: fixed-first at both fixed phases with "
                "a Poisson-lognormal finish beside the uniform finish, at the Table 3 recipe",
                "depthbench run table3-finish, then depthbench report reports/table3/rows "

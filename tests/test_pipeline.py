@@ -716,6 +716,14 @@ def test_lr_sweep_report_chooses_each_arm_by_mean_serving_nll(tmp_path):
     # rebuilt from the report's own rows: the same choice
     build_report([tmp_path / "rep" / "rows"], tmp_path / "rep2", title="sweep")
     assert json.loads((tmp_path / "rep2" / "lr_sweep.json").read_text())["chosen_lr"] == naive
+    # a sweep run in parts, one LR so far: nothing is chosen, and the report says so
+    part = pd.DataFrame([r for r in ev if r["lr_sweep"] == 0.003])
+    (d / "eval.jsonl").write_text("".join(json.dumps(r) + "\n" for r in part.to_dict("records")))
+    build_report([d], tmp_path / "part", title="sweep")
+    assert json.loads((tmp_path / "part" / "lr_sweep.json").read_text())["chosen_lr"] == {}
+    md = (tmp_path / "part" / "README.md").read_text()
+    assert md.count("at peak LR 0.003 only") == 3 and md.count("no LR is chosen from one") == 3
+    assert "| yes " not in md
 
 
 @pytest.mark.slow

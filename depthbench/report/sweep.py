@@ -45,13 +45,14 @@ def sweep_runs(ev: pd.DataFrame) -> pd.DataFrame:
 
 def best_lrs(ev: pd.DataFrame) -> dict[str, float]:
     """Each arm's LR with the lowest mean serving NLL (the verdicts' metric), mean over its seeds
-    (seeds every LR of the arm has, so the LRs are compared on the same seeds)."""
+    (seeds every LR of the arm has, so the LRs are compared on the same seeds); none for an arm
+    run at one LR so far (a sweep run in parts)."""
     per = sweep_runs(ev)
     out = {}
     for arm, g in per.groupby("arm"):
         seeds = set.intersection(*(set(x["seed"]) for _, x in g.groupby("lr")))
         m = g[g["seed"].isin(seeds)].groupby("lr")["nll"].mean()
-        if len(m):
+        if len(m) > 1:
             out[arm] = float(m.idxmin())
     return out
 
@@ -71,15 +72,21 @@ def metric_words(ev: pd.DataFrame) -> str:
 
 
 def sweep_notes(ev: pd.DataFrame) -> list[str]:
-    """One sentence per arm: its chosen LR and the NLL at the others (report and results page)."""
-    g = _arm_lr_means(ev)
+    """One sentence per arm: its chosen LR and the NLL at the others, or the one LR it has run
+    at so far (report and results page)."""
+    g, best, words = _arm_lr_means(ev), best_lrs(ev), metric_words(ev)
     notes = []
-    for arm, lr in best_lrs(ev).items():
-        a = g[g["arm"] == arm].sort_values("nll")
+    for arm, a in g.groupby("arm", sort=False):
+        a = a.sort_values("nll")
+        if arm not in best:   # a sweep run in parts, one LR so far: nothing chosen yet
+            notes.append(f"Learning-rate sweep: `{arm}` has run at peak LR {a['lr'].iloc[0]:g} "
+                         f"only ({words} {a['nll'].iloc[0]:.4f}, mean of "
+                         f"{int(a['seeds'].iloc[0])} held-out seeds); no LR is chosen from one.")
+            continue
         rest = "; ".join(f"{r.nll:.4f} at {r.lr:g}" for r in a.iloc[1:].itertuples())
-        notes.append(f"Learning-rate sweep: `{arm}` has its lowest {metric_words(ev)} at peak LR "
-                     f"{lr:g} ({a['nll'].iloc[0]:.4f}, mean of {int(a['seeds'].iloc[0])} "
-                     f"held-out seeds; {rest or 'no other LR'}).")
+        notes.append(f"Learning-rate sweep: `{arm}` has its lowest {words} at peak LR "
+                     f"{best[arm]:g} ({a['nll'].iloc[0]:.4f}, mean of {int(a['seeds'].iloc[0])} "
+                     f"held-out seeds; {rest}).")
     return notes
 
 
