@@ -61,7 +61,7 @@ def calibrate(cfg: SimConfig, log=None) -> tuple[Profile, dict]:
         runs.append(run)
         measured[width, mode] = run[0].tokens_per_s
         if log:
-            log(f"  width {width} {mode}: {run[0]['tokens_per_s']:.1f} tokens/s")
+            log(f"  width {width} {mode}: {run[0].tokens_per_s:.1f} tokens/s")
     p = next(model.parameters())
     prof, info = fit_profile(mcfg, runs, cfg, p.element_size(), p.device.type)
     return prof, {**info, "measured_tokens_per_s": measured}
