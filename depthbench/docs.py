@@ -49,9 +49,9 @@ EXPERIMENTS = (
                "peak LRs on 4 held-out seeds; table3-x2 runs each arm at its lowest mean serving "
                "NLL of the asked value", "depthbench run table3-lr-x2", in_readme=False),
     Experiment("table3-lr-x4", "Table 3's learning-rate sweep at 4x its steps: each arm on 4 "
-               "held-out seeds at the peak LRs run so far, one LR per part (the spec's comment "
-               "says how; until all three have run, no arm's choice is final and table3-x4 keeps "
-               "its earlier LRs)", "depthbench run table3-lr-x4 --set 'train.lrs=[LR]' --out "
+               "held-out seeds at 3 peak LRs, run one LR per part (the spec's comment says how); "
+               "every arm chose 0.012, the LR table3-x4 and table3-x4b run at",
+               "depthbench run table3-lr-x4 --set 'train.lrs=[LR]' --out "
                "runs/table3-lr-x4 for each LR, then depthbench report "
                "runs/table3-lr-x4/report/rows --out reports/table3-lr-x4", in_readme=False),
     Experiment("table3-finish", "the paper's Figure 2 rows: fixed-first at both fixed phases with "
@@ -63,7 +63,7 @@ EXPERIMENTS = (
                "after it, at the Table 3 recipe, read on the asked value's NLL",
                "depthbench run probes"),
     Experiment("table3-rowlr", "Table 3 at the LRs an earlier sweep chose on the whole row's NLL "
-               "(the 1-thread side of table3-2threads; table3-x4 still runs at these LRs)",
+               "(the 1-thread side of table3-2threads)",
                "depthbench run docs/specs/table3-rowlr.toml", in_readme=False),
     Experiment("table3-lengths", "Table 3 against training length (the paper's Figure 2 left): "
                "table3's arms at 1x and 2x its steps on its tiered task, each length at the LRs "
@@ -74,9 +74,9 @@ EXPERIMENTS = (
                "large for 8 seeds to decide)",
                "depthbench run table3-x2, then depthbench report reports/table3/rows "
                "reports/table3-x2/rows --out reports/table3-lengths"),
-    Experiment("table3-4x", "Table 3 at 4x its steps on its tiered task, 8 seeds from two "
-               "specs (table3-x4: seeds 0-3, table3-x4b: seeds 4-7; each spec's own report is "
-               "kept beside it)",
+    Experiment("table3-4x", "Table 3 at 4x its steps on its tiered task, each arm at the LR "
+               "its own 4x sweep chose (table3-lr-x4), 8 seeds from two specs (table3-x4: seeds "
+               "0-3, table3-x4b: seeds 4-7; each spec's own report is kept beside it)",
                "depthbench run table3-x4, depthbench run table3-x4b, then depthbench report "
                "reports/table3-x4/rows reports/table3-x4b/rows --out reports/table3-4x"),
     Experiment("matched", "a reading that can fail: uniform at fixed-first's FLOPs",
