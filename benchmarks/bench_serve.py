@@ -58,18 +58,23 @@ KNOB_GRID = {
 MODES = ("static", "no_refill", "cdb")
 
 
-def summary(res: dict) -> dict:
-    """What the tables quote of one comparison."""
-    by = {r.mode: r for r in res["results"]}
+def summary(results: list, baseline: str) -> dict:
+    """What the tables quote of one comparison (its per-mode results and chosen baseline)."""
+    by = {r.mode: r for r in results}
     c, n = by["cdb"], by["no_refill"]
     return {"mean_depth": c.mean_depth, "bound": c.bounds.bound, "cdb": c.bounds.fraction,
             "no_refill": n.bounds.fraction, "static": by["static"].bounds.fraction,
             "full_depth": by["full_depth"].bounds.fraction,
             "cdb_over_no_refill": c.tokens_per_s / n.tokens_per_s,
-            "cdb_tokens_per_s": c.tokens_per_s, "baseline": res["baseline"],
+            "cdb_tokens_per_s": c.tokens_per_s, "baseline": baseline,
             "prefill_share": c.time_split["prefill"],
             "launches_per_token": c.launches_per_token,
-            "largest": max(r.bounds.fraction for r in res["results"])}
+            "largest": max(r.bounds.fraction for r in results)}
+
+
+def summarize(res) -> dict:
+    """``summary`` of a simulated comparison (``serving.result.Comparison``)."""
+    return summary(res.results, res.baseline)
 
 
 # ---- (cpu) ----------------------------------------------------------------------------------------
@@ -81,8 +86,7 @@ def cpu_section(args) -> dict:
                                     width=64, requests=256, modes=MODES), **change})
         t = time.perf_counter()
         res = run_bench(cfg, log=print)
-        res = {"results": res["results"], "baseline": res["baseline"], "profile": res["profile"]}
-        out[name] = {**summary(res), "seconds": time.perf_counter() - t}
+        out[name] = {**summary(res["results"], res["baseline"]), "seconds": time.perf_counter() - t}
         if not out.get("_profile"):
             out["_profile"] = res["profile"]   # the fitted CPU profile the knob grid prices
         print(name, json.dumps(out[name]))
@@ -103,9 +107,9 @@ def sim_section(cpu_profile: str | None) -> dict:
     for prof in ("h100",):
         for shape in SHAPES:
             for name, change in SIM_GRID.items():
-                sep = summary(simulate(sim_cfg(prof, shape, change), load_profile(prof)))
+                sep = summarize(simulate(sim_cfg(prof, shape, change), load_profile(prof)))
                 w = change.get("width", 64)
-                ch = summary(simulate(sim_cfg(prof, shape, change, prefill_chunk=2 * w),
+                ch = summarize(simulate(sim_cfg(prof, shape, change, prefill_chunk=2 * w),
                                       load_profile(prof)))
                 grid[f"{prof} | {shape} | {name}"] = {"separate": sep, "chunked": ch}
     knobs = {}
@@ -119,7 +123,7 @@ def sim_section(cpu_profile: str | None) -> dict:
                     cfg = (sim_cfg(prof, shape, change, **kn) if text is None else
                            SimConfig(random="small", model_set={"d_model": 512}, exit="trace:8",
                                      modes=MODES, **kn, **change))
-                    s = summary(simulate(cfg, p))
+                    s = summarize(simulate(cfg, p))
                     knobs[f"{prof} | {shape} | {kname} | {wname}"] = s["largest"]
     return {"grid": grid, "knob_grid": knobs}
 

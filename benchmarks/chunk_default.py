@@ -33,7 +33,7 @@ def measure() -> list[dict]:
                 cfg = SimConfig(random=shape, exit=f"trace:{mean:g}", max_depth=md, requests=64,
                                 prompt_len=P, max_new_tokens=32, length_spread=0.5,
                                 prefill_chunk=chunk, modes=("cdb",))
-                by = {r.mode: r for r in simulate(cfg, load_profile("h100"))["results"]}
+                by = {r.mode: r for r in simulate(cfg, load_profile("h100")).results}
                 rows.append({"shape": shape, "prompt_len": P, "prefill_chunk": chunk,
                              "cdb_speedup": by["cdb"].bounds.speedup,
                              "baseline": by["full_depth"].baseline})

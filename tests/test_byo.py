@@ -128,7 +128,7 @@ def test_serve_sim_prices_the_ports_real_shape(ported, tmp_path):
     res = simulate(SimConfig(model=spec, requests=8, max_depth=4), load_profile("h100"))
     shape = depthbench.load_model(spec).shape
     fm = FlopModel.of_shape(shape, 8 + 32)
-    assert (res["f0"], res["fr"]) == (fm.f0, fm.fr)
+    assert (res.f0, res.fr) == (fm.f0, fm.fr)
     # SwiGLU (3 d ff) and the gate are counted: not what a plain GELU block of the width gives
     d, ff = 32, 64
     assert fm.fr == 2 * (2 * (4 * d * d + 3 * d * ff) + d) + 4 * 40 * d * 2

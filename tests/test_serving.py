@@ -202,10 +202,10 @@ def test_serve_bench_reports_every_mode():
                       warmup_requests=1)
     res = serve_bench(model, random_workload(40, 6, 4, 5, 0), cfg, 10)
     # the modes, then full-depth serving at its best knobs (the baseline of every speedup)
-    assert [r.mode for r in res["results"]] == ["static", "no_refill", "batch1", "cdb",
+    assert [r.mode for r in res.results] == ["static", "no_refill", "batch1", "cdb",
                                                 "full_depth"]
-    assert res["adaptive_modes_agree"] is True
-    for r in res["results"]:
+    assert res.adaptive_modes_agree is True
+    for r in res.results:
         row = r.row()
         for k in ("tokens_per_s", "ttft_p50_ms", "itl_p99_ms", "mean_depth", "core_launches",
                   "rows_per_launch", "padding_waste", "ceiling", "speedup", "fraction_of_ceiling",
@@ -213,14 +213,14 @@ def test_serve_bench_reports_every_mode():
             assert k in row
         assert r.output_tokens == 30 == sum(r.depth_histogram) + 6   # the first from prefill
         b = r.bounds
-        if res["bound_note"]:   # a fit on a busy CPU that explains too little: said, not used
+        if res.bound_note:   # a fit on a busy CPU that explains too little: said, not used
             assert "R^2" in r.bound_note and b.bound is b.fraction is b.ideal_s is None
         else:
             assert b.speedup == pytest.approx(b.bound * b.fraction)
-    assert set(res["fit_r2"]) == {"prefill", "start", "core", "finish"}
-    by = {r.mode: r for r in res["results"]}
+    assert set(res.fit_r2) == {"prefill", "start", "core", "finish"}
+    by = {r.mode: r for r in res.results}
     assert by["static"].bounds.speedup_vs_static == 1.0 and by["static"].mean_depth == 4
-    assert by["full_depth"].bounds.speedup == 1.0 and by["full_depth"].baseline == res["baseline"]
+    assert by["full_depth"].bounds.speedup == 1.0 and by["full_depth"].baseline == res.baseline
 
 
 @pytest.mark.parametrize("spec", ["", "fixed", "fixed:0", "fixed:99", "latent:-1", "kl:x",

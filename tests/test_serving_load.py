@@ -115,15 +115,15 @@ def test_kv_that_exceeds_the_profiles_memory_admits_fewer_requests_never_more():
     per_row = kv_bytes(shape, cfg.kv_policy, 16, 1, max_len, 2)
     assert fit == int((40e9 * 0.9 - weight_bytes(shape, 2)) // per_row) and 1 <= fit < 96
     res = simulate(cfg, small)
-    for r in res["results"]:
+    for r in res.results:
         assert r.kv_rows_fit == fit
         assert r.kv_cache_mb * 2**20 <= fit * per_row + 1e-6
     roomy = simulate(cfg, replace(h100, memory=0.0))
-    assert roomy["kv_rows_fit"] is None
-    assert max(r.kv_cache_mb for r in roomy["results"]) > fit * per_row / 2**20
+    assert roomy.kv_rows_fit is None
+    assert max(r.kv_cache_mb for r in roomy.results) > fit * per_row / 2**20
     # fewer resident requests cannot serve faster than the same knobs with room for all
-    by = {r.mode: r.tokens_per_s for r in res["results"]}
-    assert by["cdb"] <= max(r.tokens_per_s for r in roomy["results"] if r.mode == "cdb") * 1.001
+    by = {r.mode: r.tokens_per_s for r in res.results}
+    assert by["cdb"] <= max(r.tokens_per_s for r in roomy.results if r.mode == "cdb") * 1.001
 
 
 def test_a_model_whose_weights_and_one_request_overflow_the_memory_is_refused_in_one_line():
@@ -139,7 +139,7 @@ def test_cdb_at_the_shipped_gpu_defaults_is_not_slower_than_full_depth_at_long_p
     for profile in ("h100", "h200"):
         cfg = SimConfig(random="paper-200m", exit="trace:4", max_depth=8, requests=64,
                         prompt_len=1024, max_new_tokens=32, length_spread=0.5, modes=("cdb",))
-        by = {r.mode: r for r in simulate(cfg, load_profile(profile))["results"]}
+        by = {r.mode: r for r in simulate(cfg, load_profile(profile)).results}
         assert by["cdb"].knobs["prefill_chunk"] == 0 and by["cdb"].bounds.speedup > 1.0, \
             (profile, by["cdb"])
 
@@ -157,8 +157,8 @@ def test_lookahead_costs_a_simulated_trace_the_loop_it_costs_the_engine():
     assert parse_exit("fixed:3", 1, 4, True).start_depth(0, 0) == 3
     cfg = SimConfig(random="ouro-like", exit="trace:2.5", max_depth=4, requests=32,
                     modes=("cdb",))
-    off = {r.mode: r for r in simulate(cfg, load_profile("h100"))["results"]}["cdb"]
-    on = {r.mode: r for r in simulate(cfg.replace(lookahead=True), load_profile("h100"))["results"]}["cdb"]
+    off = {r.mode: r for r in simulate(cfg, load_profile("h100")).results}["cdb"]
+    on = {r.mode: r for r in simulate(cfg.replace(lookahead=True), load_profile("h100")).results}["cdb"]
     assert on.mean_depth > off.mean_depth + 0.5 and on.tokens_per_s < off.tokens_per_s
 
 

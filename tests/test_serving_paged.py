@@ -73,12 +73,12 @@ def test_paged_kv_under_pressure_preempts_serves_every_token_and_stays_under_its
     per_block = kv_bytes(shape, HUGE.kv_policy, 16, 1, 16, 2)
     assert n == int((40e9 * 0.9 - weight_bytes(shape, 2)) // per_block)
     res = simulate(HUGE, prof)
-    want = [len(o) for o in res["outputs"]["static_lockstep"]]
-    by = {r.mode: r for r in res["results"]}
+    want = [len(o) for o in res.outputs["static_lockstep"]]
+    by = {r.mode: r for r in res.results}
     for mode, r in by.items():
         assert r.kv_blocks == n and r.kv_peak_blocks <= n, mode
         assert r.kv_cache_mb * 2**20 == pytest.approx(r.kv_peak_blocks * per_block)
-        assert [len(o) for o in res["outputs"][mode]] == want, mode
+        assert [len(o) for o in res.outputs[mode]] == want, mode
         assert 0 < r.bounds.fraction <= 1.02, (mode, r.bounds.fraction)
     assert by["cdb"].preemptions > 0 and by["static"].preemptions > 0
 
@@ -90,7 +90,7 @@ def test_paged_kv_with_room_for_every_request_changes_nothing():
     paged, whole = simulate(cfg, load_profile("h100")), simulate(cfg.replace(kv_block=0),
                                                                 load_profile("h100"))
     kv = ("kv_blocks", "kv_peak_blocks", "kv_cache_mb", "kv_rows_fit")
-    for a, b in zip(paged["results"], whole["results"]):
+    for a, b in zip(paged.results, whole.results):
         assert a.preemptions == 0 and a.kv_blocks and b.kv_blocks is None
         a, b = a.to_dict(), b.to_dict()
         assert {k: v for k, v in a.items() if k not in kv} == {k: v for k, v in b.items() if k not in kv}

@@ -34,7 +34,7 @@ def test_zero_overhead_flop_proportional_cost_reproduces_the_bound_exactly(width
                     width=width, requests=40, prompt_len=1, max_new_tokens=12, kv_policy=policy,
                     length_spread=0.5, min_coda_batch=2)
     res = simulate(cfg, IDEAL)
-    by = {r.mode: r.bounds for r in res["results"]}
+    by = {r.mode: r.bounds for r in res.results}
     for m in ("no_refill", "batch1", "cdb"):
         assert by[m].speedup == pytest.approx(by[m].paper_bound, rel=1e-9), m
     assert by["cdb"].paper_bound > 1.05   # a bound with room to miss
@@ -99,7 +99,7 @@ def test_calibration_writes_a_profile_that_predicts_its_own_runs(tmp_path):
     # the profile predicts the runs it was fitted to: simulated against measured throughput
     for width in cfg.calibrate_widths:
         res = simulate(cfg.replace(width=width), again)
-        for r in res["results"]:
+        for r in res.results:
             if r.mode == "full_depth":   # the baseline: static at its best knobs
                 continue
             measured = info["measured_tokens_per_s"][width, r.mode]
@@ -158,7 +158,7 @@ def test_scheduler_and_simulator_run_without_torch():
         "from depthbench.serving.profile import load_profile\nfrom depthbench.serving.sim import simulate\n"
         "res = simulate(SimConfig(random='ouro-like', exit='trace:2', max_depth=4, requests=32),\n"
         "               load_profile('h100'))\n"
-        "print(' '.join(sorted(r.mode for r in res['results'])))\n")
+        "print(' '.join(sorted(r.mode for r in res.results)))\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split() == ["batch1", "cdb", "full_depth", "no_refill", "static"]
@@ -176,7 +176,7 @@ def test_with_zero_overheads_every_mode_realizes_the_ideal_time_of_its_work(prom
                     min_coda_batch=4, modes=("static", "no_refill", "cdb", "static_lockstep"),
                     prefill_chunk=chunk)
     res = simulate(cfg, IDEAL)
-    by = {r.mode: r.bounds for r in res["results"]}
+    by = {r.mode: r.bounds for r in res.results}
     for m, r in by.items():
         assert r.fraction == pytest.approx(1.0, rel=1e-9), m
         assert r.bound == pytest.approx(r.speedup, rel=1e-9), m
@@ -251,7 +251,7 @@ def test_a_modes_numbers_do_not_depend_on_the_other_modes_compared():
     rows = {}
     for modes in (("cdb",), ("static", "cdb"), ("no_refill", "cdb", "batch1", "static_lockstep")):
         res = simulate(cfg.replace(modes=modes), prof)
-        rows[modes] = {r.mode: r for r in res["results"]}
+        rows[modes] = {r.mode: r for r in res.results}
     for m in ("cdb", "static", "full_depth"):
         seen = [by[m] for by in rows.values()]
         assert all(r == seen[0] for r in seen[1:]), m
@@ -271,7 +271,7 @@ def test_no_fraction_exceeds_1_02_on_the_gpu_profiles(profile, knobs):
         cfg = SimConfig(random=shape, exit=f"trace:{mean}", max_depth=md, width=16, requests=96,
                         prompt_len=8, max_new_tokens=24, length_spread=0.5,
                         modes=("static", "no_refill", "cdb", "static_lockstep"), **knobs)
-        for r in simulate(cfg, load_profile(profile))["results"]:
+        for r in simulate(cfg, load_profile(profile)).results:
             assert 0 < r.bounds.fraction <= 1.02, (shape, r.mode, r.bounds.fraction)
 
 
@@ -296,7 +296,7 @@ def test_no_fraction_exceeds_the_bound_when_small_launches_cost_as_much_as_full_
                     requests=64, prompt_len=6, max_new_tokens=24, length_spread=0.5,
                     modes=("static", "no_refill", "cdb", "static_lockstep"), **knobs)
     res = simulate(cfg, WEIGHT_BOUND)
-    by = {r.mode: r.bounds for r in res["results"]}
+    by = {r.mode: r.bounds for r in res.results}
     for m, r in by.items():
         assert r.fraction <= 1 + 1e-9, (m, r.fraction)
     assert by["cdb"].bound > 1.05        # a bound with room to miss
@@ -313,8 +313,8 @@ def test_the_record_names_the_width_and_pool_that_ran_for_a_short_workload():
     assert (ran.width, ran.pool) == (8, 8) and ran.min_coda_batch > 0
     a, b = simulate(cfg, IDEAL), simulate(ran, IDEAL)
     drop = ("wall_s",)
-    assert [{k: v for k, v in r.to_dict().items() if k not in drop} for r in a["results"]] == \
-        [{k: v for k, v in r.to_dict().items() if k not in drop} for r in b["results"]]
+    assert [{k: v for k, v in r.to_dict().items() if k not in drop} for r in a.results] == \
+        [{k: v for k, v in r.to_dict().items() if k not in drop} for r in b.results]
 
 
 def test_the_width_sweep_recovers_a_known_cost_model():
@@ -373,7 +373,7 @@ def test_no_mode_beats_its_bound_over_a_seeded_sweep_of_workloads():
     finish launch falls on the tokens it emits, not on prompt tokens riding in it."""
     worst = {}
     for profile, cfg in _random_workloads(14, seed=2026):
-        for r in simulate(cfg, load_profile(profile))["results"]:
+        for r in simulate(cfg, load_profile(profile)).results:
             key = (profile, cfg.random, cfg.prompt_len, cfg.prefill_chunk, r.mode)
             worst[key] = r.bounds.fraction
     assert len(worst) == 14 * 5 and any(k[3] for k in worst) and any(k[2] > 256 for k in worst)
@@ -388,7 +388,7 @@ def test_the_chunked_ideal_charges_host_token_costs_on_emitted_tokens_only():
     cfg = SimConfig(random="paper-200m", max_depth=8, exit="trace:4", width=64, requests=192,
                     prompt_len=16, max_new_tokens=4, prefill_chunk=512,
                     modes=("static", "no_refill", "cdb"))
-    by = {r.mode: r.bounds for r in simulate(cfg, load_profile("h100"))["results"]}
+    by = {r.mode: r.bounds for r in simulate(cfg, load_profile("h100")).results}
     assert all(0 < r.fraction <= 1.02 for r in by.values()), by
     assert by["cdb"].bound > by["full_depth"].bound > 1.0
 
@@ -398,7 +398,7 @@ def test_a_bound_is_withheld_where_it_means_nothing():
     and a cost fit that explains little of its launches cannot price a run: the rows carry no
     bound or fraction then, and say why; a closed run on a fit that explains its launches keeps
     them."""
-    from depthbench.serving.bound import MAX_FIT_ERROR, MIN_FIT_R2, withheld_reason, withhold
+    from depthbench.serving.bound import MAX_FIT_ERROR, MIN_FIT_R2, withheld_reason
     assert withheld_reason({"r2": {"start": 0.9, "core": 0.99}}, 0.0) is None
     fit = {"r2": {"start": 0.0, "core": 0.99, "finish": 0.31, "prefill": 0.02},
            "rel_rmse": {"start": 0.4, "core": 0.3, "finish": 0.25, "prefill": 0.03}}
@@ -411,18 +411,18 @@ def test_a_bound_is_withheld_where_it_means_nothing():
     cfg = SimConfig(random="ouro-like", exit="trace:2", max_depth=4, requests=32,
                     modes=("static", "cdb"))
     closed = simulate(cfg, load_profile("h100"))
-    assert closed["bound_note"] == "" and all(r.bounds.fraction > 0 for r in closed["results"])
-    kept = closed["results"][0]
-    blank = withhold([kept], why)[0]
+    assert closed.bound_note == "" and all(r.bounds.fraction > 0 for r in closed.results)
+    kept = closed.results[0]
+    blank = closed.withheld(why).results[0]
     assert blank.bounds.fraction is blank.bounds.bound is blank.bounds.ideal_s is None
     assert blank.bounds.speedup == kept.bounds.speedup and blank.bound_note == why
     assert kept.bounds.fraction > 0   # the result withheld from is not changed
     row = blank.row()
     assert row["fraction"] is row["bound"] is None and row["bound_note"] == why
     open_ = simulate(cfg.replace(rate=50.0), load_profile("h100"))
-    assert "arrivals" in open_["bound_note"]
-    assert all(r.bounds.fraction is None and r.bounds.bound is None for r in open_["results"])
-    assert all(r.bounds.speedup > 0 for r in open_["results"])
+    assert "arrivals" in open_.bound_note
+    assert all(r.bounds.fraction is None and r.bounds.bound is None for r in open_.results)
+    assert all(r.bounds.speedup > 0 for r in open_.results)
 
 
 def test_a_serve_row_is_the_mode_result_flattened():
@@ -433,7 +433,7 @@ def test_a_serve_row_is_the_mode_result_flattened():
     cfg = SimConfig(random="ouro-like", exit="trace:2", max_depth=4, requests=16,
                     modes=("static", "cdb"))
     res = simulate(cfg, load_profile("h100"))
-    for r in res["results"]:
+    for r in res.results:
         row, rec = r.row(run="x"), r.to_dict()
         assert row["run"] == "x" and row["mode"] == r.mode and row["kv_rows_fit"] is None
         assert not any(isinstance(v, (dict, list)) for v in row.values())
@@ -443,3 +443,30 @@ def test_a_serve_row_is_the_mode_result_flattened():
         flat = {fmt.format(k) for name, fmt in FLAT.items() for k in rec[name]}
         scalars = {k for k, v in rec.items() if not isinstance(v, (dict, list))}
         assert set(row) == {"run"} | scalars | flat
+
+
+def test_a_comparison_is_one_value_its_rows_and_record_derive_from():
+    """``simulate`` returns one typed comparison: its serve rows are its results' rows, its JSON
+    record holds every field but the emitted tokens and depth traces (each result as its
+    ``to_dict``), and withholding the bound returns a new comparison, the old one unchanged."""
+    import json
+    from dataclasses import fields
+
+    from depthbench.serving.result import Comparison
+    cfg = SimConfig(random="ouro-like", exit="trace:2", max_depth=4, requests=16,
+                    modes=("static", "no_refill", "cdb"))
+    res = simulate(cfg, load_profile("h100"))
+    assert isinstance(res, Comparison) and res.bound_note == ""
+    assert res.rows(run="x") == [r.row(run="x") for r in res.results]
+    assert set(res.outputs) == {r.mode for r in res.results} == set(res.depth_traces)
+    whole = simulate(cfg.replace(kv_block=0), load_profile("h100"))   # KV reserved whole
+    assert res.kv_rows_fit is None and whole.kv_rows_fit > 0
+    for r, unset in ((res, ["kv_rows_fit"]), (whole, [])):
+        rec = json.loads(json.dumps(r.record(source="here"), default=str))
+        assert list(rec) == [f.name for f in fields(Comparison)
+                             if f.name not in ("outputs", "depth_traces", *unset)] + ["source"]
+        assert rec["results"] == json.loads(json.dumps([m.to_dict() for m in r.results]))
+        assert rec.get("kv_rows_fit") == r.kv_rows_fit and rec["source"] == "here"
+    blank = res.withheld("why")
+    assert blank.bound_note == "why" and all(r.bounds.bound is None for r in blank.results)
+    assert res.bound_note == "" and all(r.bounds.bound is not None for r in res.results)

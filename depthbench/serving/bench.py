@@ -8,6 +8,7 @@ and how the modes are compared (torch-free, shared with ``serve-sim``) is in
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -19,7 +20,7 @@ from depthbench.exits import ExitCriterion, replay_file
 from depthbench.models.looped import LoopedTransformer
 from depthbench.rows import row_paths
 from depthbench.runtime import hold_freed_memory
-from depthbench.serving.bound import sweep, withheld_reason, withhold
+from depthbench.serving.bound import sweep, withheld_reason
 from depthbench.serving.calibrate import fit_profile, machine
 from depthbench.serving.compare import (
     compare_modes,
@@ -27,11 +28,11 @@ from depthbench.serving.compare import (
     prompt_slots,
     random_workload,
     resolve_knobs,
-    result_rows,
     with_arrivals,
 )
 from depthbench.serving.engine import Engine
 from depthbench.serving.profile import ProfileCosts
+from depthbench.serving.result import Comparison
 from depthbench.serving.scheduler import Request
 from depthbench.serving.sim import SimEngine
 
@@ -110,7 +111,7 @@ def check_gate(model, crit) -> None:
 
 
 def serve_bench(model: LoopedTransformer, requests: list[Request], cfg: ServeConfig,
-                seq_len_for_flops: int, progress=None) -> dict:
+                seq_len_for_flops: int, progress=None) -> Comparison:
     model.eval()
     cfg = resolve_knobs(cfg, next(model.parameters()).device.type)
     crit = cfg.criterion
@@ -146,11 +147,8 @@ def serve_bench(model: LoopedTransformer, requests: list[Request], cfg: ServeCon
 
     res = compare_modes(engines, model.shape, requests, cfg, seq_len_for_flops, costs, progress,
                         side, priced, level=True, warm=warm)
-    res["profile"] = profile.to_toml()
-    res["fit_r2"], res["fit_error"] = fit["r2"], fit["rel_rmse"]
-    res["bound_note"] = withheld_reason(fit, cfg.rate, cfg.concurrency, cfg.width) or ""
-    res["results"] = withhold(res["results"], res["bound_note"])
-    return res
+    return replace(res, profile=profile.to_toml(), fit_r2=fit["r2"], fit_error=fit["rel_rmse"]
+                   ).withheld(withheld_reason(fit, cfg.rate, cfg.concurrency, cfg.width))
 
 
 def warm_memory(model, requests: list[Request], rows: int, kv_policy: str) -> None:
@@ -231,24 +229,22 @@ def run_bench(cfg: ServeConfig, log=None) -> dict:
             "parameters; "
             f"{cfg.requests} requests, exit {cfg.exit}, kv {cfg.kv_policy}, width {cfg.width}")
     res = serve_bench(model, requests, cfg, seq_len, progress=log and (lambda m: log(f"  {m} done")))
-    rows = tag_rows(result_rows(res, source=source, **keys, exit=cfg.exit, kv_policy=cfg.kv_policy,
+    rows = tag_rows(res.rows(source=source, **keys, exit=cfg.exit, kv_policy=cfg.kv_policy,
                                 width=cfg.width, lookahead=cfg.lookahead, rate=cfg.rate,
                                 stop_at_eos=cfg.stop_at_eos), cfg.tags)
-    summary = {"rows": rows, "results": res["results"], "baseline": res["baseline"],
-               "profile": res["profile"], "adaptive_modes_agree": res["adaptive_modes_agree"],
-               "bound_note": res.get("bound_note", "")}
+    summary = {"rows": rows, "results": res.results, "baseline": res.baseline,
+               "profile": res.profile, "adaptive_modes_agree": res.adaptive_modes_agree,
+               "bound_note": res.bound_note}
     files = {}  # every output, written together
     if cfg.out:
         files = row_files(rows, cfg.out, "serve")
-        record = {k: v for k, v in res.items() if k not in ("outputs", "depth_traces")}
-        record["results"] = [r.to_dict() for r in res["results"]]
-        record["source"] = source
+        record = res.record(source=source)
         summary["csv"], summary["jsonl"] = row_paths(cfg.out)
         summary["record"] = summary["jsonl"].with_suffix(".json")
         files[summary["record"]] = json.dumps(record, indent=2, default=str) + "\n"
     if cfg.save_trace:
-        mode = "cdb" if "cdb" in res["depth_traces"] else next(iter(res["depth_traces"]))
-        files[Path(cfg.save_trace)] = json.dumps(res["depth_traces"][mode]) + "\n"
+        mode = "cdb" if "cdb" in res.depth_traces else next(iter(res.depth_traces))
+        files[Path(cfg.save_trace)] = json.dumps(res.depth_traces[mode]) + "\n"
     atomic_write_many(files)
     return summary
 

@@ -175,8 +175,3 @@ def withheld_reason(fit: dict | None, rate: float, concurrency: int = 0,
                 "a quieter machine or with more --requests")
     return None
 
-
-def withhold(results: list, reason: str | None) -> list:
-    """Each mode's result (``result.ModeResult``) with its bound, fraction and ideal time
-    blanked where there is a ``reason`` (``withheld_reason``), which ``bound_note`` says."""
-    return [r.withheld(reason) for r in results]

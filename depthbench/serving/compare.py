@@ -26,7 +26,7 @@ from depthbench.config import MODES, ServeConfig, kv_layout, shape_of
 from depthbench.console import progress_bar
 from depthbench.flops import FlopModel
 from depthbench.serving.executor import STAGES, TurnClock
-from depthbench.serving.result import KNOBS, Bounds, ModeResult
+from depthbench.serving.result import KNOBS, Bounds, Comparison, ModeResult
 from depthbench.serving.scheduler import (
     Request,
     Scheduler,
@@ -310,14 +310,11 @@ def mode_bounds(r: ModeResult, done: list[Request], base: ModeResult, static: Mo
         paper_bound=paper, paper_fraction=speedup / paper)
 
 
-def result_rows(res: dict, **keys) -> list[dict]:
-    """Flat serve rows (one per mode, ``ModeResult.row``) of a comparison, led by ``keys``."""
-    return [r.row(**keys) for r in res["results"]]
 
 
 def compare_modes(engines, mcfg, requests: list[Request], cfg: ServeConfig, seq_len_for_flops: int,
                   costs, progress=None, interleave: bool = False, priced=None,
-                  level: bool = False, warm=None) -> dict:
+                  level: bool = False, warm=None) -> Comparison:
     """Every mode of ``cfg`` over the same requests (``engines(mode, cfg)`` makes a fresh
     engine; ``interleave``: side by side, see ``run_side_by_side``), beside ``static`` at the
     comparison's knobs and full-depth serving at its best knobs (``baseline_candidates``,
@@ -365,8 +362,9 @@ def compare_modes(engines, mcfg, requests: list[Request], cfg: ServeConfig, seq_
     if len(adaptive) > 1:
         ref = [q.output for q in done[adaptive[0]]]
         same = all([q.output for q in done[m]] == ref for m in adaptive[1:])
-    return {"config": cfg.to_dict(), "exit": cfg.exit, "results": list(results.values()),
-            "adaptive_modes_agree": same, "f0": fm.f0, "fr": fm.fr, "baseline": best,
-            "baseline_candidates": tried, "costs": getattr(costs, "source", ""),
-            "outputs": {m: [q.output for q in d] for m, d in done.items()},
-            "depth_traces": {m: {str(q.id): q.depths[1:] for q in d} for m, d in done.items()}}
+    return Comparison(
+        config=cfg.to_dict(), exit=cfg.exit, results=list(results.values()),
+        adaptive_modes_agree=same, f0=fm.f0, fr=fm.fr, baseline=best, baseline_candidates=tried,
+        costs=getattr(costs, "source", ""),
+        outputs={m: [q.output for q in d] for m, d in done.items()},
+        depth_traces={m: {str(q.id): q.depths[1:] for q in d} for m, d in done.items()})

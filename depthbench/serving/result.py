@@ -114,3 +114,51 @@ class ModeResult:
             row.update({fmt.format(k): v for k, v in d[name].items()})
         return row
 
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """Every mode of one workload compared (``compare.compare_modes``): each mode's result
+    (``results``, full-depth serving at its best knobs among them as ``full_depth``), the
+    configuration and exit criterion they ran at, whether the adaptive modes emitted the same
+    tokens, the FLOP model's per-layer costs (``f0``, ``fr``), the full-depth candidate chosen
+    (``baseline``) among those priced (``baseline_candidates``: tokens/s each), where the bound's
+    costs came from (``costs``) and, kept out of the record, every mode's emitted tokens and per-
+    request exit depths. Where it came from adds its own: serve-bench the profile it fitted
+    (TOML) and how well it fits (``fit_r2``, ``fit_error``); serve-sim the resident requests its
+    KV holds (``kv_rows_fit``). ``bound_note``: why the bounds are withheld ("" where kept)."""
+    config: dict
+    exit: str
+    results: list[ModeResult]
+    adaptive_modes_agree: bool | None
+    f0: float
+    fr: float
+    baseline: str
+    baseline_candidates: dict
+    costs: str
+    outputs: dict = field(repr=False)
+    depth_traces: dict = field(repr=False)
+    profile: str | None = None
+    fit_r2: dict | None = None
+    fit_error: dict | None = None
+    bound_note: str = ""
+    kv_rows_fit: int | None = None
+
+    def withheld(self, reason: str | None) -> Comparison:
+        """This comparison with ``bound_note`` = ``reason`` on it and on each result
+        (``ModeResult.withheld``): where there is a reason, no mode has a bound or fraction."""
+        return replace(self, bound_note=reason or "",
+                       results=[r.withheld(reason) for r in self.results])
+
+    def rows(self, **keys) -> list[dict]:
+        """Flat serve rows (one per mode, ``ModeResult.row``), led by ``keys``."""
+        return [r.row(**keys) for r in self.results]
+
+    def record(self, **extra) -> dict:
+        """The JSON record: every field but the tokens and depth traces, each result by
+        ``ModeResult.to_dict``, what only the simulator has left out where unset, then
+        ``extra``."""
+        skip = {"outputs", "depth_traces"} | ({"kv_rows_fit"} if self.kv_rows_fit is None else set())
+        d = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in skip}
+        d["results"] = [r.to_dict() for r in self.results]
+        return {**d, **extra}

@@ -40,7 +40,7 @@ from pathlib import Path
 from depthbench.config import MODES, LoopShape, ModelConfig, SimConfig, copies_on_exit
 from depthbench.errors import UserError
 from depthbench.exits import ExitCriterion, replay_file
-from depthbench.serving.bound import withheld_reason, withhold
+from depthbench.serving.bound import withheld_reason
 from depthbench.serving.executor import Clock, HostState
 from depthbench.serving.memory import BlockPool, kv_bytes
 from depthbench.serving.profile import (
@@ -51,6 +51,7 @@ from depthbench.serving.profile import (
     load_profile,
     stage_work,
 )
+from depthbench.serving.result import Comparison
 
 
 class VirtualClock:
@@ -136,7 +137,7 @@ class SimEngine(HostState):
         return [0] * len(items), depths
 
 
-def simulate(cfg: SimConfig, profile: Profile, mcfg: ModelConfig | None = None) -> dict:
+def simulate(cfg: SimConfig, profile: Profile, mcfg: ModelConfig | None = None) -> Comparison:
     """Every mode of ``cfg`` on ``profile``: serve-bench's result (rows, bounds, speedups)."""
     from depthbench.serving.compare import (
         compare_modes,
@@ -178,12 +179,9 @@ def simulate(cfg: SimConfig, profile: Profile, mcfg: ModelConfig | None = None) 
     sim = cfg.replace(warmup_requests=0)   # a virtual clock has nothing to warm up
     costs = ProfileCosts(mcfg, profile, cfg.max_depth, float(cfg.prompt_len))
     res = compare_modes(engines, mcfg, reqs, sim, cfg.prompt_len + (cfg.max_new_tokens or 32),
-                        costs)
-    res["bound_note"] = withheld_reason(None, cfg.rate, cfg.concurrency, cfg.width) or ""
-    res["results"] = [replace(r, kv_rows_fit=fit, simulated=True)
-                      for r in withhold(res["results"], res["bound_note"])]
-    res["kv_rows_fit"] = fit
-    return res
+                        costs).withheld(withheld_reason(None, cfg.rate, cfg.concurrency, cfg.width))
+    return replace(res, kv_rows_fit=fit,
+                   results=[replace(r, kv_rows_fit=fit, simulated=True) for r in res.results])
 
 
 # ---- the serve-sim stage -------------------------------------------------------------------------
@@ -255,7 +253,6 @@ def sweep_points(cfg: SimConfig, profile: Profile, shape, log=None) -> tuple[lis
     (``cfg.means``), or request rates at one exit (``cfg.rates``), or the one exit and rate;
     (serve rows, per-mode results with their exit, rate and trace mean)."""
     from depthbench.rows import tag_rows
-    from depthbench.serving.compare import result_rows
     points = ([(cfg.exit, r) for r in cfg.rates] if cfg.rates else
               [(f"trace:{m:g}", cfg.rate) for m in cfg.means] or [(cfg.exit, cfg.rate)])
     rows, results = [], []
@@ -264,8 +261,8 @@ def sweep_points(cfg: SimConfig, profile: Profile, shape, log=None) -> tuple[lis
         keys = dict(source=f"sim:{profile.name}", run=cfg.model or f"random:{cfg.random}", schedule=None,
                     exit=spec, kv_policy=cfg.kv_policy, width=cfg.width, lookahead=cfg.lookahead,
                     rate=rate, profile=profile.name)
-        rows += tag_rows(result_rows(res, **keys), cfg.tags)
-        for r in res["results"]:
+        rows += tag_rows(res.rows(**keys), cfg.tags)
+        for r in res.results:
             results.append({**r.to_dict(), "exit": spec, "rate": rate,
                             "trace_mean": float(spec.partition(":")[2]) if cfg.means else None})
         if log:
