@@ -10,7 +10,7 @@ leading dimension, ``vmap`` of ``grad`` over members, one AdamW over the stacked
 elementwise, so this is each member's own AdamW) and gradient clipping per member. Members x
 steps per second is compared with one member trained by the trainer's own ``train_step``, side by
 side in one process. Every member of a stacked step runs the same depth K (a schedule's depth
-draw is shared by the members; ``tests/test_bench_gpu.py`` checks a member against its own
+draw is shared by the members; ``tests/benchmarks/test_bench_gpu.py`` checks a member against its own
 trainer run at equal K). Attention runs in its math form under ``vmap``: the fused kernels have
 no batching rule on a CPU, so ``vmap`` would loop over the members there.
 

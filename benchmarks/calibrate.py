@@ -369,7 +369,7 @@ FINDINGS_NAME_ONLY = """\
   this task than on the equal-exposure one for three of the four arms, and `table3` runs each
   arm at its new choice. Each report states its
   arms' spread against these criteria (`depthbench.report.spread`; docs/results.md), and
-  `tests/test_claims.py` holds every arm of the quickstart, `table3`, `matched`, `budgets` and
+  `tests/report/test_claims.py` holds every arm of the quickstart, `table3`, `matched`, `budgets` and
   `fixed-depths` to them.
 """
 

@@ -7,7 +7,7 @@ table), every number through ``report.summarize`` over the report's own ``rows/`
 tree it writes, in the same pass, every page a script renders from kept rows: the calibration
 tables (``benchmarks/calibrate*.py``), the serving blocks of ``docs/benchmarks.md`` (the
 benchmarks' own rendering of ``docs/serving/``) and the bad-input matrix
-(``tests/test_bad_inputs.py``'s cases). Hand-written prose carries no digit a rerun could change;
+(``tests/cli/test_bad_inputs.py``'s cases). Hand-written prose carries no digit a rerun could change;
 rerunning this command changes no file (a test).
 
     depthbench docs            # rewrite the pages (or python -m depthbench.docs)
@@ -324,12 +324,14 @@ def _fill(text: str, blocks: dict[str, str], page: str = "README.md") -> str:
 
 
 def _script(root: Path, path: str):
-    """A repository script (``benchmarks/NAME.py``, ``tests/NAME.py``) loaded as a module; the
-    benchmarks import their shared helper from their own folder."""
+    """A repository script (``benchmarks/NAME.py``, ``tests/PACKAGE/NAME.py``) loaded as a
+    module; the benchmarks import their shared helper from their own folder, the tests theirs
+    (``refusals``) from ``tests/``."""
     import importlib.util
     f = root / path
-    if str(f.parent) not in sys.path:
-        sys.path.insert(0, str(f.parent))
+    for d in (root / "tests", f.parent):
+        if str(d) not in sys.path:
+            sys.path.insert(0, str(d))
     spec = importlib.util.spec_from_file_location(f.stem, f)
     mod = importlib.util.module_from_spec(spec)
     sys.modules[f.stem] = mod
@@ -343,7 +345,7 @@ def script_pages(root: Path) -> dict[Path, str]:
     bad-input matrix."""
     import json
     if not ((root / "benchmarks" / "bench_serve.py").is_file()
-            and (root / "tests" / "test_bad_inputs.py").is_file()):
+            and (root / "tests" / "cli" / "test_bad_inputs.py").is_file()):
         return {}
     out = {}
     for name in ("calibrate", "calibrate_text"):
@@ -358,7 +360,7 @@ def script_pages(root: Path) -> dict[Path, str]:
     page = root / "docs" / "benchmarks.md"
     out[page] = _fill(page.read_text(), {k: "\n".join(v).strip("\n") + "\n" for k, v in blocks.items()},
                       "docs/benchmarks.md")
-    bad = _script(root, "tests/test_bad_inputs.py")
+    bad = _script(root, "tests/cli/test_bad_inputs.py")
     out[bad.DOC] = bad.render_doc()
     return out
 

@@ -71,7 +71,7 @@ def sign_flip_p(diffs) -> float:
     paired difference is as likely negated, so every one of the 2^n sign assignments is drawn
     (scipy's permutation test with one sample flips signs). The smallest p that n pairs can
     give is 2 / 2^n (0.125 at 4 seeds, 0.0078 at 8). The 2^n assignments are enumerated
-    (``tests/test_stats.py`` holds it to scipy's ``permutation_test`` where no tie is near)."""
+    (``tests/report/test_stats.py`` holds it to scipy's ``permutation_test`` where no tie is near)."""
     x = np.asarray(diffs, dtype=float)
     x = x[np.isfinite(x)]
     if len(x) == 0:

@@ -262,7 +262,7 @@ def test_the_tiered_task_is_the_dataset_the_committed_table3_rows_were_trained_o
     from pathlib import Path
 
     from depthbench.data_gen import resolve_config
-    rows = Path(__file__).resolve().parents[1] / "reports" / "table3" / "rows" / "run.csv"
+    rows = Path(__file__).resolve().parents[2] / "reports" / "table3" / "rows" / "run.csv"
     with rows.open() as f:
         recorded = {r["dataset_hash"] for r in csv.DictReader(f)}
     cfg = resolve_config("tiny", overrides={

@@ -526,11 +526,11 @@ def test_budget_grid_sweeps_each_arm_lr_at_each_budget(tmp_path, monkeypatch):
     assert "lr" not in t.arm_overrides("uniform:1-4", 1.0)
 
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 # every report drawn from its own rows (the scale report, drawn from other reports' rows, is
-# rebuilt in tests/test_scale.py)
+# rebuilt in tests/report/test_scale.py)
 @pytest.mark.parametrize("name", sorted(p.name for p in (ROOT / "reports").iterdir()
                                         if (p / "rows").is_dir()))
 @pytest.mark.slow

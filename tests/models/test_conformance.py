@@ -24,7 +24,7 @@ from depthbench.serving.engine import Engine
 from depthbench.serving.kvcache import KV_POLICIES
 from depthbench.serving.scheduler import Request, Scheduler
 
-GOLDEN = Path(__file__).parent / "golden"
+GOLDEN = Path(__file__).parents[1] / "golden"
 ATOL = 2e-5
 
 

@@ -21,7 +21,7 @@ from depthbench.report.scale import (
     trend,
 )
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 GRID = ROOT / "reports" / "text-table3-deep-lr3e-3" / "rows"
 UNIFORM = "uniform:1-16"
 

@@ -19,7 +19,7 @@ from depthbench.cli.main import main
 from depthbench.pipeline.run import Pipeline
 from depthbench.pipeline.spec import load_spec
 
-PKG = Path(__file__).resolve().parents[1] / "depthbench"
+PKG = Path(__file__).resolve().parents[2] / "depthbench"
 
 # columns that measure time or name a path: they differ between two runs of the same stages
 VARYING = {"wall_clock", "wall_clock_s", "cpu_clock", "cpu_s", "train_cpu_s", "checkpoint", "source",

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT / "benchmarks") not in sys.path:   # the scripts import their shared helper
     sys.path.insert(0, str(ROOT / "benchmarks"))
 

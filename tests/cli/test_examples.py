@@ -22,7 +22,7 @@ from click.testing import CliRunner
 
 from depthbench.cli.main import main
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 STEPS, PRESET_STEPS = 40, 1500   # training shortened by this factor; the steps an example names alike
 NARROW = ["--set", "d_model=16"]
 # the order a reader takes the commands in (an example may read what an earlier one wrote)

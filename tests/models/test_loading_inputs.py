@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from refusals import cli, one_line_exit_2
 
-GOLDEN = Path(__file__).parent / "golden"
+GOLDEN = Path(__file__).parents[1] / "golden"
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,7 @@ from depthbench.provenance import COLUMNS, provenance
 from depthbench.rows import write_rows
 from depthbench.version import __version__
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_rows_carry_their_provenance_and_copies_keep_it(tmp_path):

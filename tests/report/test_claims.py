@@ -1,7 +1,7 @@
 """What the committed rows must support, stated over the rows (not over any page's wording).
 
 Each claim below is one the results pages make; a rerun that breaks one fails here, whatever the
-prose says. The pages' numbers themselves are generated (tests/test_docs.py)."""
+prose says. The pages' numbers themselves are generated (tests/report/test_docs.py)."""
 
 import json
 import re
@@ -14,7 +14,7 @@ import pytest
 from depthbench.report import labelled, load_rows
 from depthbench.report.load import final_rows, group_col
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 REPORTS = sorted(p.name for p in (ROOT / "reports").iterdir() if (p / "rows").is_dir())
 COLUMNS = {n: set(pd.read_csv(ROOT / "reports" / n / "rows" / "eval.csv", nrows=1).columns)
            for n in REPORTS}

@@ -17,7 +17,7 @@ from depthbench.models.protocol import padding_mask
 from depthbench.serving.engine import Engine
 from depthbench.serving.scheduler import Request, Scheduler
 
-HERE = Path(__file__).parent / "golden"
+HERE = Path(__file__).parents[1] / "golden"
 KIND = {"ouro": "ouro", "huginn_raven": "huginn"}
 
 

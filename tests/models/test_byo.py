@@ -22,7 +22,7 @@ from depthbench.data.text import TextDataset
 from depthbench.evaluate.text import cloze_accuracy, eval_windows
 from depthbench.flops import FlopModel
 
-GOLDEN = Path(__file__).parent / "golden"
+GOLDEN = Path(__file__).parents[1] / "golden"
 WORDS = ("the loop runs each block again so a token may think longer before it speaks while "
          "another exits early and the batch is formed anew between loops").split()
 

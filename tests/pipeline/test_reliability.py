@@ -217,7 +217,7 @@ def test_depthbench_run_killed_between_and_inside_stages_finishes_with_the_same_
     from test_pipeline import SMALL
     spec = tmp_path / "spec.toml"
     spec.write_text(SMALL.replace('matched_uniform = "fixed-first:0.5:2:1-4"\n', ""))
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])}
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])}
 
     def run(out, **kw):
         return subprocess.Popen(_cli("run", str(spec), "--out", str(out)), cwd=tmp_path, env=env,

@@ -12,7 +12,7 @@ from depthbench.report import labelled, load_rows
 from depthbench.report.load import final_rows
 from depthbench.report.spread import spread_table, spread_words
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CEILING = 24.0
 
 
