@@ -76,9 +76,9 @@ class ModeResult:
     bounds: Bounds | None = None
     knobs: dict = field(default_factory=dict)
     bound_note: str | None = None
-    # the simulator's whole-length KV reservation: resident requests that fit (None: paged)
+    # the simulator's whole-length KV reservation: resident requests that fit (None: paged KV,
+    # or a measured engine, whose rows are its pool)
     kv_rows_fit: int | None = None
-    simulated: bool = False
 
     def withheld(self, reason: str | None) -> ModeResult:
         """This result with ``bound_note`` = ``reason`` ("" for none) and, where there is a
@@ -89,9 +89,8 @@ class ModeResult:
     def to_dict(self) -> dict:
         """The result's record: every reading by name, in field order, the latencies and the
         knobs spread in, then the bounds (those withheld: None)."""
-        skip = {"records", "simulated"} | ({"baseline"} if self.baseline is None else set()) | (
-            {"bound_note"} if self.bound_note is None else set()) | (
-            set() if self.simulated else {"kv_rows_fit"})
+        skip = {"records"} | ({"baseline"} if self.baseline is None else set()) | (
+            {"bound_note"} if self.bound_note is None else set())
         d = {}
         for f in fields(self):
             v = getattr(self, f.name)

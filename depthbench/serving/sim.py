@@ -181,7 +181,7 @@ def simulate(cfg: SimConfig, profile: Profile, mcfg: ModelConfig | None = None) 
     res = compare_modes(engines, mcfg, reqs, sim, cfg.prompt_len + (cfg.max_new_tokens or 32),
                         costs).withheld(withheld_reason(None, cfg.rate, cfg.concurrency, cfg.width))
     return replace(res, kv_rows_fit=fit,
-                   results=[replace(r, kv_rows_fit=fit, simulated=True) for r in res.results])
+                   results=[replace(r, kv_rows_fit=fit) for r in res.results])
 
 
 # ---- the serve-sim stage -------------------------------------------------------------------------

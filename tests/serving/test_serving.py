@@ -221,6 +221,14 @@ def test_serve_bench_reports_every_mode():
     by = {r.mode: r for r in res.results}
     assert by["static"].bounds.speedup_vs_static == 1.0 and by["static"].mean_depth == 4
     assert by["full_depth"].bounds.speedup == 1.0 and by["full_depth"].baseline == res.baseline
+    # measured and simulated rows share one schema (the simulator's KV fit: None here)
+    from depthbench.config import SimConfig
+    from depthbench.serving.profile import load_profile
+    from depthbench.serving.sim import simulate
+    sim = simulate(SimConfig(random="ouro-like", exit="trace:2", max_depth=4, requests=8,
+                             modes=cfg.modes), load_profile("h100"))
+    assert [list(r.row()) for r in sim.results] == [list(r.row()) for r in res.results]
+    assert all(r.kv_rows_fit is None for r in res.results)
 
 
 @pytest.mark.parametrize("spec", ["", "fixed", "fixed:0", "fixed:99", "latent:-1", "kl:x",
