@@ -264,7 +264,7 @@ def run_one(recipe: str, schedule: str, seed: int, threads: int, work: str) -> d
                         log=lambda *a, **k: None)
         wall = time.perf_counter() - t0
         from depthbench.checkpoint import load_run
-        from depthbench.train.metrics import metrics_rows
+        from depthbench.runlog import metrics_rows
         model, _ = load_run(Path(tmp) / "run")
         curve = [round(r["loss"], 3) for r in metrics_rows(Path(tmp) / "run")
                  if "loss" in r and r["step"] % 50 == 0]

@@ -230,7 +230,7 @@ def replay(source: str | Path, tracker: str, out: str | Path) -> dict[str, int]:
     curve) and its eval rows, or a rows file or directory (each run's depth sweep, probe and
     serve rows). Returns the points logged per tracker run."""
     from depthbench.report.load import load_rows
-    from depthbench.train.metrics import metrics_rows
+    from depthbench.runlog import metrics_rows
     source, logged = Path(source), {}
     if (source / "metrics.jsonl").is_file():
         from depthbench.checkpoint import read_run

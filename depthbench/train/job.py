@@ -12,9 +12,9 @@ from depthbench.data.synthetic import open_dataset
 from depthbench.errors import UserError
 from depthbench.flops import FlopModel
 from depthbench.rows import tag_rows, write_rows
+from depthbench.runlog import metrics_rows
 from depthbench.schedules import parse_schedule
 from depthbench.train.loop import prepare_model_config, run_record, train
-from depthbench.train.metrics import metrics_rows
 
 
 def matched_steps(ref_run: str | Path, schedule_spec: str, data: str | Path,

@@ -28,9 +28,9 @@ from depthbench.flops import FlopModel
 from depthbench.fsio import DirLock, atomic_write_text, is_empty_dir, remove_interrupted_writes
 from depthbench.models.build import build_model
 from depthbench.models.looped import LoopedTransformer
+from depthbench.runlog import append_metrics, read_metrics, write_metrics
 from depthbench.runtime import Runtime, compiles, setup, teardown
 from depthbench.schedules import Schedule, parse_schedule
-from depthbench.train.metrics import append_metrics, read_metrics, step_line, write_metrics
 from depthbench.train.updates import lr_at, shared_steps
 from depthbench.version import __version__
 
@@ -414,3 +414,16 @@ def _finish(out: Path, st: _State, model, schedule: Schedule, say) -> dict:
     say(f"done: {st.step} steps, final loss {loss}, "
         f"{st.flops:.3e} modeled FLOPs, {st.wall:.1f}s")
     return summary
+
+
+def _clock(s: float) -> str:
+    return f"{int(s // 60)}m{int(s % 60):02d}s"
+
+
+def step_line(st, steps: int, K: int, loss: float, lr: float) -> str:
+    """One progress line as nanochat and torchtitan print them: step, share, loss, depth, LR,
+    throughput, elapsed and ETA (from this run's mean seconds per step)."""
+    per = st.wall / max(st.step, 1)
+    return (f"step {st.step}/{steps} ({100 * st.step / steps:.0f}%) | loss {loss:.4f} | K {K} | "
+            f"lr {lr:.2e} | {st.tokens / max(st.wall, 1e-9):,.0f} tok/s | elapsed "
+            f"{_clock(st.wall)} | eta {_clock(per * (steps - st.step))}")

@@ -23,7 +23,7 @@ from depthbench.checkpoint import CheckpointError, load_run
 from depthbench.cli.main import main, parse_sets
 from depthbench.errors import UserError
 from depthbench.exits import ExitSpecError, parse_exit
-from depthbench.train.metrics import metrics_rows
+from depthbench.runlog import metrics_rows
 from depthbench.vocab import Vocab
 
 TRAIN = ["train", "--schedule", "uniform:1-4", "--steps", "400", "--seed", "2", "--set",

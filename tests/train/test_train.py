@@ -18,9 +18,9 @@ from depthbench.config import ModelConfig, TrainConfig
 from depthbench.data.generate import generate
 from depthbench.data_gen import Attribute, GenConfig
 from depthbench.flops import FlopModel, schedule_flops
+from depthbench.runlog import metrics_rows
 from depthbench.schedules import parse_schedule
 from depthbench.train.loop import train
-from depthbench.train.metrics import metrics_rows
 from depthbench.train.updates import lr_at
 
 MODEL = ModelConfig(d_model=32, n_heads=4, n_core=1)

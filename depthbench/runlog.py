@@ -1,6 +1,6 @@
-"""A run's ``metrics.jsonl``: one row per logged step and per evaluation, appended as training
-goes, each row checked when it is read back; and the line a logged step prints where no live
-progress bar shows (a log file, nohup, Slurm)."""
+"""A run's training log, ``metrics.jsonl``: one row per logged step and per evaluation, appended
+as training goes (``train.loop``), each row checked when it is read back (by the trainer on
+resume, the train stage's curve rows, trackers' replays and the calibration)."""
 
 from __future__ import annotations
 
@@ -70,15 +70,3 @@ def _metrics_row_problem(row) -> str:
 def metrics_rows(run_dir: str | Path) -> list[dict]:
     return read_metrics(Path(run_dir) / "metrics.jsonl")
 
-
-def _clock(s: float) -> str:
-    return f"{int(s // 60)}m{int(s % 60):02d}s"
-
-
-def step_line(st, steps: int, K: int, loss: float, lr: float) -> str:
-    """One progress line as nanochat and torchtitan print them: step, share, loss, depth, LR,
-    throughput, elapsed and ETA (from this run's mean seconds per step)."""
-    per = st.wall / max(st.step, 1)
-    return (f"step {st.step}/{steps} ({100 * st.step / steps:.0f}%) | loss {loss:.4f} | K {K} | "
-            f"lr {lr:.2e} | {st.tokens / max(st.wall, 1e-9):,.0f} tok/s | elapsed "
-            f"{_clock(st.wall)} | eta {_clock(per * (steps - st.step))}")
