@@ -283,7 +283,7 @@ def test_module_imports_have_no_cycle():
 FLOORS = [
     ("depthbench.errors", "depthbench.stats", "depthbench.vocab", "depthbench.version", "depthbench.axes",
      "depthbench.provenance", "depthbench.console"),
-    ("depthbench.fsio", "depthbench.runtime", "depthbench.schedules", "depthbench.rows",
+    ("depthbench.fsio", "depthbench.runtime", "depthbench.schedules", "depthbench.rows", "depthbench.runlog",
      "depthbench.exits"),
     ("depthbench.config",),
     ("depthbench.models.looped", "depthbench.flops", "depthbench.data", "depthbench.report",
