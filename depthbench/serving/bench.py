@@ -230,8 +230,8 @@ def run_bench(cfg: ServeConfig, log=None) -> dict:
             f"{cfg.requests} requests, exit {cfg.exit}, kv {cfg.kv_policy}, width {cfg.width}")
     res = serve_bench(model, requests, cfg, seq_len, progress=log and (lambda m: log(f"  {m} done")))
     rows = tag_rows(res.rows(source=source, **keys, exit=cfg.exit, kv_policy=cfg.kv_policy,
-                                width=cfg.width, lookahead=cfg.lookahead, rate=cfg.rate,
-                                stop_at_eos=cfg.stop_at_eos), cfg.tags)
+                             width=cfg.width, lookahead=cfg.lookahead, rate=cfg.rate,
+                             stop_at_eos=cfg.stop_at_eos), cfg.tags)
     summary = {"rows": rows, "results": res.results, "baseline": res.baseline,
                "profile": res.profile, "adaptive_modes_agree": res.adaptive_modes_agree,
                "bound_note": res.bound_note}
