@@ -145,7 +145,7 @@ class ProbeConfig(PlainConfig):
     batches: int = 8               # training batches averaged over (>= 2, for a CI)
     max_people: int = 256          # people of eval_reordered the NLL is measured on
     seed: int = 0
-    lr: float | None = None        # None: the run's next LR (its peak LR after a full decay)
+    lr: float | None = None        # None (or 0): the run's next LR (its peak LR after a full decay)
     out: str = ""                  # result file base ("": RUN/probe/step_N_A_vs_B)
     device: str = "auto"
     tags: dict = field(default_factory=dict)
@@ -157,7 +157,10 @@ class ProbeConfig(PlainConfig):
             require(1 <= getattr(self, f) <= MAX_DEPTH, f, f"must be in 1..{MAX_DEPTH}")
         require(2 <= self.batches <= 1 << 16, "batches", "must be in 2..65536")
         require(1 <= self.max_people <= 1 << 30, "max_people", "must be >= 1")
-        require(self.lr is None or self.lr > 0, "lr", "must be > 0")
+        require(self.lr is None or 0 <= self.lr <= 1, "lr",
+                "must be in [0, 1] (0 or none: the run's own next LR at the checkpoint)")
+        if self.lr == 0:
+            object.__setattr__(self, "lr", None)
         require(self.checkpoint is None or self.checkpoint >= 0, "checkpoint", "must be >= 0")
         require(0 <= self.seed <= 2**32 - 1, "seed", "must be in 0..2**32-1")
         one_of(self.device, DEVICES, "device")

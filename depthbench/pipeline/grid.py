@@ -8,12 +8,9 @@ from pathlib import Path
 
 from depthbench.axes import BUDGET, LENGTH, LR
 from depthbench.config import (
-    EvalConfig,
     GenerateJob,
     PrepareTextConfig,
-    ProbeConfig,
     ReportConfig,
-    ServeConfig,
     TrainJob,
     resolve_presets,
     train_preset,
@@ -144,18 +141,17 @@ class Grid:
             # figure; rows for a closer look) only the headline split, the final one every split
             splits = () if self.spec.data.text else e.splits if step == steps[-1] else \
                 [sp for sp in e.splits if sp == "eval_reordered"] or e.splits
-            cfg = EvalConfig(run=train.config["out"], depths=e.depths, splits=splits,
-                             checkpoint=step, batch_size=e.batch_size, out=str(base),
-                             device=self.device(), tags=train.config["tags"])
+            cfg = e.config(run=train.config["out"], splits=splits, checkpoint=step, out=str(base),
+                           device=self.device(), tags=train.config["tags"])
             items = [row_paths(items_base(base))[1]] if self.spec.data.text else []
             out.append(Stage(f"eval-{name}-{tag}", "eval", cfg.to_dict(),
                              [base.with_name(base.name + ".jsonl"), *items], [train.id]))
         if e.tasks:   # downstream tasks of a text run, at its final checkpoint
             base = self.results / "tasks" / name
-            cfg = EvalConfig(run=train.config["out"], depths=e.depths, harness="lm-eval",
-                             tasks=e.tasks, task_path=e.task_path, max_people=e.task_limit or None,
-                             batch_size=min(e.batch_size, 64), out=str(base),
-                             device=self.device(), tags=train.config["tags"])
+            cfg = e.config(run=train.config["out"], splits=(), harness="lm-eval", tasks=e.tasks,
+                           task_path=e.task_path, max_people=e.task_limit or None,
+                           batch_size=min(e.batch_size, 64), out=str(base),
+                           device=self.device(), tags=train.config["tags"])
             out.append(Stage(f"tasks-{name}", "eval", cfg.to_dict(),
                              [base.with_name(base.name + ".jsonl")], [train.id]))
         return out
@@ -168,10 +164,8 @@ class Grid:
         steps = self.checkpoints(train)
         for step in steps[:-1]:  # the kept checkpoints around the switch, not the final one
             base = self.results / "probe" / f"{name}_step{step:07d}"
-            cfg = ProbeConfig(run=train.config["out"], checkpoint=step, depth_a=p.depth_a,
-                              depth_b=p.depth_b, depths=self.spec.eval.depths, batches=p.batches,
-                              max_people=p.max_people, out=str(base), device=self.device(),
-                              tags=train.config["tags"], lr=p.lr or None)
+            cfg = p.config(run=train.config["out"], checkpoint=step, depths=self.spec.eval.depths,
+                           out=str(base), device=self.device(), tags=train.config["tags"])
             out.append(Stage(f"probe-{name}-{step}", "probe-update", cfg.to_dict(),
                              [base.with_name(base.name + ".jsonl")], [train.id]))
         return out
@@ -181,8 +175,6 @@ class Grid:
         target = next(t for t in runs if t.config["schedule"] == sv.schedule
                       and t.config["train"]["seed"] == seed)
         base = self.results / "serve"
-        cfg = ServeConfig(run=target.config["out"], modes=sv.modes, exit=sv.exit,
-                          kv_policy=sv.kv_policy, width=sv.width, requests=sv.requests,
-                          max_depth=sv.max_depth, device=self.device(), out=str(base))
+        cfg = sv.config(run=target.config["out"], device=self.device(), out=str(base))
         return [Stage("serve", "serve-bench", cfg.to_dict(), [base.with_name("serve.jsonl")],
                       [target.id])]

@@ -14,11 +14,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from depthbench.axes import BUDGET, LENGTH, LR
-from depthbench.config import DEFAULT_SERVE_MODES, EVAL_SPLITS, SERVE_MODES, TRACKERS, ConfigError, kv_layout
+from depthbench.config import EVAL_SPLITS, TRACKERS, ConfigError, EvalConfig, ProbeConfig, ServeConfig
 from depthbench.config.base import PlainConfig, require
 from depthbench.errors import UserError
 from depthbench.rows import budget_label
-from depthbench.schedules import MAX_DEPTH
 
 EXPERIMENTS = Path(__file__).resolve().parents[1] / "experiments"  # package data
 
@@ -175,79 +174,113 @@ def _canonical(schedule: str, name: str) -> str:
         raise ConfigError(f"{name}: {e}") from None
 
 
+class StageTemplate(PlainConfig):
+    """A spec section that is a template of one stage command's config (``STAGE``). The
+    section's own fields are the grid's (whether the stage runs, which runs it reads); every
+    other key is a key of the stage's config, checked once, by that config, and laid into each
+    stage of its kind under the keys the grid fills per stage (``FILLED``: its run, output,
+    device, tags). ``section.KEY`` reads the template's value (the config's default where the
+    spec gives none): every knob of the command is reachable from a spec and checked in one
+    place."""
+
+    STAGE = PlainConfig
+    FILLED: tuple = ()
+    DEFAULTS: dict = {}            # where a grid's default is not the command's
+    PLACEHOLDER = {"run": "RUN"}   # filled keys a template's check needs
+
+    @classmethod
+    def own(cls) -> list[str]:
+        return [f.name for f in dataclasses.fields(cls) if f.name != "template"]
+
+    @classmethod
+    def known(cls) -> list[str]:
+        own = cls.own()
+        return own + [f.name for f in dataclasses.fields(cls.STAGE)
+                      if f.name not in cls.FILLED and f.name not in own]
+
+    @classmethod
+    def from_dict(cls, d: dict):
+        """A flat section (its own keys beside the stage's) -> the section."""
+        filled = sorted(k for k in d if k in cls.FILLED and k not in cls.own())
+        if filled:
+            raise ConfigError(f"{filled[0]}: is set by the grid for each stage (its run, output, "
+                              "device and tags); a spec cannot give it")
+        unknown = sorted(set(d) - set(cls.known()))
+        if unknown:
+            raise ConfigError(f"unknown key(s) {', '.join(unknown)}; known: "
+                              f"{', '.join(cls.known())}")
+        own = {k: v for k, v in d.items() if k in cls.own()}
+        return super().from_dict({**own, "template": {k: v for k, v in d.items() if k not in own}})
+
+    def __post_init__(self):
+        self._check_types()
+        object.__setattr__(self, "_config", self.config(**self.PLACEHOLDER))
+
+    def config(self, **filled):
+        """The stage's config: the template under ``filled`` (the grid's keys for one stage)."""
+        return self.STAGE.from_dict({**self.DEFAULTS, **self.template, **filled})
+
+    def __getattr__(self, key):
+        cfg = self.__dict__.get("_config")
+        if cfg is None or key not in self.known():
+            raise AttributeError(key)
+        return getattr(cfg, key)
+
+    def to_dict(self) -> dict:
+        """Flat, as a spec spells it: the section's keys and every key of the template."""
+        own = {k: v for k, v in super().to_dict().items() if k != "template"}
+        return {**own, **{k: v for k, v in self._config.to_dict().items() if k in self.known()
+                          and k not in own}}
+
+
 @dataclass(frozen=True, kw_only=True)
-class EvalSpec(PlainConfig):
-    depths: str = "1-16"
-    splits: tuple[str, ...] = ("eval_reordered", "eval_seen_order", "eval_unseen_people")
+class EvalSpec(StageTemplate):
+    """[eval]: every eval stage's ``EvalConfig`` (depths, splits, batch_size, max_people), and
+    what the grid evaluates: the checkpoints after a switch, a corpus's lm-eval tasks."""
+    STAGE = EvalConfig
+    FILLED = ("run", "model", "data", "checkpoint", "out", "device", "harness", "tags")
+    DEFAULTS = {"splits": EVAL_SPLITS}
+    template: dict = field(default_factory=dict)
     switch_checkpoints: tuple[int, ...] = (0, 16, 64, 256)  # fixed-first: also eval switch + k
-    batch_size: int = 64            # EvalConfig's default (the fastest on a CPU)
     tasks: tuple[str, ...] = ()     # a corpus: lm-eval tasks at every depth (final checkpoints)
     task_path: str = ""             # a folder of further lm-eval task YAMLs
     task_limit: int = 0             # at most this many documents per task (0: all)
 
     def __post_init__(self):
-        from depthbench.config import depths_ok, one_of
-        self._check_types()
-        depths_ok(self.depths, "depths")
-        for s in self.splits:
-            one_of(s, EVAL_SPLITS, "splits")
-        object.__setattr__(self, "splits", tuple(dict.fromkeys(self.splits)))
+        super().__post_init__()
         require("eval_reordered" in self.splits, "splits",
                "must include eval_reordered (the split the report reads recall on)")
         require(all(k >= 0 for k in self.switch_checkpoints), "switch_checkpoints",
                "must be integers >= 0")
-        require(1 <= self.batch_size <= 1 << 20, "batch_size", "must be between 1 and 1048576")
+        require(self.task_limit >= 0, "task_limit", "must be >= 0 (0: every document)")
 
 
 @dataclass(frozen=True, kw_only=True)
-class ProbeSpec(PlainConfig):
+class ProbeSpec(StageTemplate):
+    """[probe]: every probe stage's ``ProbeConfig`` (depth_a, depth_b, batches, max_people, seed,
+    lr; 0: each checkpoint's own next LR), at the checkpoints the eval keeps after a switch."""
+    STAGE = ProbeConfig
+    FILLED = ("run", "checkpoint", "depths", "out", "device", "tags")
+    template: dict = field(default_factory=dict)
     enabled: bool = True
-    depth_a: int = 4
-    depth_b: int = 16
-    batches: int = 8
-    max_people: int = 256
-    lr: float = 0.0    # 0: each checkpoint's own next LR; else every probe update at this LR
-
-    def __post_init__(self):
-        self._check_types()
-        require(0 <= self.lr <= 1, "lr", "must be in [0, 1] (0: the run's own LR at the checkpoint)")
-        for f in ("depth_a", "depth_b"):
-            require(1 <= getattr(self, f) <= MAX_DEPTH, f, f"must be between 1 and {MAX_DEPTH}")
-        require(2 <= self.batches <= 1 << 16, "batches", "must be between 2 and 65536")
-        require(1 <= self.max_people <= 1 << 30, "max_people", "must be >= 1")
 
 
 @dataclass(frozen=True, kw_only=True)
-class ServeSpec(PlainConfig):
+class ServeSpec(StageTemplate):
+    """[serve]: the serve stage's ``ServeConfig`` (any serve-bench knob: modes, exit, kv_policy,
+    width, requests, rate, ...) on the seed-0 run of ``schedule``."""
+    STAGE = ServeConfig
+    FILLED = ("run", "random", "model", "model_set", "device", "out", "tags")
+    DEFAULTS = {"requests": 64, "width": 32}   # a grid's serve stage: the modes side by side, small
+    template: dict = field(default_factory=dict)
     enabled: bool = True
     schedule: str = "uniform:1-16"  # the seed-0 run of this schedule is benchmarked
-    modes: tuple[str, ...] = DEFAULT_SERVE_MODES
-    exit: str = "latent:0.05"
-    kv_policy: str = "depth_indexed"
-    requests: int = 64
-    width: int = 32
-    max_depth: int = 16
 
     def __post_init__(self):
-        from depthbench.config import one_of
-        from depthbench.exits import parse_exit
-        self._check_types()
+        super().__post_init__()
         object.__setattr__(self, "schedule", _canonical(self.schedule, "schedule"))
-        require(bool(self.modes), "modes", f"choose from {', '.join(SERVE_MODES)}")
-        for m in self.modes:
-            one_of(m, SERVE_MODES, "modes")
         require("static" in self.modes, "modes", "must include static (speedups are measured "
                "against it)")
-        try:
-            kv_layout(self.kv_policy, self.max_depth)
-        except ConfigError as e:
-            raise ConfigError(f"kv_policy: {e}") from None
-        for f, hi in (("requests", 1 << 20), ("width", 1 << 16), ("max_depth", MAX_DEPTH)):
-            require(1 <= getattr(self, f) <= hi, f, f"must be between 1 and {hi}")
-        try:
-            parse_exit(self.exit, 1, self.max_depth)
-        except UserError as e:
-            raise ConfigError(f"exit: {e}") from None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -325,8 +358,11 @@ def spec_path(spec: str | Path | None) -> Path:
 def _section(cls, sec: str, body, path: Path):
     if not isinstance(body, dict):
         raise SpecError(f"{path}: [{sec}] must be a table")
-    known = [f.name for f in dataclasses.fields(cls)]
+    known = cls.known() if issubclass(cls, StageTemplate) else [f.name for f in dataclasses.fields(cls)]
     for key in body:
+        if key not in known and key in getattr(cls, "FILLED", ()):
+            raise SpecError(f"{path}: {sec}.{key} is set by the grid for each stage (its run, "
+                            "output, device and tags); a spec cannot give it")
         if key not in known:
             raise SpecError(f"{path}: unknown key {sec}.{key}; known: {', '.join(known)}")
     try:

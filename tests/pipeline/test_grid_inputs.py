@@ -109,3 +109,68 @@ def test_axes_that_round_to_nothing_are_refused(tmp_path, axis, needle):
                     f'["uniform:1-4"]\nseeds = [0]\nsteps = 6\n{axis}\n[serve]\nenabled = false\n'
                     '[probe]\nenabled = false\n')
     one_line_exit_2(cli(["run", spec, "--plan", "--out", tmp_path / "o"]), needle)
+
+
+# a value the stage config accepts and that differs from the spec's default, per field type
+_OTHER = {"int": lambda v: (v or 0) + 2, "float": lambda v: (v or 0.0) + 0.25,
+          "bool": lambda v: not v, "int | None": lambda v: 3, "float | None": lambda v: 0.5}
+
+
+@pytest.mark.parametrize("section", ["eval", "probe", "serve"])
+def test_every_stage_knob_reaches_the_stage_from_the_spec(tmp_path, section):
+    """[eval], [probe] and [serve] are templates of their stage configs: each numeric or
+    boolean key the command takes (all but the ones the grid fills) lands, as given, in every
+    stage of that kind that ``Grid`` builds."""
+    import dataclasses
+    from pathlib import Path
+
+    from depthbench.pipeline.grid import Grid
+    from depthbench.pipeline.spec import SECTIONS, load_spec
+    cls = SECTIONS[section]
+    fields = {f.name: f.type for f in dataclasses.fields(cls.STAGE)}
+    base = cls.from_dict({}).to_dict()
+    tried = 0
+    for key in cls.known():
+        if key in cls.own() or fields[key] not in _OTHER:
+            continue
+        value = _OTHER[fields[key]](base[key])
+        if key in ("pool", "admit_min", "min_coda_batch", "coda_wait", "width"):
+            value = 64 + 2 * tried          # a pool holds a core launch (the grid's width: 32)
+        if key in ("depth_a", "depth_b", "min_depth", "seed"):
+            value = 3
+        if key == "max_new_tokens":
+            value = 6
+        if key == "lr":
+            value = 0.5
+        spec = tmp_path / f"{key}.toml"
+        probed = "[train]\nschedules = ['uniform:1-16', 'fixed-first:0.8:4:1-16']\n"
+        spec.write_text(f"name = 'k'\n[{section}]\n{key} = {str(value).lower()}\n"
+                        + (probed if section == "probe" else ""))
+        try:
+            stages = [st for g in Grid(load_spec(spec), Path("runs/k")).stages() for st in g]
+        except UserError as e:   # a value the config refuses for a reason of its own
+            pytest.fail(f"{section}.{key} = {value}: {e}")
+        kind = {"eval": "eval", "probe": "probe-update", "serve": "serve-bench"}[section]
+        got = [st.config[key] for st in stages if st.command == kind]
+        assert got and all(g == value for g in got), (key, value, got)
+        tried += 1
+    assert tried >= {"eval": 2, "probe": 5, "serve": 15}[section]
+
+
+@pytest.mark.parametrize("body, needle", [
+    ("[serve]\nrun = 'x'\n", "serve.run is set by the grid"),
+    ("[eval]\ncheckpoint = 3\n", "eval.checkpoint is set by the grid"),
+    ("[serve]\nrequests = 0\n", "serve.requests: must be in 1..1048576"),
+    ("[serve]\nwidth = 64\npool = 8\n", "serve.pool"),
+    ("[serve]\nmax_new_tokens = 1\n", "serve.max_new_tokens"),
+    ("[eval]\nmax_people = 0\n", "eval.max_people"),
+    ("[probe]\nlr = 2.0\n", "probe.lr"),
+    ("[serve]\nmodes = ['cdb']\n", "serve.modes: must include static"),
+])
+def test_a_template_key_is_refused_as_its_command_refuses_it(tmp_path, body, needle):
+    """The stage config checks a spec's keys (one validation): the message names the section."""
+    spec = tmp_path / "s.toml"
+    spec.write_text(body)
+    r = cli(["run", spec, "--plan", "--out", tmp_path / "o"])
+    one_line_exit_2(r, needle)
+    assert not (tmp_path / "o").exists()
