@@ -81,8 +81,8 @@ class GenerateJob(PlainConfig):
 
 @dataclass(frozen=True, kw_only=True)
 class PrepareTextConfig(PlainConfig):
-    """A text corpus tokenized into a dataset at ``out``: ``data.corpus.prepare_text`` (its
-    settings checked there, where the corpus is read)."""
+    """A text corpus tokenized into a dataset at ``out``: ``data.corpus.prepare_text`` (the
+    settings checked here; the corpus itself where it is read)."""
     out: str
     corpus: tuple[str, ...]
     vocab_size: int = 0            # train a byte-level BPE of this size, or
@@ -95,6 +95,16 @@ class PrepareTextConfig(PlainConfig):
         self._check_types()
         require(bool(self.out), "out", "must name the dataset directory")
         require(bool(self.corpus), "corpus", "must name at least one input")
+        require(bool(self.vocab_size) != bool(self.tokenizer), "vocab_size",
+                "give either vocab_size (--vocab-size N: train a byte-level BPE) or tokenizer "
+                "(--tokenizer tokenizer.json)")
+        require(not self.vocab_size or 260 <= self.vocab_size <= 2 ** 20, "vocab_size",
+                f"must be between 260 (the 256 bytes and a few merges) and 1048576 "
+                f"(got {self.vocab_size})")
+        require(0 < self.val_fraction < 1, "val_fraction",
+                f"must be strictly between 0 and 1 (got {self.val_fraction:g})")
+        require(8 <= self.seq_len <= 65536, "seq_len", f"must be between 8 and 65536 (got {self.seq_len})")
+        require(0 <= self.seed <= 2**32 - 1, "seed", "must be between 0 and 4294967295")
 
 
 @dataclass(frozen=True, kw_only=True)

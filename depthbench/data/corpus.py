@@ -348,19 +348,6 @@ def _check_counts(counts: dict, val_fraction: float, seq_len: int) -> None:
                             "or a shorter --seq-len")
 
 
-def _check_settings(vocab_size: int, tokenizer, val_fraction: float, seq_len: int) -> None:
-    if bool(vocab_size) == bool(tokenizer):
-        raise TextDataError("give either --vocab-size N (train a byte-level BPE) or --tokenizer "
-                            "tokenizer.json")
-    if vocab_size and not 260 <= vocab_size <= 2 ** 20:
-        raise TextDataError(f"--vocab-size {vocab_size} must be between 260 (the 256 bytes and "
-                            "a few merges) and 1048576")
-    if not (isinstance(val_fraction, float | int) and 0 < val_fraction < 1):
-        raise TextDataError(f"--val-fraction {val_fraction} must be strictly between 0 and 1")
-    if not 8 <= seq_len <= 65536:
-        raise TextDataError(f"--seq-len {seq_len} must be between 8 and 65536")
-
-
 def run_prepare_text(cfg, force: bool = False, log=None) -> dict:
     """The prepare-text stage: ``prepare_text`` of a ``config.PrepareTextConfig``."""
     return prepare_text(list(cfg.corpus), cfg.out, vocab_size=cfg.vocab_size,
@@ -373,8 +360,11 @@ def prepare_text(inputs: list[str], out: str | Path, *, vocab_size: int = 0,
                  seq_len: int = 128, force: bool = False, log=None) -> dict:
     """Tokenize a corpus into a text dataset at ``out`` (see the module docstring); returns its
     manifest. Nothing is left at ``out`` unless every file was written; one writer at a time."""
+    from depthbench.config import PrepareTextConfig
     from depthbench.fsio import writer_lock
-    _check_settings(vocab_size, tokenizer, val_fraction, seq_len)
+    PrepareTextConfig(out=str(out), corpus=tuple(map(str, inputs)), vocab_size=vocab_size,
+                      tokenizer=tokenizer or "", val_fraction=val_fraction, seed=seed,
+                      seq_len=seq_len)   # the settings, checked where every caller's are
     files = input_files(inputs)   # every input exists before anything is written
     with writer_lock(out, "text dataset"):
         return _prepare_text(inputs, files, Path(out), vocab_size, tokenizer, val_fraction, seed,

@@ -9,7 +9,6 @@ from pathlib import Path
 from depthbench.axes import BUDGET, LENGTH, LR
 from depthbench.config import (
     GenerateJob,
-    PrepareTextConfig,
     ReportConfig,
     TrainJob,
     resolve_presets,
@@ -32,15 +31,11 @@ class Grid:
 
     def stages(self) -> list[list[Stage]]:
         """The stages in groups; a group runs after the one before it has finished."""
-        from depthbench.data_gen import resolve_config
         s = self.spec
-        gen_cfg = resolve_config(s.data.preset, overrides=s.data.set, seed=s.data.seed)
-        if s.data.text:   # the corpus's inputs, as given (paths relative to where it runs)
-            d = s.data
-            gen = Stage("generate", "prepare-text", PrepareTextConfig(
-                out=str(self.data), corpus=d.corpus, vocab_size=d.vocab_size,
-                tokenizer=d.tokenizer, val_fraction=d.val_fraction, seed=d.seed,
-                seq_len=d.seq_len).to_dict(), [self.data / "manifest.json"])
+        gen_cfg = s.data.dataset()
+        if s.data.text:
+            gen = Stage("generate", "prepare-text", s.data.prepare_text(str(self.data)).to_dict(),
+                        [self.data / "manifest.json"])
         else:
             gen = Stage("generate", "generate", GenerateJob(
                 out=str(self.data), dataset=gen_cfg).to_dict(),

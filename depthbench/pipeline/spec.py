@@ -14,9 +14,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from depthbench.axes import BUDGET, LENGTH, LR
-from depthbench.config import EVAL_SPLITS, TRACKERS, ConfigError, EvalConfig, ProbeConfig, ServeConfig
+from depthbench.config import (
+    EVAL_SPLITS,
+    TRACKERS,
+    ConfigError,
+    EvalConfig,
+    PrepareTextConfig,
+    ProbeConfig,
+    ServeConfig,
+)
 from depthbench.config.base import PlainConfig, require
 from depthbench.errors import UserError
+from depthbench.pipeline.template import StageTemplate
 from depthbench.rows import budget_label
 
 EXPERIMENTS = Path(__file__).resolve().parents[1] / "experiments"  # package data
@@ -45,14 +54,23 @@ class DataSpec(PlainConfig):
         if self.corpus:
             require(not self.set, "set", "configures the generated dataset; a corpus takes "
                    "vocab_size, tokenizer, val_fraction and seq_len")
-            require(bool(self.vocab_size) != bool(self.tokenizer), "vocab_size",
-                   "give either vocab_size (train a BPE) or tokenizer (a tokenizer.json)")
-            require(0 < self.val_fraction < 1, "val_fraction", "must be strictly between 0 and 1")
-            require(8 <= self.seq_len <= 65536, "seq_len", "must be between 8 and 65536")
+            self.prepare_text("DATA")   # its keys, checked by the stage's config
 
     @property
     def text(self) -> bool:
         return bool(self.corpus)
+
+    def prepare_text(self, out: str) -> PrepareTextConfig:
+        """The prepare-text stage of a corpus (its inputs as given: paths relative to where
+        the grid runs)."""
+        return PrepareTextConfig(out=out, corpus=self.corpus, vocab_size=self.vocab_size,
+                                 tokenizer=self.tokenizer, val_fraction=self.val_fraction,
+                                 seed=self.seed, seq_len=self.seq_len)
+
+    def dataset(self):
+        """The generator's config (``data_gen.GenConfig``) of the preset under ``set``."""
+        from depthbench.data_gen import resolve_config
+        return resolve_config(self.preset, overrides=self.set, seed=self.seed)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -172,65 +190,6 @@ def _canonical(schedule: str, name: str) -> str:
         return parse_schedule(schedule).canonical
     except UserError as e:
         raise ConfigError(f"{name}: {e}") from None
-
-
-class StageTemplate(PlainConfig):
-    """A spec section that is a template of one stage command's config (``STAGE``). The
-    section's own fields are the grid's (whether the stage runs, which runs it reads); every
-    other key is a key of the stage's config, checked once, by that config, and laid into each
-    stage of its kind under the keys the grid fills per stage (``FILLED``: its run, output,
-    device, tags). ``section.KEY`` reads the template's value (the config's default where the
-    spec gives none): every knob of the command is reachable from a spec and checked in one
-    place."""
-
-    STAGE = PlainConfig
-    FILLED: tuple = ()
-    DEFAULTS: dict = {}            # where a grid's default is not the command's
-    PLACEHOLDER = {"run": "RUN"}   # filled keys a template's check needs
-
-    @classmethod
-    def own(cls) -> list[str]:
-        return [f.name for f in dataclasses.fields(cls) if f.name != "template"]
-
-    @classmethod
-    def known(cls) -> list[str]:
-        own = cls.own()
-        return own + [f.name for f in dataclasses.fields(cls.STAGE)
-                      if f.name not in cls.FILLED and f.name not in own]
-
-    @classmethod
-    def from_dict(cls, d: dict):
-        """A flat section (its own keys beside the stage's) -> the section."""
-        filled = sorted(k for k in d if k in cls.FILLED and k not in cls.own())
-        if filled:
-            raise ConfigError(f"{filled[0]}: is set by the grid for each stage (its run, output, "
-                              "device and tags); a spec cannot give it")
-        unknown = sorted(set(d) - set(cls.known()))
-        if unknown:
-            raise ConfigError(f"unknown key(s) {', '.join(unknown)}; known: "
-                              f"{', '.join(cls.known())}")
-        own = {k: v for k, v in d.items() if k in cls.own()}
-        return super().from_dict({**own, "template": {k: v for k, v in d.items() if k not in own}})
-
-    def __post_init__(self):
-        self._check_types()
-        object.__setattr__(self, "_config", self.config(**self.PLACEHOLDER))
-
-    def config(self, **filled):
-        """The stage's config: the template under ``filled`` (the grid's keys for one stage)."""
-        return self.STAGE.from_dict({**self.DEFAULTS, **self.template, **filled})
-
-    def __getattr__(self, key):
-        cfg = self.__dict__.get("_config")
-        if cfg is None or key not in self.known():
-            raise AttributeError(key)
-        return getattr(cfg, key)
-
-    def to_dict(self) -> dict:
-        """Flat, as a spec spells it: the section's keys and every key of the template."""
-        own = {k: v for k, v in super().to_dict().items() if k != "template"}
-        return {**own, **{k: v for k, v in self._config.to_dict().items() if k in self.known()
-                          and k not in own}}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -428,10 +387,9 @@ def load_spec(spec: str | Path | None, overrides: dict | None = None) -> Experim
 def _cross_check(s: ExperimentSpec, path: Path) -> None:
     """What one section cannot check alone: presets with their overrides, the served run."""
     from depthbench.config import resolve_presets
-    from depthbench.data_gen import resolve_config
 
     try:
-        resolve_config(s.data.preset, overrides=s.data.set, seed=s.data.seed)
+        s.data.dataset()
     except (ValueError, TypeError) as e:
         raise SpecError(f"{path}: data: {e}") from None
     if s.eval.tasks and not s.data.text:
