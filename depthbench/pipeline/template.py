@@ -48,7 +48,11 @@ class StageTemplate(PlainConfig):
 
     def __post_init__(self):
         self._check_types()
-        object.__setattr__(self, "_config", self.config(**self.PLACEHOLDER))
+        cfg = self.config(**self.PLACEHOLDER)
+        object.__setattr__(self, "_config", cfg)
+        # every key of the template, given or default: two spellings of one section are equal
+        object.__setattr__(self, "template", {k: v for k, v in cfg.to_dict().items()
+                                              if k in self.known() and k not in self.own()})
 
     def config(self, **filled):
         """The stage's config: the template under ``filled`` (the grid's keys for one stage)."""
@@ -62,6 +66,5 @@ class StageTemplate(PlainConfig):
 
     def to_dict(self) -> dict:
         """Flat, as a spec spells it: the section's keys and every key of the template."""
-        own = {k: v for k, v in super().to_dict().items() if k != "template"}
-        return {**own, **{k: v for k, v in self._config.to_dict().items() if k in self.known()
-                          and k not in own}}
+        d = super().to_dict()
+        return {**{k: v for k, v in d.items() if k != "template"}, **d["template"]}

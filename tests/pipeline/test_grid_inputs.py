@@ -174,3 +174,16 @@ def test_a_template_key_is_refused_as_its_command_refuses_it(tmp_path, body, nee
     r = cli(["run", spec, "--plan", "--out", tmp_path / "o"])
     one_line_exit_2(r, needle)
     assert not (tmp_path / "o").exists()
+
+
+def test_a_template_section_round_trips_through_its_flat_spelling():
+    """Every packaged spec's [eval], [probe] and [serve] written flat (as a spec spells them,
+    every key of the template) read back equal, and give the same stage config."""
+    from depthbench.pipeline.spec import EXPERIMENTS, SECTIONS, load_spec
+    for path in sorted(EXPERIMENTS.glob("*.toml")):
+        spec = load_spec(path.stem)
+        for sec in ("eval", "probe", "serve"):
+            section = getattr(spec, sec)
+            again = SECTIONS[sec].from_dict(section.to_dict())
+            assert again == section, (path.stem, sec)
+            assert again.config(run="r", out="o") == section.config(run="r", out="o")
