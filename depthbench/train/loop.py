@@ -98,6 +98,21 @@ def _same_run(old: dict, new: dict) -> list[str]:
     return [k for k, ok in zip(keys, same) if not ok]
 
 
+@dataclasses.dataclass(frozen=True)
+class Launch:
+    """What one call of ``train`` asks for: the dataset and the run directory, the configs and
+    the parsed schedule, and how the run begins (``resume``: its own latest checkpoint;
+    ``start``: another run's at the end of their shared prefix; else step 0)."""
+    data: Path
+    out: Path
+    model_cfg: ModelConfig
+    train_cfg: TrainConfig
+    schedule: Schedule
+    resume: bool = False
+    start: tuple[str, int] | None = None
+    share_steps: tuple[int, ...] = ()
+
+
 def train(data: str | Path, out: str | Path, model_cfg: ModelConfig, train_cfg: TrainConfig,
           schedule_spec: str, resume: bool = False, progress: bool = True,
           log=print, start: tuple[str, int] | None = None, share_steps=(), on_row=None) -> dict:
@@ -106,16 +121,16 @@ def train(data: str | Path, out: str | Path, model_cfg: ModelConfig, train_cfg: 
     otherwise); where RUN kept no checkpoint at STEP it trains from step 0, to the same result.
     ``share_steps``: steps whose checkpoints this run also keeps, for runs that start there.
     ``on_row``: called with each row appended to metrics.jsonl (a tracker's live view)."""
-    schedule = parse_schedule(schedule_spec)
-    out = Path(out)
+    job = Launch(Path(data), Path(out), model_cfg, train_cfg, parse_schedule(schedule_spec),
+                 resume, start, tuple(share_steps))
+    out = job.out
     rt = setup(train_cfg.device, train_cfg.threads)
     fresh, existed = not (out / "run.json").is_file(), out.exists()
     lock = DirLock(out, "run directory") if rt.is_main else contextlib.nullcontext()
     try:
         with lock:
             try:
-                return _train(Path(data), out, model_cfg, train_cfg, schedule, resume, progress,
-                              log, rt, start, tuple(share_steps), on_row)
+                return _train(job, rt, progress, log, on_row)
             except BaseException:
                 # a new run that failed before its first checkpoint leaves nothing behind
                 if rt.is_main and fresh and (out / "run.json").is_file() and ckpt.latest(out) is None:
@@ -310,21 +325,21 @@ def _bar(total: int, initial: int):
                 disable=not sys.stderr.isatty(), dynamic_ncols=True, leave=False)
 
 
-def _begin(data: Path, out: Path, model_cfg: ModelConfig, train_cfg: TrainConfig,
-           schedule: Schedule, resume: bool, rt: Runtime, say, start, share_steps) -> _Run:
+def _begin(job: Launch, rt: Runtime, say) -> _Run:
     """Open the dataset, build the model and optimizer, start (fresh, resumed or forked) and
     write the run record: what the loop reads."""
-    ds = open_dataset(data)
-    model_cfg = prepare_model_config(ds, model_cfg, train_cfg)
+    out, train_cfg, schedule = job.out, job.train_cfg, job.schedule
+    ds = open_dataset(job.data)
+    model_cfg = prepare_model_config(ds, job.model_cfg, train_cfg)
     fm = FlopModel.of(model_cfg, ds.seq_len - 1)
     tokens_per_step = train_cfg.tokens_per_step(ds.seq_len)
     record = run_record(model_cfg, train_cfg, schedule, ds, fm, tokens_per_step)
     metrics_path = out / "metrics.jsonl"
-    start_ckpt = _start_checkpoint(out, resume, record)
+    start_ckpt = _start_checkpoint(out, job.resume, record)
     torch.manual_seed(train_cfg.seed)
     model = build_model(model_cfg).to(rt.device)
     opt = make_optimizer(model, train_cfg, rt.device)
-    st, forked = _first_state(out, start_ckpt, start, record, model, opt, ds, rt, say)
+    st, forked = _first_state(out, start_ckpt, job.start, record, model, opt, ds, rt, say)
     rt.barrier()  # every rank has checked --out before rank 0 writes to it
     if rt.is_main:
         out.mkdir(parents=True, exist_ok=True)
@@ -332,7 +347,7 @@ def _begin(data: Path, out: Path, model_cfg: ModelConfig, train_cfg: TrainConfig
         atomic_write_text(out / "run.json", json.dumps(record, indent=2) + "\n")
         write_metrics(metrics_path, st.rows)
     run = _Run(out, ds, model_cfg, train_cfg, schedule, fm, model, opt, st,
-               set(train_cfg.keep_steps) | set(share_steps), rt)
+               set(train_cfg.keep_steps) | set(job.share_steps), rt)
     if forked and rt.is_main:   # this run's own checkpoint at the step it starts from: resumable
         run.save()
     rt.barrier()
@@ -342,11 +357,11 @@ def _begin(data: Path, out: Path, model_cfg: ModelConfig, train_cfg: TrainConfig
     return run
 
 
-def _train(data: Path, out: Path, model_cfg: ModelConfig, train_cfg: TrainConfig,
-           schedule: Schedule, resume: bool, progress: bool, log, rt: Runtime,
-           start: tuple[str, int] | None = None, share_steps: tuple = (), on_row=None) -> dict:
+def _train(job: Launch, rt: Runtime, progress: bool, log, on_row=None) -> dict:
+    # ---- begin: dataset, model, optimizer and where training stands (new, resumed, forked)
     say = log if rt.is_main else (lambda *a, **k: None)
-    run = _begin(data, out, model_cfg, train_cfg, schedule, resume, rt, say, start, share_steps)
+    run = _begin(job, rt, say)
+    out, train_cfg, schedule = run.out, run.train_cfg, run.schedule
     ds, fm, model, opt, st = run.ds, run.fm, run.model, run.opt, run.st
     tokens_per_step = train_cfg.tokens_per_step(ds.seq_len)
     metrics_path = out / "metrics.jsonl"
@@ -356,12 +371,14 @@ def _train(data: Path, out: Path, model_cfg: ModelConfig, train_cfg: TrainConfig
         if on_row is not None and rt.is_main:
             on_row(row)
 
+    # ---- the loop: the model wrapped (compiled blocks, DDP), its batches, a progress bar
     net = _wrap(model, train_cfg, rt)
     batches = ds.train_batches(train_cfg.batch_size, train_cfg.seed, rt.rank, rt.world)
     bar = _bar(train_cfg.steps, st.step) if progress and rt.is_main else None
     t_last, c_last = time.perf_counter(), time.process_time()
     model.train()
     while st.step < train_cfg.steps:
+        # ---- one update: the step's depth, LR and batch are functions of the step and seed
         K = schedule.depth(st.step, train_cfg.steps, train_cfg.seed)
         lr = lr_at(st.step, train_cfg, schedule)
         tok = torch.as_tensor(batches.batch(st.step), device=rt.device)
@@ -373,12 +390,14 @@ def _train(data: Path, out: Path, model_cfg: ModelConfig, train_cfg: TrainConfig
             raise UserError(f"the loss became {loss_value} at step {st.step + 1} (K={K}, "
                             f"lr={lr:.2e}); lower the learning rate; the last good checkpoint "
                             f"{last.name if last else '(none)'} is kept")
+        # ---- count: modeled FLOPs, tokens, wall and CPU clocks
         st.step += 1
         st.flops += fm.train_step(K) * tokens_per_step
         st.tokens += tokens_per_step
         now, cpu_now = time.perf_counter(), time.process_time()
         st.wall, t_last = st.wall + now - t_last, now
         st.cpu, c_last = st.cpu + cpu_now - c_last, cpu_now
+        # ---- log: a metrics row (and a progress line where no bar is live), an eval row
         if st.step % train_cfg.log_every == 0 or st.step == train_cfg.steps:
             st.rows.append({"step": st.step, "K": K, "loss": loss_value, "lr": lr,
                             "tokens": st.tokens, "flops": st.flops, "wall_clock": st.wall,
@@ -392,12 +411,14 @@ def _train(data: Path, out: Path, model_cfg: ModelConfig, train_cfg: TrainConfig
         if train_cfg.eval_every and st.step % train_cfg.eval_every == 0:
             record(_eval_row(model, ds, train_cfg, rt, st.step))
             t_last, c_last = time.perf_counter(), time.process_time()
+        # ---- checkpoint: the last step, the steps kept for others, every ckpt_every
         if (st.step == train_cfg.steps or st.step in run.keep
                 or (train_cfg.ckpt_every and st.step % train_cfg.ckpt_every == 0)):
             if rt.is_main:
                 run.save()
             rt.barrier()
             t_last, c_last = time.perf_counter(), time.process_time()
+    # ---- finish: the summary, said and returned
     if bar is not None:
         bar.close()
     return _finish(out, st, model, schedule, say)
