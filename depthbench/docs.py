@@ -76,8 +76,10 @@ EXPERIMENTS = (
                "reports/table3-x2/rows --out reports/table3-lengths"),
     Experiment("table3-4x", "Table 3 at 4x its steps on its tiered task, 8 seeds from two "
                "specs (table3-x4: seeds 0-3, table3-x4b: seeds 4-7; each spec's own report is "
-               "kept beside it). These rows predate table3-lr-x4: fixed-first 0.8 ran at 0.006, "
-               "which the specs now move to 0.012 with every other arm; rerun both to refresh",
+               "kept beside it), every arm at the LR the 4x sweep chose (0.012, table3-lr-x4). "
+               "The two specs ran beside each other and beside the test suite on the same 2 cores, "
+               "so the time by stage rows reads longer than they take alone (one after the "
+               "other, idle, in an earlier run: 94 min 49 s)",
                "depthbench run table3-x4, depthbench run table3-x4b, then depthbench report "
                "reports/table3-x4/rows reports/table3-x4b/rows --out reports/table3-4x"),
     Experiment("matched", "a reading that can fail: uniform at fixed-first's FLOPs",
