@@ -198,6 +198,24 @@ class _State:
     rows: list = dataclasses.field(default_factory=list)
 
 
+class _Clock:
+    """A run's training clocks, wall and this process's CPU seconds, with eval and checkpoint
+    time left out: ``tick`` adds the time since the last mark to the state, ``skip`` drops it."""
+
+    def __init__(self, st: _State):
+        self.st = st
+        self.skip()
+
+    def skip(self) -> None:
+        self.wall, self.cpu = time.perf_counter(), time.process_time()
+
+    def tick(self) -> None:
+        wall, cpu = time.perf_counter(), time.process_time()
+        self.st.wall += wall - self.wall
+        self.st.cpu += cpu - self.cpu
+        self.wall, self.cpu = wall, cpu
+
+
 def _restore(path: Path, model, opt, ds, rt: Runtime, metrics_path: Path) -> _State:
     ck = ckpt.load(path)
     if ck.get("dataset_hash") != ds.hash:
@@ -375,7 +393,7 @@ def _train(job: Launch, rt: Runtime, progress: bool, log, on_row=None) -> dict:
     net = _wrap(model, train_cfg, rt)
     batches = ds.train_batches(train_cfg.batch_size, train_cfg.seed, rt.rank, rt.world)
     bar = _bar(train_cfg.steps, st.step) if progress and rt.is_main else None
-    t_last, c_last = time.perf_counter(), time.process_time()
+    clock = _Clock(st)
     model.train()
     while st.step < train_cfg.steps:
         # ---- one update: the step's depth, LR and batch are functions of the step and seed
@@ -394,9 +412,7 @@ def _train(job: Launch, rt: Runtime, progress: bool, log, on_row=None) -> dict:
         st.step += 1
         st.flops += fm.train_step(K) * tokens_per_step
         st.tokens += tokens_per_step
-        now, cpu_now = time.perf_counter(), time.process_time()
-        st.wall, t_last = st.wall + now - t_last, now
-        st.cpu, c_last = st.cpu + cpu_now - c_last, cpu_now
+        clock.tick()
         # ---- log: a metrics row (and a progress line where no bar is live), an eval row
         if st.step % train_cfg.log_every == 0 or st.step == train_cfg.steps:
             st.rows.append({"step": st.step, "K": K, "loss": loss_value, "lr": lr,
@@ -410,14 +426,14 @@ def _train(job: Launch, rt: Runtime, progress: bool, log, on_row=None) -> dict:
             bar.set_postfix(loss=f"{loss_value:.3f}", K=K)
         if train_cfg.eval_every and st.step % train_cfg.eval_every == 0:
             record(_eval_row(model, ds, train_cfg, rt, st.step))
-            t_last, c_last = time.perf_counter(), time.process_time()
+            clock.skip()
         # ---- checkpoint: the last step, the steps kept for others, every ckpt_every
         if (st.step == train_cfg.steps or st.step in run.keep
                 or (train_cfg.ckpt_every and st.step % train_cfg.ckpt_every == 0)):
             if rt.is_main:
                 run.save()
             rt.barrier()
-            t_last, c_last = time.perf_counter(), time.process_time()
+            clock.skip()
     # ---- finish: the summary, said and returned
     if bar is not None:
         bar.close()
