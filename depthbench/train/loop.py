@@ -292,6 +292,11 @@ class _Run:
     keep: set
     rt: Runtime
 
+    @property
+    def metrics_path(self) -> Path:
+        """The run's training log (metrics.jsonl): its curve, one row per logged step."""
+        return self.out / "metrics.jsonl"
+
     def save(self) -> None:
         """A checkpoint at the current step (periodic ones superseded by the next one)."""
         at, st, rt = self.st.step, self.st, self.rt
@@ -352,20 +357,19 @@ def _begin(job: Launch, rt: Runtime, say) -> _Run:
     fm = FlopModel.of(model_cfg, ds.seq_len - 1)
     tokens_per_step = train_cfg.tokens_per_step(ds.seq_len)
     record = run_record(model_cfg, train_cfg, schedule, ds, fm, tokens_per_step)
-    metrics_path = out / "metrics.jsonl"
     start_ckpt = _start_checkpoint(out, job.resume, record)
     torch.manual_seed(train_cfg.seed)
     model = build_model(model_cfg).to(rt.device)
     opt = make_optimizer(model, train_cfg, rt.device)
     st, forked = _first_state(out, start_ckpt, job.start, record, model, opt, ds, rt, say)
+    run = _Run(out, ds, model_cfg, train_cfg, schedule, fm, model, opt, st,
+               set(train_cfg.keep_steps) | set(job.share_steps), rt)
     rt.barrier()  # every rank has checked --out before rank 0 writes to it
     if rt.is_main:
         out.mkdir(parents=True, exist_ok=True)
         ckpt.remove_stale_temporaries(out / "checkpoints")
         atomic_write_text(out / "run.json", json.dumps(record, indent=2) + "\n")
-        write_metrics(metrics_path, st.rows)
-    run = _Run(out, ds, model_cfg, train_cfg, schedule, fm, model, opt, st,
-               set(train_cfg.keep_steps) | set(job.share_steps), rt)
+        write_metrics(run.metrics_path, st.rows)
     if forked and rt.is_main:   # this run's own checkpoint at the step it starts from: resumable
         run.save()
     rt.barrier()
@@ -382,10 +386,9 @@ def _train(job: Launch, rt: Runtime, progress: bool, log, on_row=None) -> dict:
     out, train_cfg, schedule = run.out, run.train_cfg, run.schedule
     ds, fm, model, opt, st = run.ds, run.fm, run.model, run.opt, run.st
     tokens_per_step = train_cfg.tokens_per_step(ds.seq_len)
-    metrics_path = out / "metrics.jsonl"
 
     def record(row: dict) -> None:   # the file first: it stays the truth
-        append_metrics(metrics_path, row, rt)
+        append_metrics(run.metrics_path, row, rt)
         if on_row is not None and rt.is_main:
             on_row(row)
 
