@@ -13,7 +13,6 @@ import json
 import math
 import shutil
 import sys
-import time
 from pathlib import Path
 
 import torch
@@ -31,6 +30,7 @@ from depthbench.models.looped import LoopedTransformer
 from depthbench.runlog import append_metrics, read_metrics, write_metrics
 from depthbench.runtime import Runtime, compiles, setup, teardown
 from depthbench.schedules import Schedule, parse_schedule
+from depthbench.train.state import Clock, State, step_line
 from depthbench.train.updates import lr_at, shared_steps
 from depthbench.version import __version__
 
@@ -187,36 +187,7 @@ def _start_checkpoint(out: Path, resume: bool, record: dict) -> Path | None:
     return None
 
 
-@dataclasses.dataclass
-class _State:
-    """What a checkpoint restores besides the weights: the counters and the logged rows."""
-    step: int = 0
-    flops: float = 0.0
-    wall: float = 0.0
-    tokens: int = 0
-    cpu: float = 0.0   # this process's CPU seconds (all its threads): not another run's share
-    rows: list = dataclasses.field(default_factory=list)
-
-
-class _Clock:
-    """A run's training clocks, wall and this process's CPU seconds, with eval and checkpoint
-    time left out: ``tick`` adds the time since the last mark to the state, ``skip`` drops it."""
-
-    def __init__(self, st: _State):
-        self.st = st
-        self.skip()
-
-    def skip(self) -> None:
-        self.wall, self.cpu = time.perf_counter(), time.process_time()
-
-    def tick(self) -> None:
-        wall, cpu = time.perf_counter(), time.process_time()
-        self.st.wall += wall - self.wall
-        self.st.cpu += cpu - self.cpu
-        self.wall, self.cpu = wall, cpu
-
-
-def _restore(path: Path, model, opt, ds, rt: Runtime, metrics_path: Path) -> _State:
+def _restore(path: Path, model, opt, ds, rt: Runtime, metrics_path: Path) -> State:
     ck = ckpt.load(path)
     if ck.get("dataset_hash") != ds.hash:
         raise UserError(f"{path} was trained on another dataset; use the same --data")
@@ -230,12 +201,12 @@ def _restore(path: Path, model, opt, ds, rt: Runtime, metrics_path: Path) -> _St
         raise UserError(f"{metrics_path.parent} has a checkpoint at step {step} but its training "
                         f"log {metrics_path.name} is gone, so the run's curve cannot be "
                         "continued; restore the file, or train the run again into a new --out")
-    return _State(step=step, flops=ck["flops"], wall=ck["wall_clock"], tokens=ck["tokens"],
+    return State(step=step, flops=ck["flops"], wall=ck["wall_clock"], tokens=ck["tokens"],
                   cpu=ck.get("cpu_clock", 0.0),
                   rows=[r for r in read_metrics(metrics_path) if r["step"] <= step])
 
 
-def _fork(start: tuple[str, int], record: dict, model, opt, ds, rt: Runtime) -> _State | None:
+def _fork(start: tuple[str, int], record: dict, model, opt, ds, rt: Runtime) -> State | None:
     """The state of a new run taken from another run's checkpoint at the step where their
     shared prefix ends (None: that run kept no checkpoint there)."""
     run, step = Path(start[0]), int(start[1])
@@ -258,7 +229,7 @@ def _fork(start: tuple[str, int], record: dict, model, opt, ds, rt: Runtime) -> 
 
 
 def _first_state(out: Path, start_ckpt: Path | None, start: tuple[str, int] | None,
-                 record: dict, model, opt, ds, rt: Runtime, say) -> tuple[_State, bool]:
+                 record: dict, model, opt, ds, rt: Runtime, say) -> tuple[State, bool]:
     """Where training begins: the run's own latest checkpoint (resume), another run's at the
     end of their shared prefix (``start``; True: taken from it), or step 0."""
     if start_ckpt is not None:
@@ -272,7 +243,7 @@ def _first_state(out: Path, start_ckpt: Path | None, start: tuple[str, int] | No
                 "are this run's")
             return taken, True
         say(f"{start[0]} kept no checkpoint at step {start[1]}: training from step 0")
-    return _State(), False
+    return State(), False
 
 
 @dataclasses.dataclass
@@ -288,7 +259,7 @@ class _Run:
     fm: FlopModel
     model: torch.nn.Module
     opt: torch.optim.Optimizer
-    st: _State
+    st: State
     keep: set
     rt: Runtime
 
@@ -396,7 +367,7 @@ def _train(job: Launch, rt: Runtime, progress: bool, log, on_row=None) -> dict:
     net = _wrap(model, train_cfg, rt)
     batches = ds.train_batches(train_cfg.batch_size, train_cfg.seed, rt.rank, rt.world)
     bar = _bar(train_cfg.steps, st.step) if progress and rt.is_main else None
-    clock = _Clock(st)
+    clock = Clock(st)
     model.train()
     while st.step < train_cfg.steps:
         # ---- one update: the step's depth, LR and batch are functions of the step and seed
@@ -443,7 +414,7 @@ def _train(job: Launch, rt: Runtime, progress: bool, log, on_row=None) -> dict:
     return _finish(out, st, model, schedule, say)
 
 
-def _finish(out: Path, st: _State, model, schedule: Schedule, say) -> dict:
+def _finish(out: Path, st: State, model, schedule: Schedule, say) -> dict:
     """The run's summary, said and returned."""
     final = [r for r in st.rows if "loss" in r]
     summary = {"out": str(out), "steps": st.step, "final_loss": final[-1]["loss"] if final else None,
@@ -454,16 +425,3 @@ def _finish(out: Path, st: _State, model, schedule: Schedule, say) -> dict:
     say(f"done: {st.step} steps, final loss {loss}, "
         f"{st.flops:.3e} modeled FLOPs, {st.wall:.1f}s")
     return summary
-
-
-def _clock(s: float) -> str:
-    return f"{int(s // 60)}m{int(s % 60):02d}s"
-
-
-def step_line(st, steps: int, K: int, loss: float, lr: float) -> str:
-    """One progress line as nanochat and torchtitan print them: step, share, loss, depth, LR,
-    throughput, elapsed and ETA (from this run's mean seconds per step)."""
-    per = st.wall / max(st.step, 1)
-    return (f"step {st.step}/{steps} ({100 * st.step / steps:.0f}%) | loss {loss:.4f} | K {K} | "
-            f"lr {lr:.2e} | {st.tokens / max(st.wall, 1e-9):,.0f} tok/s | elapsed "
-            f"{_clock(st.wall)} | eta {_clock(per * (steps - st.step))}")
