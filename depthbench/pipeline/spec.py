@@ -308,10 +308,16 @@ def spec_path(spec: str | Path | None) -> Path:
     if spec is None:
         return EXPERIMENTS / "quickstart.toml"
     p = Path(spec)
-    packaged = EXPERIMENTS / f"{spec}.toml"
-    if not p.exists() and "/" not in str(spec) and p.suffix != ".toml" and packaged.is_file():
-        return packaged
+    if not p.exists() and p.suffix != ".toml" and str(spec) in packaged_names():
+        return EXPERIMENTS / f"{spec}.toml"
     return p
+
+
+def packaged_names() -> list[str]:
+    """The packaged experiments' names: each top-level spec, then each calibration recipe as
+    ``calibration/NAME`` (docs/calibration.md)."""
+    top = sorted(p.stem for p in EXPERIMENTS.glob("*.toml"))
+    return top + sorted(f"calibration/{p.stem}" for p in (EXPERIMENTS / "calibration").glob("*.toml"))
 
 
 def _section(cls, sec: str, body, path: Path):
@@ -357,9 +363,9 @@ def load_spec(spec: str | Path | None, overrides: dict | None = None) -> Experim
     try:
         raw = tomllib.loads(path.read_text())
     except FileNotFoundError:
-        names = ", ".join(sorted(p.stem for p in EXPERIMENTS.glob("*.toml")))
+        names = ", ".join(n for n in packaged_names() if "/" not in n)
         raise SpecError(f"experiment spec {path} does not exist (packaged experiments: "
-                        f"{names})") from None
+                        f"{names}; calibration recipes: calibration/NAME)") from None
     except IsADirectoryError:
         raise SpecError(f"experiment spec {path} is a directory; give a TOML file") from None
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:

@@ -179,11 +179,11 @@ def test_a_template_key_is_refused_as_its_command_refuses_it(tmp_path, body, nee
 def test_a_template_section_round_trips_through_its_flat_spelling():
     """Every packaged spec's [eval], [probe] and [serve] written flat (as a spec spells them,
     every key of the template) read back equal, and give the same stage config."""
-    from depthbench.pipeline.spec import EXPERIMENTS, SECTIONS, load_spec
-    for path in sorted(EXPERIMENTS.glob("*.toml")):
-        spec = load_spec(path.stem)
+    from depthbench.pipeline.spec import SECTIONS, load_spec, packaged_names
+    for name in packaged_names():
+        spec = load_spec(name)
         for sec in ("eval", "probe", "serve"):
             section = getattr(spec, sec)
             again = SECTIONS[sec].from_dict(section.to_dict())
-            assert again == section, (path.stem, sec)
+            assert again == section, (name, sec)
             assert again.config(run="r", out="o") == section.config(run="r", out="o")

@@ -550,9 +550,25 @@ def test_run_help_names_every_packaged_experiment():
     assert r.exit_code == 0
     import re
     text = " ".join(re.sub(r"-\n\s+", "-", r.output).split())   # a name wrapped at its hyphen
-    listed = text[text.index("packaged experiment ("):text.index("); without SPEC")]
+    listed = text[text.index("packaged experiment ("):text.index("), or a calibration recipe")]
     names = sorted(p.stem for p in EXPERIMENTS.glob("*.toml"))
     assert sorted(n.strip() for n in listed.split("(", 1)[1].split(",")) == names
+    assert "calibration/NAME, docs/calibration.md" in text
+
+
+def test_every_calibration_recipe_is_a_packaged_spec_run_by_its_name(tmp_path):
+    """calibration/NAME names a packaged spec (a file of that name is not needed here), its
+    report is named after it, and a name outside the packaged ones is a path, refused as one."""
+    from depthbench.pipeline.spec import EXPERIMENTS, load_spec, packaged_names, spec_path
+    recipes = [n for n in packaged_names() if n.startswith("calibration/")]
+    assert recipes == sorted(f"calibration/{p.stem}" for p in
+                             (EXPERIMENTS / "calibration").glob("*.toml")) and recipes
+    for name in recipes:
+        assert spec_path(name) == EXPERIMENTS / f"{name}.toml"
+        assert load_spec(name).name == "calibration-" + name.split("/")[1]
+    r = CliRunner().invoke(main, ["run", "calibration/no-such-recipe", "--plan",
+                                  "--out", str(tmp_path / "x")])
+    assert r.exit_code == 2 and "calibration/NAME" in r.output and not (tmp_path / "x").exists()
 
 
 def _edited(tmp_path, kind_file, edit):
