@@ -29,8 +29,7 @@ import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
-from bench_rows import Parser, count, work_dir
-from calibrate import _parse_ints
+from bench_rows import Parser, count, ranges, work_dir
 
 ROOT = Path(__file__).resolve().parents[1]
 ROWS = ROOT / "docs" / "calibration" / "text-runs.jsonl"
@@ -318,7 +317,7 @@ def main(argv=None) -> int:
     ap = Parser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--recipes", default="kjv-s600")
     ap.add_argument("--schedules", default="uniform:1-16")
-    ap.add_argument("--seeds", type=_parse_ints, default="0-3")
+    ap.add_argument("--seeds", type=ranges(), default="0-3")
     ap.add_argument("--threads", type=count(), default=1, help="CPU threads per run")
     ap.add_argument("--workers", type=count(), default=os.cpu_count() or 1)
     ap.add_argument("--work", type=work_dir, default=None,

@@ -70,7 +70,7 @@ class TrainConfig(PlainConfig):
 
 
 TRAIN_PRESETS = {
-    # calibrated in docs/calibration.md (benchmarks/calibrate.py, recipe p512-add-s1500): the
+    # calibrated in docs/calibration.md (the record before the name-only reading, p512-add-s1500): the
     # same recipe for every schedule, full backprop. At 1000 steps uniform:1-16 and fixed:4 missed
     # the 8-seed criterion (worst seed 0.79 of the median; SD 6.4% of the ceiling); at 1500 every
     # quickstart schedule meets it. No weight decay: it erases memorized facts; batch 64 gives

@@ -12,8 +12,8 @@ hold:
 - no seed-mean reading, at any depth, exceeds 90% of the ceiling, on the held-out split or on the
   seen-order control (a criterion that rewards stability alone rewards saturation).
 
-``benchmarks/calibrate.py`` applies the same criteria to its own rows; here they are read from a
-report's rows, so every committed grid states whether it passes them.
+Here they are read from a report's rows, so every committed grid states whether it passes them;
+``report.calibration`` reads the calibration recipes' rows against them.
 """
 
 from __future__ import annotations

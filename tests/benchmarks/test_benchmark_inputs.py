@@ -10,7 +10,7 @@ from refusals import ROOT
 @pytest.mark.parametrize("script,args", [
     ("bench_text.py", ["--mb", "0"]), ("bench_eval.py", ["--readme", "/nonexistent.json"]),
     ("bench_generate.py", ["--people", "-5"]), ("bench_serve.py", ["--width", "x"]),
-    ("bench_grid.py", ["--grid-seeds", "0"]), ("calibrate.py", ["--workers", "0"]),
+    ("bench_grid.py", ["--grid-seeds", "0"]),
     # kept rows that are not JSON, or another benchmark's; rows that could not be kept, refused
     # before anything runs; names and lists checked at parse time
     ("bench_train.py", ["--readme", str(ROOT / "README.md")]),
@@ -19,8 +19,7 @@ from refusals import ROOT
     ("bench_generate.py", ["--json-out", str(ROOT / "docs")]),
     ("bench_grid.py", ["--shared-work", "no-such-spec"]),
     ("bench_grid.py", ["--against", "no-such-commit"]),
-    ("calibrate.py", ["--seeds", "x"]), ("calibrate.py", ["--threads", "0"]),
-    ("calibrate.py", ["--schedules", "cyclic:4"]), ("calibrate.py", ["--schedules", "fixed:4@2"]),
+    ("calibrate_text.py", ["--seeds", "x"]), ("calibrate_text.py", ["--threads", "0"]),
     ("calibrate_text.py", ["--recipes", "no-such"]), ("calibrate_text.py", ["--workers", "0"]),
     ("calibrate_text.py", ["--schedules", "cyclic:4"]), ("calibrate_text.py", ["--seeds", "1-x"]),
     ("cloze_floors.py", ["/nonexistent"]), ("cloze_floors.py", [str(ROOT / "docs")]),
@@ -37,7 +36,6 @@ def test_benchmark_scripts_refuse_bad_arguments_in_one_line(script, args):
 @pytest.mark.parametrize("args,needle", [
     (["serve_cpu.py", "--threads", "x"], "'x' is not an integer"),
     (["serve_cpu.py", "--threads", "1,x"], "'x' is not an integer"),
-    (["calibrate.py", "--work", "{file}", "--seeds", "0"], "is a file"),
     (["calibrate_text.py", "--work", "{file}", "--seeds", "0"], "is a file"),
 ])
 def test_benchmark_scripts_refuse_bad_options_first(tmp_path, args, needle):

@@ -52,13 +52,6 @@ def test_generator_check_mode_reports_a_stale_page(tmp_path):
     assert docs.main(["--root", str(tmp_path), "--check"]) == 0
 
 
-def test_calibration_table_is_its_rows():
-    cal = _bench("calibrate")
-    rows = cal.load_rows()
-    assert cal.write_table(rows, path=None) == cal.TABLE.read_text(), \
-        "run python benchmarks/calibrate.py --table-only"
-
-
 def test_text_calibration_table_is_its_rows_and_its_criterion_is_recomputed_by_hand():
     cal = _bench("calibrate_text")
     rows = cal.load_rows()
