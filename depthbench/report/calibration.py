@@ -236,75 +236,96 @@ def _ends(r: Readings, recipes: list[str], top: str) -> str:
         " seen)" for rec in recipes)
 
 
-def findings(r: Readings) -> list[str]:
-    """What the name-only rows show, one bullet each; every number is read from the rows."""
-    ff8, ff67, u = "fixed-first:0.8:4:1-16", "fixed-first:0.67:4:1-16", "uniform:1-16"
-    seen = "eval_seen_order"
-    em = {a: r.em("name-n512", a) for a in (u, ff8, ff67)}
+FF8, U, SEEN = "fixed-first:0.8:4:1-16", "uniform:1-16", "eval_seen_order"
+
+
+def _resized(r: Readings) -> str:
+    return ("**The task was resized for the name-only reading** (`name-n512`, `name-n768`, "
+            "`name-n1024`). Asked from the name alone, on 512 people `fixed:4` reads "
+            f"{_pct(r.best('name-n512', 'fixed:4', None, SEEN))} of the ceiling on the seen-order "
+            f"control at its best depth and `uniform:1-16` {_pct(r.best('name-n512', U, None, SEEN))}"
+            f"; on 1024 people `fixed:4` reads {_pct(r.best('name-n1024', 'fixed:4'))} held-out. "
+            f"On 768 people, the tiny task until the tiered one, {_between(r, 'name-n768')}.")
+
+
+def _ranking(r: Readings) -> str:
+    em = {a: r.em("name-n512", a) for a in (U, FF8, "fixed-first:0.67:4:1-16")}
     ranked = ", ".join(f"`{a}` {e:.3f}" for a, e in sorted(em.items(), key=lambda kv: -kv[1]))
-    sizes = [("name-n128", "fixed:4", None, "name-n128-s226", None, "128 people"),
-             ("budget-n192", "fixed:4", 1.0, "budget-n192", 0.15, "192 people"),
-             ("budget-n256", "fixed:4", 1.0, "budget-n256", 0.15, "256 people"),
-             ("budget-n128-d32", "fixed:4", 1.0, "budget-n128-d32", 0.15, "128 people at d_model 32")]
-    size_words = "; ".join(
-        f"{what}: the seen-order control {_pct(r.best(top, arm, b, seen))} at 100%, `uniform:1-16` "
-        f"{_pct(r.best(low, u, lb))} held-out at 15%" for top, arm, b, low, lb, what in sizes)
-    tops = [r.best(top, arm, b, seen) for top, arm, b, *_ in sizes]
-    steep = min(tops) > 100 * MAX_SHARE
-    tiers = [(rec, top) for rec, top in (("budget-m64-x1-3-9", ff8), ("budget-m64-x1-4-16", ff8),
-                                         ("budget-m64-x1-3-9-27", ff8),
-                                         ("budget-m64-x1-4-16-64", ff8))]
-    saturated = sum(r.best(rec, top, 1.0, seen) > 100 * MAX_SHARE for rec, top in tiers)
+    return ("**The ranking of schedules moves with the reading.** On the teacher-forced reading "
+            "(the record below) both fixed-first arms read above uniform; asked from the name "
+            f"alone, on 512 people the depth-averaged exact match ranks {ranked}. The 8-seed "
+            "comparisons of the adopted task are the `table3` report's (docs/results.md).")
+
+
+def _by_size(r: Readings) -> str:
+    """``fixed:4`` at the full budget on the seen-order control against ``uniform:1-16`` at 15%
+    held-out, on each task of people seen equally often."""
+    sizes = [("name-n128", None, "name-n128-s226", None, "128 people"),
+             ("budget-n192", 1.0, "budget-n192", 0.15, "192 people"),
+             ("budget-n256", 1.0, "budget-n256", 0.15, "256 people"),
+             ("budget-n128-d32", 1.0, "budget-n128-d32", 0.15, "128 people at d_model 32")]
+    words = "; ".join(f"{what}: the seen-order control {_pct(r.best(top, 'fixed:4', b, SEEN))} "
+                      f"at 100%, `uniform:1-16` {_pct(r.best(low, U, lb))} held-out at 15%"
+                      for top, b, low, lb, what in sizes)
+    steep = min(r.best(top, "fixed:4", b, SEEN) for top, b, *_ in sizes) > 100 * MAX_SHARE
+    return ("**The budget figure's task cannot be sized by its number of people alone** "
+            "(`budget-*` and `name-n128*`, each arm at the grid's own step counts, `fixed:4` at "
+            f"the full budget against `uniform:1-16` at 15%). {words}. " + (
+                "With every person seen equally often, the seen-order control is above "
+                f"{MAX_SHARE:.0%} of the ceiling at the full budget on every size tried, so no "
+                "task size puts both ends between the brackets." if steep else
+                "On some size tried the seen-order control stays under "
+                f"{MAX_SHARE:.0%} of the ceiling at the full budget: read the table below."))
+
+
+def _exposure(r: Readings) -> str:
+    tiers = ["budget-m64-x1-3-9", "budget-m64-x1-4-16", "budget-m64-x1-3-9-27",
+             "budget-m64-x1-4-16-64"]
+    saturated = sum(r.best(rec, FF8, 1.0, SEEN) > 100 * MAX_SHARE for rec in tiers)
+    return ("**Unequal exposure: the 15% end against the seen-order control at the full budget** "
+            "(three tiers of 64 people seen 1:3:9 or 1:4:16 times as often, then a fourth, rarer "
+            "tier: 256 people, the least-seen tier 1/40 and 1/85 of the records): "
+            f"{_ends(r, tiers, FF8)}. `{FF8}` at the full budget reads above {MAX_SHARE:.0%} of "
+            f"the ceiling on the seen-order control in {saturated} of these {len(tiers)} tasks.")
+
+
+def _adopted(r: Readings) -> list[str]:
     return [
-        "**The task was resized for the name-only reading** (`name-n512`, `name-n768`, "
-        "`name-n1024`). Asked from the name alone, on 512 people `fixed:4` reads "
-        f"{_pct(r.best('name-n512', 'fixed:4', None, seen))} of the ceiling on the seen-order "
-        f"control at its best depth and `uniform:1-16` {_pct(r.best('name-n512', u, None, seen))}; "
-        f"on 1024 people `fixed:4` reads {_pct(r.best('name-n1024', 'fixed:4'))} held-out. On 768 "
-        f"people, the tiny task until the tiered one, {_between(r, 'name-n768')}.",
-        "**The ranking of schedules moves with the reading.** On the teacher-forced reading (the "
-        "record below) both fixed-first arms read above uniform; asked from the name alone, on "
-        f"512 people the depth-averaged exact match ranks {ranked}. The 8-seed comparisons of "
-        "the adopted task are the `table3` report's (docs/results.md).",
-        "**The budget figure's task cannot be sized by its number of people alone** (`budget-*` "
-        "and `name-n128*`, each arm at the grid's own step counts, `fixed:4` at the full budget "
-        f"against `uniform:1-16` at 15%). {size_words}. " + (
-            "With every person seen equally often, the seen-order control is above "
-            f"{MAX_SHARE:.0%} of the ceiling at the full budget on every size tried, so no task "
-            "size puts both ends between the brackets." if steep else
-            "On some size tried the seen-order control stays under "
-            f"{MAX_SHARE:.0%} of the ceiling at the full budget: read the table below."),
-        "**Unequal exposure: the 15% end against the seen-order control at the full budget** "
-        "(three tiers of 64 people seen 1:3:9 or 1:4:16 times as often, then a fourth, rarer "
-        "tier: 256 people, the least-seen tier 1/40 and 1/85 of the records): "
-        f"{_ends(r, [rec for rec, _ in tiers], ff8)}. `{ff8}` at the full budget reads above "
-        f"{MAX_SHARE:.0%} of the ceiling on the seen-order control in {saturated} of these "
-        f"{len(tiers)} tasks.",
-        "**A smaller full budget moves the whole figure down its curve** (the figure's 100% = 750 "
-        "`uniform:1-16` steps): "
+        "**A smaller full budget moves the whole figure down its curve** (the figure's 100% = "
+        "750 `uniform:1-16` steps): "
         f"{_ends(r, ['budget-m64-x1-3-9-27-s750', 'budget-m64-x1-4-16-64-s750'], 'fixed:4')}.",
         "**Tiers far apart flatten the curve: adopted for the budget figure** "
-        "(`budget-m64-x1-8-64-512`: 256 people x 64 values, tiers seen 1, 8, 64 and 512 times as "
-        "often): each tier is memorized at its own share of the budget. "
+        "(`budget-m64-x1-8-64-512`: 256 people x 64 values, tiers seen 1, 8, 64 and 512 times "
+        "as often): each tier is memorized at its own share of the budget. "
         f"{_ends(r, ['budget-m64-x1-8-64-512'], 'fixed:4')}; "
         f"{_between(r, 'budget-m64-x1-8-64-512')}. The packaged `budgets` spec and every "
-        "packaged grid of the person task now use this task (the tiny presets).",
-        "**The quickstart within 10 minutes on 2 cores** (`quick-*`, fewer people and fewer "
-        "steps). At 384 people x 128 values and 750 steps `fixed:4` reads "
-        f"{_pct(r.best('quick-n384-s750', 'fixed:4', None, seen))} of the ceiling on the "
-        f"seen-order control ({_pct(r.best('quick-n384-s750', 'fixed:4'))} held-out) and "
-        f"`{ff8}` {_pct(r.best('quick-n384-s750', ff8, None, seen))} "
-        f"({_pct(r.best('quick-n384-s750', ff8))}); at 512 people x 256 values and 750 steps "
-        f"`fixed:4` reads {_pct(r.best('quick-n512-s750', 'fixed:4'))} held-out "
-        f"({_pct(r.best('quick-n512-s750', 'fixed:4', None, seen))} seen) and `uniform:1-16` "
-        f"{_pct(r.best('quick-n512-s750', u))} ({_pct(r.best('quick-n512-s750', u, None, seen))}). "
-        "The quickstart has since moved to the tiered task (`quickstart.toml`).",
-        "**Each recipe here is one seed**: the packaged grids (Table 3's 8 seeds, the budget "
-        "figure's, the quickstart's 4) are the multi-seed evidence, and each of their reports "
-        "states its arms' seed spread against these criteria (`report.spread`); "
-        "`tests/report/test_claims.py` holds every arm of the quickstart, `table3`, `matched`, "
-        "`budgets` and `fixed-depths` to them.",
-    ]
+        "packaged grid of the person task now use this task (the tiny presets)."]
+
+
+def _quickstart(r: Readings) -> str:
+    def on(rec, arm):   # held-out, then the seen-order control
+        return _pct(r.best(rec, arm)), _pct(r.best(rec, arm, None, SEEN))
+    (f4h, f4s), (ffh, ffs) = on("quick-n384-s750", "fixed:4"), on("quick-n384-s750", FF8)
+    (g4h, g4s), (uh, us) = on("quick-n512-s750", "fixed:4"), on("quick-n512-s750", U)
+    return ("**The quickstart within 10 minutes on 2 cores** (`quick-*`, fewer people and fewer "
+            f"steps). At 384 people x 128 values and 750 steps `fixed:4` reads {f4s} of the "
+            f"ceiling on the seen-order control ({f4h} held-out) and `{FF8}` {ffs} ({ffh}); at "
+            f"512 people x 256 values and 750 steps `fixed:4` reads {g4h} held-out ({g4s} seen) "
+            f"and `uniform:1-16` {uh} ({us}). The quickstart has since moved to the tiered task "
+            "(`quickstart.toml`).")
+
+
+ONE_SEED = ("**Each recipe here is one seed**: the packaged grids (Table 3's 8 seeds, the budget "
+            "figure's, the quickstart's 4) are the multi-seed evidence, and each of their reports "
+            "states its arms' seed spread against these criteria (`report.spread`); "
+            "`tests/report/test_claims.py` holds every arm of the quickstart, `table3`, "
+            "`matched`, `budgets` and `fixed-depths` to them.")
+
+
+def findings(r: Readings) -> list[str]:
+    """What the name-only rows show, one bullet each; every number is read from the rows."""
+    return [_resized(r), _ranking(r), _by_size(r), _exposure(r), *_adopted(r), _quickstart(r),
+            ONE_SEED]
 
 
 # ---- the page -----------------------------------------------------------------------------------
