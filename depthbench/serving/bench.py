@@ -8,15 +8,14 @@ and how the modes are compared (torch-free, shared with ``serve-sim``) is in
 from __future__ import annotations
 
 import json
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
-import torch
 
 from depthbench.config import ServeConfig
 from depthbench.errors import UserError
-from depthbench.exits import ExitCriterion, replay_file
+from depthbench.exits import ExitCriterion
 from depthbench.models.looped import LoopedTransformer
 from depthbench.rows import row_paths
 from depthbench.runtime import hold_freed_memory
@@ -26,7 +25,6 @@ from depthbench.serving.compare import (
     compare_modes,
     engine_rows,
     prompt_slots,
-    random_workload,
     resolve_knobs,
     with_arrivals,
 )
@@ -35,73 +33,6 @@ from depthbench.serving.profile import ProfileCosts
 from depthbench.serving.result import Comparison
 from depthbench.serving.scheduler import Request
 from depthbench.serving.sim import SimEngine
-
-
-def dataset_workload(ds, n: int, max_new_tokens: int, seed: int,
-                     stop_at_eos: bool = False) -> list[Request]:
-    """Prompts ``<bos> NAME [key]`` (the held-out first attribute) from eval_reordered; the
-    model generates the value and goes on with further attributes, each request the same
-    number of tokens in every mode unless ``stop_at_eos``."""
-    s = ds.split("eval_reordered")
-    rng = np.random.default_rng(seed)
-    rows = rng.choice(len(s), size=n, replace=n > len(s))
-    reqs = []
-    for i, r in enumerate(rows):
-        tok = np.asarray(s.tokens[r], dtype=np.int64)
-        order = np.asarray(s.order[r : r + 1], dtype=np.int64)
-        k = int(ds.key_positions(order)[0, 0])
-        L = int(ds.value_tokens[order[0, 0]])
-        new = max_new_tokens or (len(tok) - k - 1)
-        reqs.append(Request(i, tok[: k + 1].tolist(), new, target=tok[k + 1 : k + 1 + L].tolist(),
-                            stop_token=ds.vocab.eos if stop_at_eos else None))
-    return reqs
-
-
-def text_workload(ds, n: int, prompt_len: int, max_new_tokens: int, seed: int,
-                  stop_at_eos: bool = False) -> list[Request]:
-    """A text run's prompts: ``prompt_len`` tokens of the validation split at seeded offsets;
-    each request generates ``max_new_tokens`` (32 if 0), or stops at end-of-text where
-    ``stop_at_eos``."""
-    tokens = ds.tokens["validation"]
-    if len(tokens) < prompt_len + 1:
-        raise UserError(f"the text dataset's validation split has {len(tokens)} tokens, fewer "
-                        f"than one prompt of --prompt-len {prompt_len}; lower --prompt-len")
-    starts = np.random.default_rng([seed, 2]).integers(0, len(tokens) - prompt_len + 1, size=n)
-    return [Request(i, np.asarray(tokens[a:a + prompt_len], dtype=np.int64).tolist(),
-                    max_new_tokens or 32, stop_token=ds.vocab.eos if stop_at_eos else None)
-            for i, a in enumerate(starts)]
-
-
-def _model_text_workload(model, cfg: ServeConfig) -> list[Request]:
-    from depthbench.data.synthetic import open_dataset
-    from depthbench.loading import check_text_dataset
-    if not cfg.model:
-        raise UserError("--data gives the workload of a RUN or a --model; --random prompts are "
-                        "random tokens (leave --data out)")
-    ds = open_dataset(cfg.data)
-    check_text_dataset(model, ds, cfg.model)
-    return text_workload(ds, cfg.requests, cfg.prompt_len, cfg.max_new_tokens, cfg.seed,
-                         cfg.stop_at_eos)
-
-
-def _model_and_workload(cfg: ServeConfig, rt, outs, replay):
-    """A --model's or a --random model's (model, requests, sequence length, source, row keys)."""
-    from depthbench.fsio import refuse_over_inputs
-    if cfg.model:
-        from depthbench.loading import load_model, refuse_inside
-        refuse_inside(outs, cfg.model)
-        model = load_model(cfg.model, rt.device)
-        source = model.source
-    else:
-        model, source = _random_model(cfg, rt), f"random:{cfg.random}"
-    requests = random_workload(model.shape.vocab_size, cfg.requests, cfg.prompt_len,
-                               cfg.max_new_tokens, cfg.seed, cfg.length_spread)
-    if cfg.data:   # prompts from a text dataset tokenized the model's way
-        requests = _model_text_workload(model, cfg)
-    seq_len = cfg.prompt_len + (cfg.max_new_tokens or 32)
-    keys = {"run": source, "schedule": None}
-    refuse_over_inputs(outs, None, cfg.data or None, [replay])
-    return model, requests, seq_len, source, keys
 
 
 def check_gate(model, crit) -> None:
@@ -177,27 +108,14 @@ def machine_profile(model, requests: list[Request], cfg: ServeConfig, max_len: i
 
 
 # ---- the serve stage -------------------------------------------------------------------------------
-def _random_model(cfg: ServeConfig, rt):
-    from depthbench.config import model_preset
-    mcfg = model_preset(cfg.random).replace(**cfg.model_set)
-    if mcfg.vocab_size == 0:
-        mcfg = mcfg.replace(vocab_size=256)
-    torch.manual_seed(cfg.seed)
-    with torch.device(rt.device):
-        model = LoopedTransformer(mcfg)
-    if rt.autocast_dtype is not None:
-        model = model.to(rt.autocast_dtype)
-    return model
-
-
 def run_bench(cfg: ServeConfig, log=None) -> dict:
     """The serve stage: load the checkpoint (or build the random model) on ``cfg.device``, run
     every mode on one workload, write ``serve`` rows to ``cfg.out`` (``.csv``/``.jsonl``, with
     the full record as ``.json``) and the cdb mode's exit depths to ``cfg.save_trace``."""
-    from depthbench.checkpoint import open_run, run_dir_of, run_name
-    from depthbench.fsio import atomic_write_many, refuse_over_inputs
+    from depthbench.fsio import atomic_write_many
     from depthbench.rows import row_files, tag_rows
     from depthbench.runtime import setup
+    from depthbench.serving.target import open_target
 
     if sum(map(bool, (cfg.run, cfg.random, cfg.model))) != 1:
         raise UserError("give one model: a RUN directory (or checkpoint), --random PRESET or "
@@ -207,44 +125,35 @@ def run_bench(cfg: ServeConfig, log=None) -> dict:
                         f"about {cfg.requests / cfg.rate:.3g} s of arrivals, which serve-bench "
                         f"waits through; give a rate of at least {cfg.requests / MAX_ARRIVAL_S:.3g}"
                         f" (arrivals within {MAX_ARRIVAL_S // 60} minutes) or fewer --requests")
-    outs = _outputs(cfg)
-    if len(set(map(Path.resolve, outs))) < len(outs):
-        raise UserError("--save-trace names a file --out also writes; choose another path")
-    replay = replay_file(cfg.exit)
+    outs = ServeOutputs.of(cfg)
     rt = setup(cfg.device)
-    if cfg.run:
-        model, ck, _, ds = open_run(cfg.run, None, cfg.data or None, rt.device)
-        refuse_over_inputs(outs, run_dir_of(cfg.run), ds.path, [cfg.run, replay])
-        requests = text_workload(ds, cfg.requests, cfg.prompt_len, cfg.max_new_tokens, cfg.seed,
-                                 cfg.stop_at_eos) if ds.kind == "text" else \
-            dataset_workload(ds, cfg.requests, cfg.max_new_tokens, cfg.seed, cfg.stop_at_eos)
-        seq_len, source = ds.seq_len - 1, str(ck["path"])
-        keys = {"run": run_name(cfg.run), "schedule": ck.get("schedule")}
-    else:
-        model, requests, seq_len, source, keys = _model_and_workload(cfg, rt, outs, replay)
-    _refuse_foreign_outputs(cfg)
+    target = open_target(cfg, rt, outs.paths)
+    model = target.model
+    outs.refuse_foreign()
     check_gate(model, cfg.criterion)   # before any output
     if log:
-        log(f"device: {rt.reason}; model {source}: {sum(p.numel() for p in model.parameters()):,} "
+        log(f"device: {rt.reason}; model {target.source}: "
+            f"{sum(p.numel() for p in model.parameters()):,} "
             "parameters; "
             f"{cfg.requests} requests, exit {cfg.exit}, kv {cfg.kv_policy}, width {cfg.width}")
-    res = serve_bench(model, requests, cfg, seq_len, progress=log and (lambda m: log(f"  {m} done")))
-    rows = tag_rows(res.rows(source=source, **keys, exit=cfg.exit, kv_policy=cfg.kv_policy,
+    res = serve_bench(model, target.requests, cfg, target.seq_len,
+                      progress=log and (lambda m: log(f"  {m} done")))
+    rows = tag_rows(res.rows(source=target.source, run=target.run, schedule=target.schedule,
+                             exit=cfg.exit, kv_policy=cfg.kv_policy,
                              width=cfg.width, lookahead=cfg.lookahead, rate=cfg.rate,
                              stop_at_eos=cfg.stop_at_eos), cfg.tags)
     summary = {"rows": rows, "results": res.results, "baseline": res.baseline,
                "profile": res.profile, "adaptive_modes_agree": res.adaptive_modes_agree,
                "bound_note": res.bound_note}
     files = {}  # every output, written together
-    if cfg.out:
-        files = row_files(rows, cfg.out, "serve")
-        record = res.record(source=source)
-        summary["csv"], summary["jsonl"] = row_paths(cfg.out)
-        summary["record"] = summary["jsonl"].with_suffix(".json")
-        files[summary["record"]] = json.dumps(record, indent=2, default=str) + "\n"
-    if cfg.save_trace:
+    if outs.rows:
+        files = row_files(rows, outs.rows[1], "serve")
+        summary["csv"], summary["jsonl"], summary["record"] = *outs.rows, outs.record
+        files[outs.record] = json.dumps(res.record(source=target.source), indent=2,
+                                        default=str) + "\n"
+    if outs.trace:
         mode = "cdb" if "cdb" in res.depth_traces else next(iter(res.depth_traces))
-        files[Path(cfg.save_trace)] = json.dumps(res.depth_traces[mode]) + "\n"
+        files[outs.trace] = json.dumps(res.depth_traces[mode]) + "\n"
     atomic_write_many(files)
     return summary
 
@@ -267,18 +176,32 @@ def _is_record_or_trace(path: Path) -> bool:
         isinstance(v, list) and all(isinstance(x, int) for x in v) for v in d.values()))
 
 
-def _refuse_foreign_outputs(cfg: ServeConfig) -> None:
-    """Before any work: serve-bench replaces only files it wrote (rows, its record, a trace)."""
-    from depthbench.fsio import refuse_foreign
-    from depthbench.rows import is_rows_file
-    if cfg.out:
-        refuse_foreign(row_paths(cfg.out), is_rows_file)
-        refuse_foreign([row_paths(cfg.out)[1].with_suffix(".json")], _is_record_or_trace)
-    if cfg.save_trace:
-        refuse_foreign([cfg.save_trace], _is_record_or_trace, "--save-trace")
+@dataclass(frozen=True)
+class ServeOutputs:
+    """Every file one serve-bench writes, named once: its rows (``BASE.csv``, ``BASE.jsonl``)
+    and record (``BASE.json``) under ``--out``, the cdb mode's exit depths at ``--save-trace``."""
+    rows: tuple[Path, ...] = ()
+    record: Path | None = None
+    trace: Path | None = None
 
+    @classmethod
+    def of(cls, cfg: ServeConfig) -> ServeOutputs:
+        rows = row_paths(cfg.out) if cfg.out else ()
+        out = cls(rows, rows[1].with_suffix(".json") if rows else None,
+                  Path(cfg.save_trace) if cfg.save_trace else None)
+        if len(set(map(Path.resolve, out.paths))) < len(out.paths):
+            raise UserError("--save-trace names a file --out also writes; choose another path")
+        return out
 
-def _outputs(cfg: ServeConfig) -> list[Path]:
-    paths = list(row_paths(cfg.out)) + [row_paths(cfg.out)[1].with_suffix(".json")] \
-        if cfg.out else []
-    return paths + ([Path(cfg.save_trace)] if cfg.save_trace else [])
+    @property
+    def paths(self) -> list[Path]:
+        return [*self.rows, *filter(None, (self.record, self.trace))]
+
+    def refuse_foreign(self) -> None:
+        """Before any work: serve-bench replaces only files it wrote (rows, its record, a
+        trace)."""
+        from depthbench.fsio import refuse_foreign
+        from depthbench.rows import is_rows_file
+        refuse_foreign(self.rows, is_rows_file)
+        refuse_foreign(filter(None, [self.record]), _is_record_or_trace)
+        refuse_foreign(filter(None, [self.trace]), _is_record_or_trace, "--save-trace")
