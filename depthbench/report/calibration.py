@@ -26,11 +26,10 @@ import pandas as pd
 from depthbench.report.load import final_rows, labelled, load_rows
 from depthbench.report.spread import (
     ABOVE_BRACKETS,
-    LOWER_ORACLES,
     MAX_SD,
     MAX_SHARE,
     WORST_OF_MEDIAN,
-    judged_depths,
+    above_brackets,
 )
 from depthbench.stats import sign_flip_p, t_interval
 
@@ -130,13 +129,8 @@ class Readings:
         carry, and its best at most MAX_SHARE of the ceiling."""
         for split in ("eval_reordered", "eval_seen_order"):
             g = self.of(recipe, arm, budget, split)
-            ceiling = g["ceiling_bits"].mean()
-            judged = g[g["depth"].isin(judged_depths(arm, g["depth"]))]
-            lowest = judged.groupby("depth")["bits_per_person"].mean().min()
-            oracle = max((g[c].max() for c in LOWER_ORACLES if c in g and g[c].notna().any()),
-                         default=0.0)
-            if lowest < oracle + ABOVE_BRACKETS * ceiling or self.best(recipe, arm, budget, split) \
-                    > 100 * MAX_SHARE:
+            if above_brackets(g, arm) < ABOVE_BRACKETS * g["ceiling_bits"].mean() or \
+                    self.best(recipe, arm, budget, split) > 100 * MAX_SHARE:
                 return False
         return True
 
