@@ -74,6 +74,12 @@ class ExitCriterion:
         """Whether a token's exit depth is known when it starts (no signal is read)."""
         return self.kind in KNOWN_IN_ADVANCE
 
+    def check_model(self, shape) -> None:
+        """A criterion that reads an exit gate needs a model (its ``LoopShape``) that has one."""
+        if self.needs_gate and not shape.exit_gate:
+            raise ExitSpecError(f"exit {self.kind}:Q needs a model with an exit gate (trained "
+                                "with exit_gate=true, or Ouro's); choose another --exit")
+
     def check_covers(self, request_ids) -> None:
         """A replay trace must name every request of the workload it is replayed on (a request
         it does not name would silently run at max depth)."""

@@ -26,39 +26,27 @@ from depthbench.serving.compare import (
     engine_rows,
     prompt_slots,
     resolve_knobs,
-    with_arrivals,
 )
 from depthbench.serving.engine import Engine
 from depthbench.serving.profile import ProfileCosts
 from depthbench.serving.result import Comparison
 from depthbench.serving.scheduler import Request
 from depthbench.serving.sim import SimEngine
-
-
-def check_gate(model, crit) -> None:
-    if crit.needs_gate and not model.shape.exit_gate:
-        raise UserError(f"exit {crit.kind}:Q needs a model with an exit gate (trained with "
-                        "exit_gate=true, or Ouro's); choose another --exit")
+from depthbench.serving.workload import with_arrivals
 
 
 def serve_bench(model: LoopedTransformer, requests: list[Request], cfg: ServeConfig,
                 seq_len_for_flops: int, progress=None) -> Comparison:
     model.eval()
+    cfg.criterion.check_model(model.shape)
     cfg = resolve_knobs(cfg, next(model.parameters()).device.type)
-    crit = cfg.criterion
-    check_gate(model, crit)
     requests = with_arrivals(requests, cfg.rate, cfg.seed)
+    crit, full = cfg.criterion, ExitCriterion.fixed(cfg.max_depth)
     crit.check_covers([q.id for q in requests])
     max_len = max(len(q.prompt) + q.max_new_tokens for q in requests) + 1
     if max_len > model.shape.max_seq_len:
         raise UserError(f"prompts plus --max-new-tokens need {max_len} positions, more than the "
                         f"model's max_seq_len={model.shape.max_seq_len}; lower --max-new-tokens")
-
-    def engines(mode, c):   # launches recorded: the static reference levels the bound's costs
-        return lambda clock=None: Engine(model, crit, c.kv_policy, engine_rows(mode, c), max_len,
-                                         clock=clock, n_prompt_slots=prompt_slots(mode, c),
-                                         record=True)
-
     side = cfg.interleave and next(model.parameters()).device.type == "cpu"
     hold_freed_memory()   # a launch's cost must not depend on what was allocated before it
 
@@ -66,16 +54,20 @@ def serve_bench(model: LoopedTransformer, requests: list[Request], cfg: ServeCon
         warm_memory(model, requests, max(cfg.pool, cfg.width), cfg.kv_policy)
 
     warm()
-    profile, fit = machine_profile(model, requests, cfg, max_len, progress)
-    costs = ProfileCosts(model.shape, profile, cfg.max_depth,
-                         float(np.mean([len(q.prompt) for q in requests])))
-    full = ExitCriterion.fixed(cfg.max_depth)
+    profile, fit = machine_profile(model, requests, cfg, full, max_len, progress)
+
+    def engines(mode, c):   # launches recorded: the static reference levels the bound's costs
+        return lambda clock=None: Engine(model, crit, c.kv_policy, engine_rows(mode, c), max_len,
+                                         clock=clock, n_prompt_slots=prompt_slots(mode, c),
+                                         record=True)
 
     def priced(mode, c):   # full-depth candidates, priced on the fitted profile
         return lambda clock=None: SimEngine(model.shape, full, c.kv_policy, engine_rows(mode, c),
                                             max_len, profile, clock=clock,
                                             n_prompt_slots=prompt_slots(mode, c))
 
+    costs = ProfileCosts(model.shape, profile, cfg.max_depth,
+                         float(np.mean([len(q.prompt) for q in requests])))
     res = compare_modes(engines, model.shape, requests, cfg, seq_len_for_flops, costs, progress,
                         side, priced, level=True, warm=warm)
     return replace(res, profile=profile.to_toml(), fit_r2=fit["r2"], fit_error=fit["rel_rmse"]
@@ -94,12 +86,13 @@ def warm_memory(model, requests: list[Request], rows: int, kv_policy: str) -> No
     Engine(model, full, kv_policy, n, len(prompts[0]) + 1).prefill(list(range(n)), prompts)
 
 
-def machine_profile(model, requests: list[Request], cfg: ServeConfig, max_len: int, log=None):
-    """This machine's launch costs for the bound: ``bound.sweep`` of full-depth serving on the
-    real engine, fitted (``profile.fit_profile``) whatever modes are compared; and how well the
-    fit explains them (``fit_profile``'s info: per stage R^2 and relative error)."""
+def machine_profile(model, requests: list[Request], cfg: ServeConfig, full: ExitCriterion,
+                    max_len: int, log=None):
+    """This machine's launch costs for the bound: ``bound.sweep`` of full-depth serving
+    (``full``) on the real engine, fitted (``profile.fit_profile``) whatever modes are compared;
+    and how well the fit explains them (``fit_profile``'s info: per stage R^2 and relative
+    error)."""
     dev = next(model.parameters())
-    full = ExitCriterion.fixed(cfg.max_depth)
     runs = sweep(lambda w: Engine(model, full, cfg.kv_policy, w, max_len, record=True),
                  requests, cfg.width, cfg.pool, log)
     prof, info = fit_profile(model.shape, runs, cfg, dev.element_size(), dev.device.type,
@@ -130,7 +123,6 @@ def run_bench(cfg: ServeConfig, log=None) -> dict:
     target = open_target(cfg, rt, outs.paths)
     model = target.model
     outs.refuse_foreign()
-    check_gate(model, cfg.criterion)   # before any output
     if log:
         log(f"device: {rt.reason}; model {target.source}: "
             f"{sum(p.numel() for p in model.parameters()):,} "
@@ -138,10 +130,10 @@ def run_bench(cfg: ServeConfig, log=None) -> dict:
             f"{cfg.requests} requests, exit {cfg.exit}, kv {cfg.kv_policy}, width {cfg.width}")
     res = serve_bench(model, target.requests, cfg, target.seq_len,
                       progress=log and (lambda m: log(f"  {m} done")))
-    rows = tag_rows(res.rows(source=target.source, run=target.run, schedule=target.schedule,
-                             exit=cfg.exit, kv_policy=cfg.kv_policy,
-                             width=cfg.width, lookahead=cfg.lookahead, rate=cfg.rate,
-                             stop_at_eos=cfg.stop_at_eos), cfg.tags)
+    rows = res.rows(source=target.source, run=target.run, schedule=target.schedule,
+                    exit=cfg.exit, kv_policy=cfg.kv_policy, width=cfg.width,
+                    lookahead=cfg.lookahead, rate=cfg.rate, stop_at_eos=cfg.stop_at_eos)
+    rows = tag_rows(rows, cfg.tags)
     summary = {"rows": rows, "results": res.results, "baseline": res.baseline,
                "profile": res.profile, "adaptive_modes_agree": res.adaptive_modes_agree,
                "bound_note": res.bound_note}

@@ -20,14 +20,23 @@ the pool plus the chunk), T* = sum_s [ceil(N_s / n_max) launches priced at the s
 which for linear costs is sum_s (a_s ceil(N_s / n_max) + b_s N_s + c_s R_s). A mode's
 ``fraction`` is T* over its measured whole-run seconds, a property of the mode alone (adding or
 removing another mode changes nothing); a fraction above 1 says the cost model is wrong.
+``mode_bounds`` returns a mode's ``result.Bounds``: its fraction, its speedups, the FLOP ceiling
+and the paper's eq. 1 estimate (``paper_bound``).
 """
 
 from __future__ import annotations
 
 import math
-from typing import NamedTuple, Protocol
+from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 import numpy as np
+
+from depthbench.serving.result import Bounds
+
+if TYPE_CHECKING:
+    from depthbench.flops import FlopModel
+    from depthbench.serving.result import ModeResult
+    from depthbench.serving.scheduler import Request
 
 
 class Work(NamedTuple):
@@ -113,6 +122,44 @@ def ideal_route(costs: Costs, routes: list[dict]) -> tuple[float, dict]:
 def ideal_seconds(costs: Costs, routes: list[dict]) -> float:
     """T*: the cheapest route's sum over stages of ``stage_seconds``."""
     return ideal_route(costs, routes)[0]
+
+
+def mode_bounds(r: ModeResult, done: list[Request], base: ModeResult, static: ModeResult,
+                fm: FlopModel, fm_params: FlopModel, k_max: int, costs,
+                n_max: tuple[int, int, int]) -> Bounds:
+    """One mode's bound and speedups, from its result ``r``: ``ideal_s`` (``bound.ideal_seconds``
+    of the work it did: T*), ``fraction`` = T* / its whole-run seconds (its own; no other mode
+    enters it), ``speedup`` over full-depth serving at its best knobs (``base``), ``bound`` =
+    speedup / fraction (its speedup at T*), ``speedup_vs_static`` over ``static`` at the
+    comparison's knobs, the FLOP ceiling and the paper's eq. 1 estimate on its own depths."""
+    width, pool, chunk = n_max
+    ideal, route = ideal_route(costs, workload_work(done, k_max, width, pool, chunk))
+    fraction = ideal / r.wall_s
+    speedup = r.tokens_per_s / base.tokens_per_s
+    ceiling = fm.ceiling(k_max, r.mean_depth)
+    decode_speedup = r.decode_tokens_per_s / base.decode_tokens_per_s
+    paper = paper_bound(fm_params, k_max, [d for q in done for d in q.depths])
+    return Bounds(
+        ideal_s=ideal,
+        # where the time goes: the ideal's launches per emitted token by stage, beside the mode's
+        ideal_launches_per_token={s: w.launches / max(1, r.output_tokens)
+                                  for s, w in route.items()},
+        fraction=fraction, speedup=speedup,
+        bound=speedup / fraction if fraction else None,
+        speedup_vs_static=r.tokens_per_s / static.tokens_per_s,
+        ceiling=ceiling, fraction_of_ceiling=speedup / ceiling,
+        fraction_of_gain=(speedup - 1) / (ceiling - 1) if ceiling > 1 + 1e-9 else None,
+        decode_speedup=decode_speedup, decode_fraction_of_ceiling=decode_speedup / ceiling,
+        paper_bound=paper, paper_fraction=speedup / paper)
+
+
+def paper_bound(fm: FlopModel, k_max: int, depths: list[int]) -> float:
+    """The continuous-depth-batching paper's estimate (its eq. 1): parameter-only FLOPs, every
+    token priced at its depth and each request's first token at full depth (the depth lists
+    carry it: prefill emits at ``k_max``)."""
+    if not depths:
+        return float("nan")
+    return len(depths) * fm.forward(k_max) / sum(fm.forward(d) for d in depths)
 
 
 def sweep(make_engine, requests, width: int, pool: int, log=None) -> list[tuple]:

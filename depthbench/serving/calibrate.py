@@ -76,17 +76,16 @@ def measure(model, cfg: SimConfig, modes=(), widths=()) -> dict[tuple[int, str],
     from depthbench.serving.compare import (
         engine_rows,
         prompt_slots,
-        random_workload,
         resolve_knobs,
         run_side_by_side,
     )
     from depthbench.serving.engine import Engine
+    from depthbench.serving.workload import workload
 
     hold_freed_memory()
     dev = next(model.parameters()).device.type
     crit = cfg.criterion
-    reqs = random_workload(model.cfg.vocab_size, cfg.requests, cfg.prompt_len, cfg.max_new_tokens,
-                           cfg.seed, cfg.length_spread)
+    reqs = workload(cfg, vocab_size=model.cfg.vocab_size)
     max_len = max(len(q.prompt) + q.max_new_tokens for q in reqs) + 1
     engs: dict[tuple[int, str], Engine] = {}
 

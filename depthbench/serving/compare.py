@@ -12,7 +12,7 @@ runs: the mode's ``fraction`` of the ideal time of its work under a per-stage co
 time), its speedup over ``static`` at the comparison's knobs, the FLOP ceiling ``(F0 + K_max
 Fr) / (F0 + mean_depth Fr)`` and the paper's eq. 1 estimate. ``compare_modes`` takes an
 executor factory and returns each mode's ``result.ModeResult``, its ``Bounds`` returned by
-``mode_bounds``; the serve rows are derived from those (``ModeResult.row``).
+``bound.mode_bounds``; the serve rows are derived from those (``ModeResult.row``).
 """
 
 from __future__ import annotations
@@ -25,8 +25,9 @@ import numpy as np
 from depthbench.config import MODES, ServeConfig, kv_layout, shape_of
 from depthbench.console import progress_bar
 from depthbench.flops import FlopModel
+from depthbench.serving.bound import mode_bounds
 from depthbench.serving.executor import STAGES, TurnClock
-from depthbench.serving.result import KNOBS, Bounds, Comparison, ModeResult
+from depthbench.serving.result import KNOBS, Comparison, ModeResult
 from depthbench.serving.scheduler import (
     Request,
     Scheduler,
@@ -34,25 +35,6 @@ from depthbench.serving.scheduler import (
     chunk_default,
     knob_defaults,
 )
-
-
-def random_workload(vocab_size: int, n: int, prompt_len: int, max_new_tokens: int,
-                    seed: int, spread: float = 0.0) -> list[Request]:
-    """Random prompts; request i generates ``max_new_tokens`` (32 if 0) scaled by a seeded
-    uniform factor in [1 - spread, 1 + spread], so that requests do not all finish together."""
-    new = max_new_tokens or 32
-    prompts = np.random.default_rng([seed, 1]).integers(0, vocab_size, size=(n, prompt_len))
-    f = np.random.default_rng(seed).uniform(1 - spread, 1 + spread, size=n) if spread else np.ones(n)
-    return [Request(i, prompts[i].tolist(), max(1, round(new * float(f[i])))) for i in range(n)]
-
-
-def with_arrivals(reqs: list[Request], rate: float, seed: int) -> list[Request]:
-    if rate <= 0:
-        return reqs
-    gaps = np.random.default_rng(seed).exponential(1.0 / rate, size=len(reqs))
-    for q, t in zip(reqs, np.cumsum(gaps)):
-        q.arrival = float(t)
-    return reqs
 
 
 def _percentiles(x: list[float]) -> dict:
@@ -239,15 +221,6 @@ def steady_state(times: list[float], trim: float = 0.1) -> dict:
             "steady_window_s": float(hi - lo)}
 
 
-def paper_bound(fm: FlopModel, k_max: int, depths: list[int]) -> float:
-    """The continuous-depth-batching paper's estimate (its eq. 1): parameter-only FLOPs, every
-    token priced at its depth and each request's first token at full depth (the depth lists
-    carry it: prefill emits at ``k_max``)."""
-    if not depths:
-        return float("nan")
-    return len(depths) * fm.forward(k_max) / sum(fm.forward(d) for d in depths)
-
-
 def knob_label(mode: str, cfg) -> str:
     """A full-depth candidate's name: its mode and the knobs it ran with."""
     if mode == "static_lockstep":
@@ -278,38 +251,6 @@ def pick_baseline(candidates: dict, requests: list[Request], engines) -> tuple[s
             for label, (mode, cfg) in candidates.items()}
     tps = {label: res.tokens_per_s for label, (res, _) in runs.items()}
     return max(tps, key=tps.get), tps, runs
-
-
-def mode_bounds(r: ModeResult, done: list[Request], base: ModeResult, static: ModeResult,
-                fm: FlopModel, fm_params: FlopModel, k_max: int, costs,
-                n_max: tuple[int, int, int]) -> Bounds:
-    """One mode's bound and speedups, from its result ``r``: ``ideal_s`` (``bound.ideal_seconds``
-    of the work it did: T*), ``fraction`` = T* / its whole-run seconds (its own; no other mode
-    enters it), ``speedup`` over full-depth serving at its best knobs (``base``), ``bound`` =
-    speedup / fraction (its speedup at T*), ``speedup_vs_static`` over ``static`` at the
-    comparison's knobs, the FLOP ceiling and the paper's eq. 1 estimate on its own depths."""
-    from depthbench.serving.bound import ideal_route, workload_work
-    width, pool, chunk = n_max
-    ideal, route = ideal_route(costs, workload_work(done, k_max, width, pool, chunk))
-    fraction = ideal / r.wall_s
-    speedup = r.tokens_per_s / base.tokens_per_s
-    ceiling = fm.ceiling(k_max, r.mean_depth)
-    decode_speedup = r.decode_tokens_per_s / base.decode_tokens_per_s
-    paper = paper_bound(fm_params, k_max, [d for q in done for d in q.depths])
-    return Bounds(
-        ideal_s=ideal,
-        # where the time goes: the ideal's launches per emitted token by stage, beside the mode's
-        ideal_launches_per_token={s: w.launches / max(1, r.output_tokens)
-                                  for s, w in route.items()},
-        fraction=fraction, speedup=speedup,
-        bound=speedup / fraction if fraction else None,
-        speedup_vs_static=r.tokens_per_s / static.tokens_per_s,
-        ceiling=ceiling, fraction_of_ceiling=speedup / ceiling,
-        fraction_of_gain=(speedup - 1) / (ceiling - 1) if ceiling > 1 + 1e-9 else None,
-        decode_speedup=decode_speedup, decode_fraction_of_ceiling=decode_speedup / ceiling,
-        paper_bound=paper, paper_fraction=speedup / paper)
-
-
 
 
 def compare_modes(engines, mcfg, requests: list[Request], cfg: ServeConfig, seq_len_for_flops: int,

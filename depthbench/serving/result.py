@@ -18,7 +18,7 @@ FLAT = {"ttft_ms": "ttft_{}_ms", "itl_ms": "itl_{}_ms", "tpot_ms": "tpot_{}_ms",
 
 @dataclass(frozen=True)
 class Bounds:
-    """A mode's bound and speedups (``compare.mode_bounds``): ``ideal_s`` is the ideal time of
+    """A mode's bound and speedups (``bound.mode_bounds``): ``ideal_s`` is the ideal time of
     the work it did (T*), ``fraction`` = T* / its whole-run seconds, ``speedup`` over full-depth
     serving at its best knobs, ``bound`` = speedup / fraction (its speedup at T*), the FLOP
     ceiling and the paper's eq. 1 estimate on its own depths. ``ideal_s``, ``fraction`` and

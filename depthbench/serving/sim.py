@@ -143,19 +143,16 @@ def simulate(cfg: SimConfig, profile: Profile, mcfg: ModelConfig | None = None) 
         compare_modes,
         engine_rows,
         prompt_slots,
-        random_workload,
         resolve_knobs,
-        with_arrivals,
     )
+    from depthbench.serving.workload import with_arrivals, workload
     if mcfg is None and cfg.model:
         from depthbench.loading import load_shape
         mcfg = load_shape(cfg.model)
     mcfg = mcfg or cfg.model_config()
     cfg = resolve_knobs(cfg, profile.device_type)
     crit = cfg.criterion
-    reqs = with_arrivals(random_workload(mcfg.vocab_size, cfg.requests, cfg.prompt_len,
-                                         cfg.max_new_tokens, cfg.seed, cfg.length_spread),
-                         cfg.rate, cfg.seed)
+    reqs = with_arrivals(workload(cfg, vocab_size=mcfg.vocab_size), cfg.rate, cfg.seed)
     crit.check_covers([q.id for q in reqs])
     max_len = max(len(q.prompt) + q.max_new_tokens for q in reqs) + 1
 

@@ -13,11 +13,11 @@ from depthbench.exits import ExitSpecError, parse_exit
 from depthbench.flops import FlopModel
 from depthbench.models.looped import LoopedTransformer
 from depthbench.serving.bench import serve_bench
-from depthbench.serving.compare import random_workload
 from depthbench.serving.engine import Engine
 from depthbench.serving.executor import WallClock
 from depthbench.serving.kvcache import KV_POLICIES
 from depthbench.serving.scheduler import Request, Scheduler
+from depthbench.serving.workload import random_workload
 
 SHAPES = [dict(), dict(n_prelude=1, n_core=2, n_coda=1, init_state="random", injection="add"),
           dict(n_prelude=1, injection="none", init_state="prelude", norm="sandwich", rope=False,
@@ -261,7 +261,7 @@ def test_serve_bench_cli(trained_run, tmp_path):
 
 
 def test_online_arrivals_give_the_offline_tokens():
-    from depthbench.serving.compare import with_arrivals
+    from depthbench.serving.workload import with_arrivals
     model = model_of(**SHAPES[1])
     reqs = workload(n=5, new=4)
     offline, _ = serve(model, "argmax:2", "cdb", reqs=reqs)
@@ -408,7 +408,8 @@ def test_modes_side_by_side_take_turns_and_serve_what_they_serve_alone(rate):
     turns, so their times add up to no more than the run's."""
     import time
 
-    from depthbench.serving.compare import run_side_by_side, with_arrivals
+    from depthbench.serving.compare import run_side_by_side
+    from depthbench.serving.workload import with_arrivals
     model = model_of(**SHAPES[1])
     reqs = with_arrivals(workload(n=9, new=5), rate, 0)
     cfg = ServeConfig(exit="latent:0.3", width=3, max_depth=4, warmup_requests=0)

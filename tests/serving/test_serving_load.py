@@ -61,7 +61,7 @@ def test_a_closed_loop_never_holds_more_requests_than_its_clients(cap):
                                   requests=40, max_new_tokens=6, length_spread=0.5,
                                   concurrency=cap), "cuda")
     shape = cfg.model_config()
-    from depthbench.serving.compare import random_workload
+    from depthbench.serving.workload import random_workload
     for mode in ("cdb", "static", "no_refill"):
         reqs = random_workload(shape.vocab_size, 40, 8, 6, 0, 0.5)
         eng = SimEngine(shape, parse_exit("trace:2", 1, 4), "depth_indexed", engine_rows(mode, cfg),

@@ -16,11 +16,11 @@ from depthbench.config import ConfigError, ModelConfig, SimConfig
 from depthbench.exits import parse_exit
 from depthbench.models.looped import LoopedTransformer
 from depthbench.serving.calibrate import calibrate, fit_records
-from depthbench.serving.compare import random_workload
 from depthbench.serving.engine import Engine
 from depthbench.serving.profile import Profile, load_profile, stage_work
 from depthbench.serving.scheduler import Scheduler
 from depthbench.serving.sim import SimEngine, simulate
+from depthbench.serving.workload import random_workload
 
 IDEAL = Profile("ideal", peak_flops=1e12, mem_bw=1e30, attention=False)
 SHAPE = dict(n_prelude=1, n_core=2, n_coda=1)
