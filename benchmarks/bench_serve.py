@@ -166,10 +166,9 @@ def kv_section(args) -> dict:
     from depthbench.config import model_preset
     from depthbench.exits import parse_exit
     from depthbench.models.looped import LoopedTransformer
-    from depthbench.serving.compare import resolve_knobs
     from depthbench.serving.engine import Engine
     from depthbench.serving.kvcache import SlotView
-    from depthbench.serving.scheduler import Scheduler
+    from depthbench.serving.scheduler import Scheduler, resolve_knobs
     from depthbench.serving.workload import random_workload
     flat = SlotView.extend
     torch.manual_seed(0)

@@ -21,28 +21,23 @@ from depthbench.rows import row_paths
 from depthbench.runtime import hold_freed_memory
 from depthbench.serving.bound import sweep, withheld_reason
 from depthbench.serving.calibrate import fit_profile, machine
-from depthbench.serving.compare import (
-    compare_modes,
-    engine_rows,
-    prompt_slots,
-    resolve_knobs,
-)
+from depthbench.serving.compare import compare_modes
 from depthbench.serving.engine import Engine
 from depthbench.serving.profile import ProfileCosts
 from depthbench.serving.result import Comparison
-from depthbench.serving.scheduler import Request
+from depthbench.serving.scheduler import engine_rows, prompt_slots, resolve_knobs
 from depthbench.serving.sim import SimEngine
-from depthbench.serving.workload import with_arrivals
+from depthbench.serving.workload import Request, with_arrivals
 
 
 def serve_bench(model: LoopedTransformer, requests: list[Request], cfg: ServeConfig,
                 seq_len_for_flops: int, progress=None) -> Comparison:
     model.eval()
-    cfg.criterion.check_model(model.shape)
+    crit, full = cfg.criterion, ExitCriterion.fixed(cfg.max_depth)
+    crit.check_model(model.shape)
+    crit.check_covers([q.id for q in requests])
     cfg = resolve_knobs(cfg, next(model.parameters()).device.type)
     requests = with_arrivals(requests, cfg.rate, cfg.seed)
-    crit, full = cfg.criterion, ExitCriterion.fixed(cfg.max_depth)
-    crit.check_covers([q.id for q in requests])
     max_len = max(len(q.prompt) + q.max_new_tokens for q in requests) + 1
     if max_len > model.shape.max_seq_len:
         raise UserError(f"prompts plus --max-new-tokens need {max_len} positions, more than the "

@@ -36,7 +36,7 @@ from depthbench.serving.result import Bounds
 if TYPE_CHECKING:
     from depthbench.flops import FlopModel
     from depthbench.serving.result import ModeResult
-    from depthbench.serving.scheduler import Request
+    from depthbench.serving.workload import Request
 
 
 class Work(NamedTuple):
@@ -170,7 +170,8 @@ def sweep(make_engine, requests, width: int, pool: int, log=None) -> list[tuple]
     8 new tokens each, in three batches below the width (prefill launches enough to fit even for
     a handful of requests). Per width (``serving.calibrate.fit_profile``'s runs): (``Served``,
     launch records, engine stats)."""
-    from depthbench.serving.scheduler import Request, Scheduler
+    from depthbench.serving.scheduler import Scheduler
+    from depthbench.serving.workload import Request
     runs, n = [], len(requests)
     widths = sorted({min(max(1, w), n) for w in (1, width // 4, width, pool)})
     for i, w in enumerate([widths[0], *widths]):

@@ -73,13 +73,9 @@ def measure(model, cfg: SimConfig, modes=(), widths=()) -> dict[tuple[int, str],
     (width, mode) its (result, records, engine stats). batch1 runs on its own over a sixteenth
     of the requests (at least 8): its rate does not depend on how many there are."""
     from depthbench.runtime import hold_freed_memory
-    from depthbench.serving.compare import (
-        engine_rows,
-        prompt_slots,
-        resolve_knobs,
-        run_side_by_side,
-    )
+    from depthbench.serving.compare import run_side_by_side
     from depthbench.serving.engine import Engine
+    from depthbench.serving.scheduler import engine_rows, prompt_slots, resolve_knobs
     from depthbench.serving.workload import workload
 
     hold_freed_memory()

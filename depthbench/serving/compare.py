@@ -22,19 +22,14 @@ from dataclasses import replace
 
 import numpy as np
 
-from depthbench.config import MODES, ServeConfig, kv_layout, shape_of
+from depthbench.config import MODES, ServeConfig, shape_of
 from depthbench.console import progress_bar
 from depthbench.flops import FlopModel
 from depthbench.serving.bound import mode_bounds
 from depthbench.serving.executor import STAGES, TurnClock
 from depthbench.serving.result import KNOBS, Comparison, ModeResult
-from depthbench.serving.scheduler import (
-    Request,
-    Scheduler,
-    cdb_sizes,
-    chunk_default,
-    knob_defaults,
-)
+from depthbench.serving.scheduler import make_scheduler, resolve_knobs
+from depthbench.serving.workload import Request
 
 
 def _percentiles(x: list[float]) -> dict:
@@ -70,49 +65,6 @@ def latencies(done: list[Request], wall: float, slo_ttft_ms: float = 0.0,
             "requests_per_s": len(done) / wall if wall > 0 else None,
             "goodput_requests_per_s": len(good) / wall if wall > 0 else None,
             "slo_attainment": len(good) / len(done) if done else None}
-
-
-def resolve_knobs(cfg, device_type: str):
-    """``cfg`` (a ServeConfig or SimConfig) with each batching knob left at 0 set to the default
-    for ``device_type`` (``scheduler.knob_defaults``), so the result records what ran."""
-    d = knob_defaults(cfg.width, device_type, cfg.min_coda_batch)
-    cfg = cfg.replace(**{k: getattr(cfg, k) or v for k, v in d.items()})
-    # no engine holds more rows than there are requests (engine_rows), nor takes more into a
-    # launch: the record names the width and pool that ran
-    cfg = cfg.replace(width=min(cfg.width, cfg.requests), pool=min(cfg.pool, cfg.requests))
-    if cfg.prefill_chunk < 0:   # auto; a KV layout that cannot split a prompt keeps launches
-        cfg = cfg.replace(prefill_chunk=chunk_default(cfg.width, device_type)
-                          if splits_prompts(cfg) else 0)
-    return cfg
-
-
-def engine_rows(mode: str, cfg: ServeConfig) -> int:
-    """KV rows an engine needs for ``mode``: 1 for batch1, cdb's pool (cdb and static), else
-    the width."""
-    if MODES[mode].one_row:
-        return 1
-    rows = (cdb_sizes(cfg.width, cfg.min_coda_batch, cfg.pool)[1] if MODES[mode].pooled
-            else cfg.width)
-    return min(rows, cfg.requests)  # never more KV rows than requests
-
-
-def prompt_slots(mode: str, cfg: ServeConfig) -> int:
-    """Prompt-token work items an engine needs for ``mode``: the prefill chunk in the pooled
-    modes (chunked prefill), else none."""
-    return max(0, cfg.prefill_chunk) if MODES[mode].pooled else 0   # auto unresolved: off
-
-
-def splits_prompts(cfg: ServeConfig) -> bool:
-    """Whether chunked prefill may split a prompt across launches: where the KV layout keeps
-    every loop's keys, a later chunk reads an earlier one as a whole-prompt prefill does."""
-    n_private, shared, _ = kv_layout(cfg.kv_policy, cfg.max_depth)
-    return n_private == cfg.max_depth and not shared
-
-
-def make_scheduler(eng, mode: str, cfg: ServeConfig) -> Scheduler:
-    return Scheduler(eng, mode, 1 if MODES[mode].one_row else cfg.width, cfg.admit_min,
-                     cfg.min_coda_batch, cfg.coda_wait, cfg.pool, prompt_slots(mode, cfg),
-                     splits_prompts(cfg), cfg.concurrency)
 
 
 def run_side_by_side(entries: dict, requests: list[Request],

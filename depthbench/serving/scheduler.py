@@ -1,4 +1,5 @@
-"""Requests and the batching policy: what runs next. The engine executes; this decides.
+"""The batching policy: what runs next, and the knobs it runs with. The engine executes; this
+decides. Its requests are ``workload.Request``s.
 
 Modes (all over the same requests):
     static     the baseline: cdb's scheduling (resident pool, coda batching) with every token at
@@ -26,12 +27,11 @@ from __future__ import annotations
 import itertools
 from collections import deque
 from collections.abc import Iterator
-from dataclasses import dataclass, field
-from enum import IntEnum
 
-from depthbench.config import MODES
+from depthbench.config import MODES, ServeConfig, kv_layout
 from depthbench.errors import UserError
 from depthbench.serving.executor import Executor
+from depthbench.serving.workload import Request, Status
 
 
 def knob_defaults(width: int, device_type: str = "cuda", min_coda_batch: int = 0) -> dict:
@@ -74,37 +74,47 @@ def cdb_sizes(width: int, min_coda_batch: int = 0, pool: int = 0,
     return d["min_coda_batch"], max(width, pool or d["pool"])
 
 
-class Status(IntEnum):
-    WAITING = 0
-    RUNNING = 1
-    FINISHED = 2
+def resolve_knobs(cfg, device_type: str):
+    """``cfg`` (a ServeConfig or SimConfig) with each batching knob left at 0 set to the default
+    for ``device_type`` (``scheduler.knob_defaults``), so the result records what ran."""
+    d = knob_defaults(cfg.width, device_type, cfg.min_coda_batch)
+    cfg = cfg.replace(**{k: getattr(cfg, k) or v for k, v in d.items()})
+    # no engine holds more rows than there are requests (engine_rows), nor takes more into a
+    # launch: the record names the width and pool that ran
+    cfg = cfg.replace(width=min(cfg.width, cfg.requests), pool=min(cfg.pool, cfg.requests))
+    if cfg.prefill_chunk < 0:   # auto; a KV layout that cannot split a prompt keeps launches
+        cfg = cfg.replace(prefill_chunk=chunk_default(cfg.width, device_type)
+                          if splits_prompts(cfg) else 0)
+    return cfg
 
 
-@dataclass
-class Request:
-    id: int
-    prompt: list[int]
-    max_new_tokens: int
-    arrival: float = 0.0
-    target: list[int] | None = None      # expected first generated tokens (recall)
-    stop_token: int | None = None
-    status: Status = Status.WAITING
-    row: int = -1
-    output: list[int] = field(default_factory=list)
-    depths: list[int] = field(default_factory=list)
-    token_times: list[float] = field(default_factory=list)
-    # set at each admission: the tokens the prefill writes (the prompt; after a preemption the
-    # prompt and the output so far, recomputed) and the admission's order among all
-    prefix: list[int] = field(default_factory=list)
-    seq: int = -1
+def engine_rows(mode: str, cfg: ServeConfig) -> int:
+    """KV rows an engine needs for ``mode``: 1 for batch1, cdb's pool (cdb and static), else
+    the width."""
+    if MODES[mode].one_row:
+        return 1
+    rows = (cdb_sizes(cfg.width, cfg.min_coda_batch, cfg.pool)[1] if MODES[mode].pooled
+            else cfg.width)
+    return min(rows, cfg.requests)  # never more KV rows than requests
 
-    def done(self) -> bool:
-        return (len(self.output) >= self.max_new_tokens
-                or (self.stop_token is not None and bool(self.output) and self.output[-1] == self.stop_token))
 
-    def fresh(self) -> Request:
-        return Request(self.id, list(self.prompt), self.max_new_tokens, self.arrival, self.target,
-                       self.stop_token)
+def prompt_slots(mode: str, cfg: ServeConfig) -> int:
+    """Prompt-token work items an engine needs for ``mode``: the prefill chunk in the pooled
+    modes (chunked prefill), else none."""
+    return max(0, cfg.prefill_chunk) if MODES[mode].pooled else 0   # auto unresolved: off
+
+
+def splits_prompts(cfg: ServeConfig) -> bool:
+    """Whether chunked prefill may split a prompt across launches: where the KV layout keeps
+    every loop's keys, a later chunk reads an earlier one as a whole-prompt prefill does."""
+    n_private, shared, _ = kv_layout(cfg.kv_policy, cfg.max_depth)
+    return n_private == cfg.max_depth and not shared
+
+
+def make_scheduler(eng, mode: str, cfg: ServeConfig) -> Scheduler:
+    return Scheduler(eng, mode, 1 if MODES[mode].one_row else cfg.width, cfg.admit_min,
+                     cfg.min_coda_batch, cfg.coda_wait, cfg.pool, prompt_slots(mode, cfg),
+                     splits_prompts(cfg), cfg.concurrency)
 
 
 class Scheduler:
@@ -142,7 +152,7 @@ class Scheduler:
         # tokens, at most ``prefill_chunk`` of them in flight at once, a prompt split across
         # launches where ``split_prompts`` (KV layouts that keep every loop's keys, where a
         # later chunk reads an earlier one exactly as a whole-prompt prefill would)
-        # a chunk left at auto (-1) is resolved by ``compare.resolve_knobs``; unresolved it is off
+        # a chunk left at auto (-1) is resolved by ``resolve_knobs``; unresolved it is off
         self.chunk = max(0, prefill_chunk) if cdb else 0
         assert not self.chunk or self.chunk <= engine.n_prompt_slots, \
             "the executor has too few prompt slots"

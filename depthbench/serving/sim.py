@@ -139,12 +139,8 @@ class SimEngine(HostState):
 
 def simulate(cfg: SimConfig, profile: Profile, mcfg: ModelConfig | None = None) -> Comparison:
     """Every mode of ``cfg`` on ``profile``: serve-bench's result (rows, bounds, speedups)."""
-    from depthbench.serving.compare import (
-        compare_modes,
-        engine_rows,
-        prompt_slots,
-        resolve_knobs,
-    )
+    from depthbench.serving.compare import compare_modes
+    from depthbench.serving.scheduler import engine_rows, prompt_slots, resolve_knobs
     from depthbench.serving.workload import with_arrivals, workload
     if mcfg is None and cfg.model:
         from depthbench.loading import load_shape

@@ -19,8 +19,7 @@ from depthbench.config import ServeConfig
 from depthbench.errors import UserError
 from depthbench.exits import replay_file
 from depthbench.models.looped import LoopedTransformer
-from depthbench.serving.scheduler import Request
-from depthbench.serving.workload import workload
+from depthbench.serving.workload import Request, workload
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,8 @@
 """What is served: the requests of one workload, the same in every batching mode; torch-free,
 so ``serve-bench`` and ``serve-sim`` build theirs alike.
 
-A workload is random prompts (``random_workload``), a person dataset's held-out questions
+A ``Request`` is one prompt and what it generates (its tokens, exit depths and token times as
+served). A workload is random prompts (``random_workload``), a person dataset's held-out questions
 (``dataset_workload``) or a text dataset's validation prompts (``text_workload``);
 ``with_arrivals`` spreads its requests over Poisson arrivals at a rate (vLLM's
 ``benchmark_serving``), where none given sends them all at t = 0.
@@ -9,10 +10,45 @@ A workload is random prompts (``random_workload``), a person dataset's held-out 
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+from enum import IntEnum
+
 import numpy as np
 
 from depthbench.errors import UserError
-from depthbench.serving.scheduler import Request
+
+
+class Status(IntEnum):
+    WAITING = 0
+    RUNNING = 1
+    FINISHED = 2
+
+
+@dataclass
+class Request:
+    id: int
+    prompt: list[int]
+    max_new_tokens: int
+    arrival: float = 0.0
+    target: list[int] | None = None      # expected first generated tokens (recall)
+    stop_token: int | None = None
+    status: Status = Status.WAITING
+    row: int = -1
+    output: list[int] = field(default_factory=list)
+    depths: list[int] = field(default_factory=list)
+    token_times: list[float] = field(default_factory=list)
+    # set at each admission: the tokens the prefill writes (the prompt; after a preemption the
+    # prompt and the output so far, recomputed) and the admission's order among all
+    prefix: list[int] = field(default_factory=list)
+    seq: int = -1
+
+    def done(self) -> bool:
+        return (len(self.output) >= self.max_new_tokens
+                or (self.stop_token is not None and bool(self.output) and self.output[-1] == self.stop_token))
+
+    def fresh(self) -> Request:
+        return Request(self.id, list(self.prompt), self.max_new_tokens, self.arrival, self.target,
+                       self.stop_token)
 
 
 def random_workload(vocab_size: int, n: int, prompt_len: int, max_new_tokens: int,

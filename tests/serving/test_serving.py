@@ -344,8 +344,7 @@ def test_default_pool_holds_the_coda_batch_beside_a_full_launch():
 
 def test_the_scheduler_takes_its_defaults_from_the_executors_device_kind():
     from depthbench.config import ServeConfig
-    from depthbench.serving.compare import engine_rows, resolve_knobs
-    from depthbench.serving.scheduler import knob_defaults
+    from depthbench.serving.scheduler import engine_rows, knob_defaults, resolve_knobs
     for dev, want in (("cuda", (8, 32, 4, 96)), ("cpu", (48, 96, 16, 192))):
         eng = FakeEngine({})
         eng.device_type, eng.n_rows = dev, 1000
@@ -363,7 +362,7 @@ def test_the_scheduler_takes_its_defaults_from_the_executors_device_kind():
 
 
 def test_prefill_chunk_auto_is_the_devices_default_and_a_given_chunk_is_kept():
-    from depthbench.serving.compare import resolve_knobs
+    from depthbench.serving.scheduler import resolve_knobs
     auto = ServeConfig(width=64, requests=1000)
     assert auto.prefill_chunk == -1
     # prefill launches on every device (benchmarks/chunk_default.py: the fastest at prompts of
@@ -454,7 +453,7 @@ def test_chunked_prefill_never_changes_outputs(policy, spec):
     """Prompt tokens riding in core launches beside decode tokens (chunked prefill; a prompt
     split across launches where the KV layout keeps every loop's keys) give batch-1's tokens
     and depths, with no prefill launch and at most width + chunk items per core launch."""
-    from depthbench.serving.compare import splits_prompts
+    from depthbench.serving.scheduler import splits_prompts
     model = model_of(**SHAPES[2]) if spec.startswith("gate") else model_of(**SHAPES[1])
     reqs = workload(n=9, new=5)
     ref, _ = serve(model, spec, "batch1", policy, width=4, reqs=reqs)

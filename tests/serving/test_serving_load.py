@@ -55,7 +55,7 @@ def _most_in_flight(reqs) -> int:
 @pytest.mark.parametrize("cap", [3, 8])
 def test_a_closed_loop_never_holds_more_requests_than_its_clients(cap):
     from depthbench.exits import parse_exit
-    from depthbench.serving.compare import engine_rows, make_scheduler, prompt_slots, resolve_knobs
+    from depthbench.serving.scheduler import engine_rows, make_scheduler, prompt_slots, resolve_knobs
     from depthbench.serving.sim import SimEngine
     cfg = resolve_knobs(SimConfig(random="ouro-like", exit="trace:2", max_depth=4, width=16,
                                   requests=40, max_new_tokens=6, length_spread=0.5,

@@ -306,7 +306,7 @@ def test_no_fraction_exceeds_the_bound_when_small_launches_cost_as_much_as_full_
 def test_the_record_names_the_width_and_pool_that_ran_for_a_short_workload():
     # 8 requests at width 64: no launch or pool holds more than 8 rows, and the record says so;
     # the recorded config, run again, gives the same rows (it is what ran)
-    from depthbench.serving.compare import resolve_knobs
+    from depthbench.serving.scheduler import resolve_knobs
     cfg = SimConfig(random="tiny", model_set=SHAPE, exit="trace:2.5", max_depth=4, width=64,
                     requests=8, prompt_len=4, max_new_tokens=6)
     ran = resolve_knobs(cfg, IDEAL.device_type)
