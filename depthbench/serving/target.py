@@ -63,7 +63,8 @@ def open_target(cfg: ServeConfig, rt, outputs: list[Path]) -> ServeTarget:
         seq_len = cfg.prompt_len + (cfg.max_new_tokens or 32)
         names = (model.source, model.source, None)
     cfg.criterion.check_model(model.shape)
-    refuse_over_inputs(outputs, run_dir, ds.path if ds else None, [cfg.run, replay_file(cfg.exit)])
+    inputs = [cfg.run, replay_file(cfg.exit)]
+    refuse_over_inputs(outputs, run_dir, ds.path if ds else None, inputs)
     return ServeTarget(model, workload(cfg, ds, model.shape.vocab_size), seq_len, *names)
 
 
