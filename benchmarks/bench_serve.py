@@ -166,23 +166,24 @@ def kv_section(args) -> dict:
     from depthbench.config import model_preset
     from depthbench.exits import parse_exit
     from depthbench.models.looped import LoopedTransformer
+    from depthbench.serving.batching import Batching
     from depthbench.serving.engine import Engine
     from depthbench.serving.kvcache import SlotView
-    from depthbench.serving.scheduler import Scheduler, resolve_knobs
+    from depthbench.serving.scheduler import Scheduler
     from depthbench.serving.workload import random_workload
     flat = SlotView.extend
     torch.manual_seed(0)
     model = LoopedTransformer(model_preset("small").replace(d_model=512, vocab_size=256)).eval()
-    cfg = resolve_knobs(ServeConfig(random="small", exit="trace:8", requests=128), "cpu")
+    cfg = ServeConfig(random="small", exit="trace:8", requests=128)
+    b = Batching.of(cfg).resolved("cpu", cfg.requests)
     crit = parse_exit(cfg.exit, 1, 16, seed=0)
     reqs = random_workload(256, cfg.requests, 8, 32, 0)
     secs, outs = {"flat": [], "5d": []}, {}
     for _ in range(args.rounds):
         for name, fn in (("5d", extend_5d), ("flat", flat)):
             SlotView.extend = fn
-            eng = Engine(model, crit, "depth_indexed", cfg.pool, 41)
-            sched = Scheduler(eng, "cdb", cfg.width, cfg.admit_min, cfg.min_coda_batch,
-                              cfg.coda_wait, cfg.pool)
+            eng = Engine(model, crit, "depth_indexed", b.pool, 41)
+            sched = Scheduler(eng, "cdb", b)
             t = time.perf_counter()
             done = sched.run([q.fresh() for q in reqs])
             secs[name].append(time.perf_counter() - t)

@@ -35,7 +35,7 @@ COMMAND = ["depthbench", "serve-bench", "--random", "small", "--set", "d_model=5
            "--json"]
 # name -> (what it is, the knobs it adds to the command)
 SETTINGS = {
-    "defaults": ("the CLI's defaults on a CPU (scheduler.knob_defaults: coda batch 3 width/2, "
+    "defaults": ("the CLI's defaults on a CPU (batching.knob_defaults: coda batch 3 width/2, "
                  "pool 3 width, admit at 3 width/4 free rows, coda wait 16)", []),
     "gpu-defaults": ("the GPU's defaults run on the CPU (coda batch width/2, pool width + coda "
                      "batch, admit width/8, coda wait 4): the CLI's defaults before they were "

@@ -189,7 +189,7 @@ class ServeConfig(PlainConfig):
     kv_policy: str = "depth_indexed"
     width: int = 64                # rows per core launch at most
     pool: int = 0                  # cdb: requests resident at once (0: the device's default,
-                                   # scheduler.knob_defaults; GPU width + min_coda_batch)
+                                   # batching.knob_defaults; GPU width + min_coda_batch)
     requests: int = 256
     rate: float = 0.0              # requests/s (Poisson arrivals); 0: all at t = 0 (offline)
     concurrency: int = 0           # a closed loop: at most this many requests in flight, each

@@ -200,9 +200,10 @@ class DepthbenchLM(TemplateLM):
                     break
                 ctx = torch.cat([ctx, nxt.view(1, 1)], dim=1)
             return toks
+        from depthbench.serving.batching import Batching
         from depthbench.serving.scheduler import Request, Scheduler
         req = Request(0, ids, n_new, stop_token=self.vocab.eos)
-        Scheduler(self.engine, "batch1", 1).run([req])
+        Scheduler(self.engine, "batch1", Batching(1)).run([req])
         return req.output
 
 

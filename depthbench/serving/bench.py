@@ -19,15 +19,15 @@ from depthbench.exits import ExitCriterion
 from depthbench.models.looped import LoopedTransformer
 from depthbench.rows import row_paths
 from depthbench.runtime import hold_freed_memory
+from depthbench.serving.batching import Batching
 from depthbench.serving.bound import sweep, withheld_reason
 from depthbench.serving.calibrate import fit_profile, machine
 from depthbench.serving.compare import compare_modes
 from depthbench.serving.engine import Engine
 from depthbench.serving.profile import ProfileCosts
 from depthbench.serving.result import Comparison
-from depthbench.serving.scheduler import engine_rows, prompt_slots, resolve_knobs
 from depthbench.serving.sim import SimEngine
-from depthbench.serving.workload import Request, with_arrivals
+from depthbench.serving.workload import Request
 
 
 def serve_bench(model: LoopedTransformer, requests: list[Request], cfg: ServeConfig,
@@ -36,8 +36,7 @@ def serve_bench(model: LoopedTransformer, requests: list[Request], cfg: ServeCon
     crit, full = cfg.criterion, ExitCriterion.fixed(cfg.max_depth)
     crit.check_model(model.shape)
     crit.check_covers([q.id for q in requests])
-    cfg = resolve_knobs(cfg, next(model.parameters()).device.type)
-    requests = with_arrivals(requests, cfg.rate, cfg.seed)
+    b = Batching.of(cfg).resolved(next(model.parameters()).device.type, len(requests))
     max_len = max(len(q.prompt) + q.max_new_tokens for q in requests) + 1
     if max_len > model.shape.max_seq_len:
         raise UserError(f"prompts plus --max-new-tokens need {max_len} positions, more than the "
@@ -46,27 +45,27 @@ def serve_bench(model: LoopedTransformer, requests: list[Request], cfg: ServeCon
     hold_freed_memory()   # a launch's cost must not depend on what was allocated before it
 
     def warm():
-        warm_memory(model, requests, max(cfg.pool, cfg.width), cfg.kv_policy)
+        warm_memory(model, requests, b.pool, cfg.kv_policy)
 
     warm()
-    profile, fit = machine_profile(model, requests, cfg, full, max_len, progress)
+    profile, fit = machine_profile(model, requests, cfg, b, full, max_len, progress)
 
     def engines(mode, c):   # launches recorded: the static reference levels the bound's costs
-        return lambda clock=None: Engine(model, crit, c.kv_policy, engine_rows(mode, c), max_len,
-                                         clock=clock, n_prompt_slots=prompt_slots(mode, c),
+        return lambda clock=None: Engine(model, crit, cfg.kv_policy, c.rows(mode), max_len,
+                                         clock=clock, n_prompt_slots=c.prompt_slots(mode),
                                          record=True)
 
     def priced(mode, c):   # full-depth candidates, priced on the fitted profile
-        return lambda clock=None: SimEngine(model.shape, full, c.kv_policy, engine_rows(mode, c),
+        return lambda clock=None: SimEngine(model.shape, full, cfg.kv_policy, c.rows(mode),
                                             max_len, profile, clock=clock,
-                                            n_prompt_slots=prompt_slots(mode, c))
+                                            n_prompt_slots=c.prompt_slots(mode))
 
     costs = ProfileCosts(model.shape, profile, cfg.max_depth,
                          float(np.mean([len(q.prompt) for q in requests])))
-    res = compare_modes(engines, model.shape, requests, cfg, seq_len_for_flops, costs, progress,
-                        side, priced, level=True, warm=warm)
+    res = compare_modes(engines, model.shape, requests, cfg, b, seq_len_for_flops, costs,
+                        progress, side, priced, level=True, warm=warm)
     return replace(res, profile=profile.to_toml(), fit_r2=fit["r2"], fit_error=fit["rel_rmse"]
-                   ).withheld(withheld_reason(fit, cfg.rate, cfg.concurrency, cfg.width))
+                   ).withheld(withheld_reason(fit, cfg.rate, b.concurrency, b.width))
 
 
 def warm_memory(model, requests: list[Request], rows: int, kv_policy: str) -> None:
@@ -81,15 +80,15 @@ def warm_memory(model, requests: list[Request], rows: int, kv_policy: str) -> No
     Engine(model, full, kv_policy, n, len(prompts[0]) + 1).prefill(list(range(n)), prompts)
 
 
-def machine_profile(model, requests: list[Request], cfg: ServeConfig, full: ExitCriterion,
-                    max_len: int, log=None):
+def machine_profile(model, requests: list[Request], cfg: ServeConfig, b: Batching,
+                    full: ExitCriterion, max_len: int, log=None):
     """This machine's launch costs for the bound: ``bound.sweep`` of full-depth serving
-    (``full``) on the real engine, fitted (``profile.fit_profile``) whatever modes are compared;
-    and how well the fit explains them (``fit_profile``'s info: per stage R^2 and relative
-    error)."""
+    (``full``) on the real engine up to the width and pool of ``b``, fitted
+    (``profile.fit_profile``) whatever modes are compared; and how well the fit explains them
+    (``fit_profile``'s info: per stage R^2 and relative error)."""
     dev = next(model.parameters())
     runs = sweep(lambda w: Engine(model, full, cfg.kv_policy, w, max_len, record=True),
-                 requests, cfg.width, cfg.pool, log)
+                 requests, b.width, b.pool, log)
     prof, info = fit_profile(model.shape, runs, cfg, dev.element_size(), dev.device.type,
                              source=f"the width sweep of full-depth serving on {machine()}")
     return prof, info

@@ -170,6 +170,7 @@ def sweep(make_engine, requests, width: int, pool: int, log=None) -> list[tuple]
     8 new tokens each, in three batches below the width (prefill launches enough to fit even for
     a handful of requests). Per width (``serving.calibrate.fit_profile``'s runs): (``Served``,
     launch records, engine stats)."""
+    from depthbench.serving.batching import Batching
     from depthbench.serving.scheduler import Scheduler
     from depthbench.serving.workload import Request
     runs, n = [], len(requests)
@@ -179,7 +180,7 @@ def sweep(make_engine, requests, width: int, pool: int, log=None) -> list[tuple]
         reqs = [Request(j, list(q.prompt), min(q.max_new_tokens, cap))
                 for j, q in enumerate(requests[k % n] for k in range(w * batches))]
         eng = make_engine(w)
-        sched = Scheduler(eng, "static_lockstep", w)
+        sched = Scheduler(eng, "static_lockstep", Batching(w))
         t0 = eng.clock.now()
         sched.run(reqs)
         res = Served(eng.clock.now() - t0, sum(len(q.output) for q in reqs))

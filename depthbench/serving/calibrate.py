@@ -6,6 +6,7 @@ and the cost model of ``serve-bench``'s bound on the CPU."""
 from __future__ import annotations
 
 import platform
+from dataclasses import replace
 
 import numpy as np
 
@@ -73,34 +74,35 @@ def measure(model, cfg: SimConfig, modes=(), widths=()) -> dict[tuple[int, str],
     (width, mode) its (result, records, engine stats). batch1 runs on its own over a sixteenth
     of the requests (at least 8): its rate does not depend on how many there are."""
     from depthbench.runtime import hold_freed_memory
+    from depthbench.serving.batching import Batching
     from depthbench.serving.compare import run_side_by_side
     from depthbench.serving.engine import Engine
-    from depthbench.serving.scheduler import engine_rows, prompt_slots, resolve_knobs
     from depthbench.serving.workload import workload
 
     hold_freed_memory()
     dev = next(model.parameters()).device.type
     crit = cfg.criterion
-    reqs = workload(cfg, vocab_size=model.cfg.vocab_size)
+    reqs = workload(cfg.replace(rate=0), vocab_size=model.cfg.vocab_size)   # saturated
     max_len = max(len(q.prompt) + q.max_new_tokens for q in reqs) + 1
     engs: dict[tuple[int, str], Engine] = {}
 
     def entry(width, mode):
-        c = resolve_knobs(cfg.replace(width=width), dev)
+        c = replace(Batching.of(cfg), width=width).resolved(dev, cfg.requests)
 
         def make(clock=None):
-            engs[width, mode] = Engine(model, crit, c.kv_policy, engine_rows(mode, c), max_len,
+            engs[width, mode] = Engine(model, crit, cfg.kv_policy, c.rows(mode), max_len,
                                        record=True, clock=clock,
-                                       n_prompt_slots=prompt_slots(mode, c))
+                                       n_prompt_slots=c.prompt_slots(mode))
             return engs[width, mode]
         return mode, c, make
 
     keys = [(w, m) for w in widths or (cfg.width,) for m in modes or cfg.modes]
-    ran = run_side_by_side({k: entry(*k) for k in keys if not MODES[k[1]].one_row}, reqs,
+    ran = run_side_by_side({k: entry(*k) for k in keys if not MODES[k[1]].one_row}, reqs, cfg,
                            cfg.interleave)
     for k in keys:
         if MODES[k[1]].one_row:
-            ran |= run_side_by_side({k: entry(*k)}, reqs[: max(8, cfg.requests // 16)], False)
+            ran |= run_side_by_side({k: entry(*k)}, reqs[: max(8, cfg.requests // 16)], cfg,
+                                    False)
     out = {}
     for k in keys:
         res, done = ran[k]

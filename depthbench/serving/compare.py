@@ -25,10 +25,11 @@ import numpy as np
 from depthbench.config import MODES, ServeConfig, shape_of
 from depthbench.console import progress_bar
 from depthbench.flops import FlopModel
+from depthbench.serving.batching import KNOBS, Batching
 from depthbench.serving.bound import mode_bounds
 from depthbench.serving.executor import STAGES, TurnClock
-from depthbench.serving.result import KNOBS, Comparison, ModeResult
-from depthbench.serving.scheduler import make_scheduler, resolve_knobs
+from depthbench.serving.result import Comparison, ModeResult
+from depthbench.serving.scheduler import Scheduler
 from depthbench.serving.workload import Request
 
 
@@ -67,11 +68,13 @@ def latencies(done: list[Request], wall: float, slo_ttft_ms: float = 0.0,
             "slo_attainment": len(good) / len(done) if done else None}
 
 
-def run_side_by_side(entries: dict, requests: list[Request],
+def run_side_by_side(entries: dict, requests: list[Request], cfg: ServeConfig,
                      interleave: bool = True, warm=None) -> dict:
-    """Each entry ``key: (mode, cfg, make_engine)`` (an executor factory taking a clock or None: the
-    real ``Engine`` or the simulator's) serves ``requests`` on a fresh engine, timed by the
-    engine's clock: per key the mode's result and the requests served. With ``interleave`` the
+    """Each entry ``key: (mode, batching, make_engine)`` (a ``Batching``; an executor factory
+    taking a clock or None: the real ``Engine`` or the simulator's) serves ``requests`` on a
+    fresh engine, timed by the engine's clock, after ``cfg.warmup_requests`` untimed ones on
+    another; per key the mode's result (depths counted to ``cfg.max_depth``, goodput under its
+    SLOs) and the requests served. With ``interleave`` the
     entries run side by side, one scheduler step (a core launch and what precedes it) at a time,
     each step going to the entry with the fewest tokens emitted so far, each engine on a
     ``TurnClock`` that runs only during its own steps: the entries start and finish together, so
@@ -79,14 +82,14 @@ def run_side_by_side(entries: dict, requests: list[Request],
     simulator; CUDA, where a launch outlives its step) one after another. ``warm()`` runs once
     the engines exist, before any timed step (``serving.bench.warm_memory``)."""
     def prepare(key):
-        mode, cfg, make = entries[key]
+        mode, batching, make = entries[key]
         if cfg.warmup_requests:  # first-call allocations and kernel selection stay out of the timing
-            make_scheduler(make(), mode, cfg).run([q.fresh() for q in requests[: cfg.warmup_requests]])
+            Scheduler(make(), mode, batching).run([q.fresh() for q in requests[: cfg.warmup_requests]])
         eng = make(TurnClock() if interleave else None)
-        sched, reqs = make_scheduler(eng, mode, cfg), [q.fresh() for q in requests]
-        return sched, cfg, reqs, sched.steps(reqs)
+        sched, reqs = Scheduler(eng, mode, batching), [q.fresh() for q in requests]
+        return sched, reqs, sched.steps(reqs)
 
-    def result(sched, cfg, reqs):   # the engine (and its KV store) is dropped after this
+    def result(sched, reqs):   # the engine (and its KV store) is dropped after this
         done = sorted(reqs, key=lambda q: q.id)
         return mode_result(sched.mode, cfg, done, sched.engine, sched.now(), sched.width,
                            sched.t0, sched.preemptions), done
@@ -96,11 +99,11 @@ def run_side_by_side(entries: dict, requests: list[Request],
     with progress_bar(total, "serve", "tokens") as bar:   # outside every timed step
         if not interleave:   # one engine at a time: no more memory than the largest mode needs
             for key in entries:
-                sched, cfg, reqs, steps = prepare(key)
+                sched, reqs, steps = prepare(key)
                 if warm:
                     warm()
                 deque(steps, maxlen=0)   # run every step
-                out[key] = result(sched, cfg, reqs)
+                out[key] = result(sched, reqs)
                 bar.update(sched.emitted)
             return out
         live = {key: prepare(key) for key in entries}
@@ -108,14 +111,14 @@ def run_side_by_side(entries: dict, requests: list[Request],
             warm()
         while live:
             key = min(live, key=lambda k: live[k][0].emitted)
-            sched, cfg, reqs, steps = live[key]
+            sched, reqs, steps = live[key]
             before = sched.emitted
             sched.clock.resume()
             try:
                 next(steps)
             except StopIteration:
                 del live[key]
-                out[key] = result(sched, cfg, reqs)
+                out[key] = result(sched, reqs)
             finally:
                 sched.clock.pause()
             bar.update(sched.emitted - before)
@@ -173,64 +176,61 @@ def steady_state(times: list[float], trim: float = 0.1) -> dict:
             "steady_window_s": float(hi - lo)}
 
 
-def knob_label(mode: str, cfg) -> str:
-    """A full-depth candidate's name: its mode and the knobs it ran with."""
-    if mode == "static_lockstep":
-        return f"static_lockstep width={cfg.width}"
-    return "static " + " ".join(f"{k}={getattr(cfg, k)}" for k in KNOBS)
-
-
-def baseline_candidates(cfg) -> dict[str, tuple[str, object]]:
-    """Full-depth serving's knob sets, by ``knob_label``: ``static`` at the comparison's knobs
-    (cdb's; first), at each device kind's defaults, with the coda every iteration, each with and
-    without the comparison's chunked prefill, and ``static_lockstep``."""
-    sets = [cfg]
+def baseline_candidates(b: Batching, requests: int) -> dict[str, tuple[str, Batching]]:
+    """Full-depth serving's knob sets, by ``Batching.label``: ``static`` at the comparison's
+    knobs ``b`` (cdb's, resolved; first), at each device kind's defaults, with the coda every
+    iteration, each with and without the comparison's chunked prefill, and ``static_lockstep``
+    (no more rows than ``requests``)."""
+    sets = [b]
     for dev in ("cpu", "cuda"):
-        sets.append(resolve_knobs(cfg.replace(**{k: 0 for k in KNOBS[:4]}), dev))
-    sets.append(cfg.replace(min_coda_batch=1, coda_wait=1))
-    sets += [c.replace(prefill_chunk=0) for c in sets if c.prefill_chunk]
-    out = {knob_label("static", c): ("static", c) for c in sets}
-    out[knob_label("static_lockstep", cfg)] = ("static_lockstep", cfg)
+        sets.append(replace(b, **{k: 0 for k in KNOBS[:4]}).resolved(dev, requests))
+    sets.append(replace(b, min_coda_batch=1, coda_wait=1))
+    sets += [replace(c, prefill_chunk=0) for c in sets if c.prefill_chunk]
+    out = {c.label("static"): ("static", c) for c in sets}
+    out[b.label("static_lockstep")] = ("static_lockstep", b)
     return out
 
 
-def pick_baseline(candidates: dict, requests: list[Request], engines) -> tuple[str, dict, dict]:
-    """The fastest candidate on ``engines(mode, cfg)`` (priced executors: the simulator, on a
-    given or fitted profile) over ``requests``, every candidate's tokens/s, and every
+def pick_baseline(candidates: dict, requests: list[Request], cfg: ServeConfig,
+                  engines) -> tuple[str, dict, dict]:
+    """The fastest candidate on ``engines(mode, batching)`` (priced executors: the simulator,
+    on a given or fitted profile) over ``requests``, every candidate's tokens/s, and every
     candidate's run (``run_side_by_side``'s (result, requests served))."""
-    runs = {label: run_side_by_side({label: (mode, cfg.replace(warmup_requests=0),
-                                             engines(mode, cfg))}, requests, False)[label]
-            for label, (mode, cfg) in candidates.items()}
+    cold = cfg.replace(warmup_requests=0)
+    runs = {label: run_side_by_side({label: (mode, b, engines(mode, b))}, requests, cold,
+                                    False)[label]
+            for label, (mode, b) in candidates.items()}
     tps = {label: res.tokens_per_s for label, (res, _) in runs.items()}
     return max(tps, key=tps.get), tps, runs
 
 
-def compare_modes(engines, mcfg, requests: list[Request], cfg: ServeConfig, seq_len_for_flops: int,
-                  costs, progress=None, interleave: bool = False, priced=None,
-                  level: bool = False, warm=None) -> Comparison:
-    """Every mode of ``cfg`` over the same requests (``engines(mode, cfg)`` makes a fresh
-    engine; ``interleave``: side by side, see ``run_side_by_side``), beside ``static`` at the
-    comparison's knobs and full-depth serving at its best knobs (``baseline_candidates``,
-    chosen on ``priced(mode, cfg)``, the simulator on a profile, or on ``engines`` where those
-    are priced already), with each mode's bound under ``costs`` (``bound.Costs``) and whether
+def compare_modes(engines, mcfg, requests: list[Request], cfg: ServeConfig, batching: Batching,
+                  seq_len_for_flops: int, costs, progress=None, interleave: bool = False,
+                  priced=None, level: bool = False, warm=None) -> Comparison:
+    """Every mode of ``cfg`` over the same requests at the knobs ``batching`` (resolved;
+    ``engines(mode, batching)`` makes a fresh engine; ``interleave``: side by side, see
+    ``run_side_by_side``), beside ``static`` at those knobs and full-depth serving at its best
+    knobs (``baseline_candidates``, chosen on ``priced(mode, batching)``, the simulator on a
+    profile, or on ``engines`` where those are priced already), with each mode's bound under
+    ``costs`` (``bound.Costs``) and whether
     the adaptive modes agree. ``mcfg``: a model config or any looped model's shape. ``level``:
     fitted ``costs`` are leveled (``ProfileCosts.leveled``) on ``static``'s launches, which
     must then be recorded (``record=True``); ``warm``: see ``run_side_by_side``."""
     shape = shape_of(mcfg)
     fm = FlopModel.of_shape(shape, seq_len_for_flops)
     fm_params = FlopModel.of_shape(shape, 0)   # parameters only, the paper's convention
-    cands = baseline_candidates(cfg)
-    best, tried, runs = pick_baseline(cands, requests, priced or engines)
-    keys = {m: (m, cfg) for m in cfg.modes}
-    keys.setdefault("static", ("static", cfg))
-    if best != knob_label("static", cfg):
+    cands = baseline_candidates(batching, len(requests))
+    best, tried, runs = pick_baseline(cands, requests, cfg, priced or engines)
+    keys = {m: (m, batching) for m in cfg.modes}
+    keys.setdefault("static", ("static", batching))
+    if best != batching.label("static"):
         keys["full_depth"] = cands[best]
     # where the candidates ran on ``engines`` themselves (priced, so a rerun gives the same
     # run), static and the baseline are taken from there instead of run again
-    kept = {} if priced else {"static": runs[knob_label("static", cfg)], "full_depth": runs[best]}
+    kept = {} if priced else {"static": runs[batching.label("static")], "full_depth": runs[best]}
     kept = {k: v for k, v in kept.items() if k in keys}
-    fresh = run_side_by_side({k: (m, c, engines(m, c)) for k, (m, c) in keys.items()
-                              if k not in kept}, requests, interleave, warm)
+    fresh = run_side_by_side({k: (m, b, engines(m, b)) for k, (m, b) in keys.items()
+                              if k not in kept}, requests, cfg, interleave, warm)
     ran = {k: kept[k] if k in kept else fresh[k] for k in keys}
     if progress:
         progress(", ".join(keys))
@@ -241,22 +241,21 @@ def compare_modes(engines, mcfg, requests: list[Request], cfg: ServeConfig, seq_
                                      mode="full_depth", baseline=best)
     done = {k: d for k, (_, d) in ran.items()}
     done.setdefault("full_depth", done["static"])
-    n_max = (cfg.width, max(c.pool for _, c in cands.values()),
-             max(c.prefill_chunk for _, c in cands.values()))
+    n_max = (batching.width, max(b.pool for _, b in cands.values()),
+             max(b.prefill_chunk for _, b in cands.values()))
     results = {}
     for k, r in measured.items():
         ran_with = keys.get(k, keys["static"])[1]   # the knobs this mode ran with, resolved
-        results[k] = replace(r, records=None, bounds=mode_bounds(
+        results[k] = replace(r, records=None, knobs=ran_with.knobs(), bounds=mode_bounds(
             r, done[k], measured["full_depth"], measured["static"], fm, fm_params, cfg.max_depth,
-            costs, n_max), knobs={"width": ran_with.width,
-                                  **{knob: getattr(ran_with, knob) for knob in KNOBS}})
+            costs, n_max))
     same = None
     adaptive = [m for m in cfg.modes if MODES[m].exits]
     if len(adaptive) > 1:
         ref = [q.output for q in done[adaptive[0]]]
         same = all([q.output for q in done[m]] == ref for m in adaptive[1:])
     return Comparison(
-        config=cfg.to_dict(), exit=cfg.exit, results=list(results.values()),
+        config=cfg.replace(**batching.knobs()).to_dict(), exit=cfg.exit, results=list(results.values()),
         adaptive_modes_agree=same, f0=fm.f0, fr=fm.fr, baseline=best, baseline_candidates=tried,
         costs=getattr(costs, "source", ""),
         outputs={m: [q.output for q in d] for m, d in done.items()},

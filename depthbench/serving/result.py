@@ -6,9 +6,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields, replace
 
-# the per-mode knobs a result records beside its width (``compare.KNOBS``)
-KNOBS = ("admit_min", "min_coda_batch", "coda_wait", "pool", "prefill_chunk")
-
 # nested readings and the serve columns they flatten to: {"p50": x} -> ttft_p50_ms = x
 FLAT = {"ttft_ms": "ttft_{}_ms", "itl_ms": "itl_{}_ms", "tpot_ms": "tpot_{}_ms",
         "e2e_ms": "e2e_{}_ms", "norm_latency_ms": "norm_latency_{}_ms", "time_split": "time_{}",
@@ -46,7 +43,7 @@ class ModeResult:
     """One mode's run: throughput, latencies (``compare.latencies``: nested percentiles and the
     request rates), exit depths, launches, padding, KV, recall, the time split by stage and the
     steady-state window; once compared, its ``bounds``, the ``knobs`` it ran with (width and
-    ``KNOBS``), why a bound is withheld (``bound_note``) and, for full-depth serving, the
+    ``batching.KNOBS``), why a bound is withheld (``bound_note``) and, for full-depth serving, the
     candidate that ``baseline`` names. ``records``: the engine's launches, where it records them
     (not part of the result's record)."""
     mode: str

@@ -1,5 +1,5 @@
-"""The batching policy: what runs next, and the knobs it runs with. The engine executes; this
-decides. Its requests are ``workload.Request``s.
+"""The batching policy: what runs next. The engine executes; this decides. Its requests are
+``workload.Request``s; the knobs it runs with, a ``batching.Batching``.
 
 Modes (all over the same requests):
     static     the baseline: cdb's scheduling (resident pool, coda batching) with every token at
@@ -28,123 +28,33 @@ import itertools
 from collections import deque
 from collections.abc import Iterator
 
-from depthbench.config import MODES, ServeConfig, kv_layout
+from depthbench.config import MODES
 from depthbench.errors import UserError
+from depthbench.serving.batching import Batching
 from depthbench.serving.executor import Executor
 from depthbench.serving.workload import Request, Status
 
 
-def knob_defaults(width: int, device_type: str = "cuda", min_coda_batch: int = 0) -> dict:
-    """The batching knobs a ``0`` (or None) stands for, per device kind; the pool's default
-    holds ``min_coda_batch`` (given or default) more requests than a core launch takes, so the
-    tokens waiting for the coda leave no place in a launch empty.
-
-    On a GPU a launch of a few rows costs nearly what a full one does (it reads every weight of
-    its layers), so the coda runs once width/2 exited tokens wait (or the oldest has waited 4
-    core launches), newcomers are admitted once width/8 rows are free, and the pool is width +
-    coda batch. On a CPU each launch carries a fixed host cost that a larger, rarer coda or
-    prefill launch spreads over more tokens: coda batch 3 width/2, admission at 3 width/4 free
-    rows, a coda wait of 16 launches, a pool of at least 3 width (``benchmarks/serve_cpu.py``
-    measures both sets on the CPU)."""
-    w = max(1, width)
-    if device_type == "cpu":
-        mcb = min_coda_batch or max(1, 3 * w // 2)
-        return {"admit_min": max(1, 3 * w // 4), "min_coda_batch": mcb, "coda_wait": 16,
-                "pool": max(3 * w, w + mcb)}
-    mcb = min_coda_batch or max(1, w // 2)
-    return {"admit_min": max(1, w // 8), "min_coda_batch": mcb, "coda_wait": 4, "pool": w + mcb}
-
-
-def chunk_default(width: int, device_type: str = "cuda") -> int:
-    """Chunked prefill's default (``prefill_chunk`` -1, auto): a prefill launch per admission on
-    every device. On the simulated H100 (``benchmarks/chunk_default.py``: two shapes, prompts of
-    8 to 2,048 tokens, chunks of 128 to 8,192 prompt tokens per core launch) prefill launches
-    are the fastest for cdb at every prompt length, or within 1% of the fastest, and keep it
-    1.11-1.37x of full-depth serving; chunks read 0.06-0.13x at prompts of 1,024 tokens and
-    more, where the earlier default (2 width) lost at 9 of 10 workloads with prompts of 128 or
-    more. Chunked prefill stays a knob (``--prefill-chunk C``)."""
-    return 0
-
-
-def cdb_sizes(width: int, min_coda_batch: int = 0, pool: int = 0,
-              device_type: str = "cuda") -> tuple[int, int]:
-    """cdb's coda batch and pool (0: ``knob_defaults``); the pool never holds fewer rows than a
-    core launch takes."""
-    d = knob_defaults(width, device_type, min_coda_batch)
-    return d["min_coda_batch"], max(width, pool or d["pool"])
-
-
-def resolve_knobs(cfg, device_type: str):
-    """``cfg`` (a ServeConfig or SimConfig) with each batching knob left at 0 set to the default
-    for ``device_type`` (``scheduler.knob_defaults``), so the result records what ran."""
-    d = knob_defaults(cfg.width, device_type, cfg.min_coda_batch)
-    cfg = cfg.replace(**{k: getattr(cfg, k) or v for k, v in d.items()})
-    # no engine holds more rows than there are requests (engine_rows), nor takes more into a
-    # launch: the record names the width and pool that ran
-    cfg = cfg.replace(width=min(cfg.width, cfg.requests), pool=min(cfg.pool, cfg.requests))
-    if cfg.prefill_chunk < 0:   # auto; a KV layout that cannot split a prompt keeps launches
-        cfg = cfg.replace(prefill_chunk=chunk_default(cfg.width, device_type)
-                          if splits_prompts(cfg) else 0)
-    return cfg
-
-
-def engine_rows(mode: str, cfg: ServeConfig) -> int:
-    """KV rows an engine needs for ``mode``: 1 for batch1, cdb's pool (cdb and static), else
-    the width."""
-    if MODES[mode].one_row:
-        return 1
-    rows = (cdb_sizes(cfg.width, cfg.min_coda_batch, cfg.pool)[1] if MODES[mode].pooled
-            else cfg.width)
-    return min(rows, cfg.requests)  # never more KV rows than requests
-
-
-def prompt_slots(mode: str, cfg: ServeConfig) -> int:
-    """Prompt-token work items an engine needs for ``mode``: the prefill chunk in the pooled
-    modes (chunked prefill), else none."""
-    return max(0, cfg.prefill_chunk) if MODES[mode].pooled else 0   # auto unresolved: off
-
-
-def splits_prompts(cfg: ServeConfig) -> bool:
-    """Whether chunked prefill may split a prompt across launches: where the KV layout keeps
-    every loop's keys, a later chunk reads an earlier one as a whole-prompt prefill does."""
-    n_private, shared, _ = kv_layout(cfg.kv_policy, cfg.max_depth)
-    return n_private == cfg.max_depth and not shared
-
-
-def make_scheduler(eng, mode: str, cfg: ServeConfig) -> Scheduler:
-    return Scheduler(eng, mode, 1 if MODES[mode].one_row else cfg.width, cfg.admit_min,
-                     cfg.min_coda_batch, cfg.coda_wait, cfg.pool, prompt_slots(mode, cfg),
-                     splits_prompts(cfg), cfg.concurrency)
-
-
 class Scheduler:
-    def __init__(self, engine: Executor, mode: str, width: int, admit_min: int | None = None,
-                 min_coda_batch: int | None = None, coda_wait: int | None = None,
-                 pool: int | None = None, prefill_chunk: int = 0, split_prompts: bool = True,
-                 concurrency: int = 0):
+    def __init__(self, engine: Executor, mode: str, batching: Batching):
         assert mode in MODES
+        # the knobs as this mode runs them, their defaults the executor's device kind's
+        # (``Batching.for_mode``). Rows free up one or two at a time; prefilling each newcomer
+        # alone costs more than the decode it enables (a prefill reads every weight max_depth
+        # times), so while work is in flight new requests are admitted once ``admit_min`` rows
+        # are free (or all arrived requests fit). Every mode admits this way, so the baseline
+        # pays what cdb pays. cdb keeps more requests resident than a core launch takes (the
+        # pool): tokens waiting for the coda or for admission then leave no place in a launch
+        # empty.
+        self.batching = b = batching.for_mode(mode, engine.device_type)
+        self.engine, self.mode, self.clock = engine, mode, engine.clock
+        self.width, self.min_coda_batch, self.coda_wait = b.width, b.min_coda_batch, b.coda_wait
+        self.pool = min(b.pool, engine.n_rows)   # the executor's KV rows
+        self.admit_min = min(b.admit_min, self.pool)   # never more free rows than there are
         # a closed loop of ``concurrency`` clients (0: none): a request is sent when its
         # arrival time has come and one of the clients is free, i.e. an earlier request finished
-        self.concurrency = concurrency
+        self.concurrency = b.concurrency
         self.held: deque[Request] = deque()
-        self.engine, self.mode, self.clock = engine, mode, engine.clock
-        self.width = 1 if MODES[mode].one_row else width
-        cdb = MODES[mode].pooled
-        # rows free up one or two at a time; prefilling each newcomer alone costs more than
-        # the decode it enables (a prefill reads every weight max_depth times), so while work is
-        # in flight new requests are admitted once ``admit_min`` rows are free (or all arrived
-        # requests fit). Every mode admits this way, so the baseline pays what cdb pays.
-        # The defaults (``knob_defaults``) are the executor's device kind's.
-        dev = engine.device_type
-        self.admit_min = admit_min or knob_defaults(self.width, dev)["admit_min"]
-        self.min_coda_batch, pool = (cdb_sizes(self.width, min_coda_batch or 0, pool or 0, dev)
-                                     if cdb else (1, 0))
-        self.coda_wait = coda_wait or (knob_defaults(self.width, dev)["coda_wait"] if cdb else 1)
-        # cdb keeps more requests resident than a core launch takes: tokens waiting for the
-        # coda or for admission then leave no place in a launch empty
-        self.pool = pool if cdb else self.width
-        self.pool = min(self.pool, engine.n_rows)   # the executor's KV rows
-        self.admit_min = min(self.admit_min, self.pool)   # never more free rows than there are
         self.rows_free = list(range(self.pool))[::-1]
         self.active: dict[int, Request] = {}
         self.waiting: deque[Request] = deque()
@@ -152,11 +62,10 @@ class Scheduler:
         # tokens, at most ``prefill_chunk`` of them in flight at once, a prompt split across
         # launches where ``split_prompts`` (KV layouts that keep every loop's keys, where a
         # later chunk reads an earlier one exactly as a whole-prompt prefill would)
-        # a chunk left at auto (-1) is resolved by ``resolve_knobs``; unresolved it is off
-        self.chunk = max(0, prefill_chunk) if cdb else 0
+        self.chunk = b.prefill_chunk
         assert not self.chunk or self.chunk <= engine.n_prompt_slots, \
             "the executor has too few prompt slots"
-        self.split_prompts = split_prompts
+        self.split_prompts = b.split_prompts
         self.slots_free = (list(range(engine.n_rows, engine.n_rows + self.chunk))[::-1]
                            if self.chunk else [])
         self.prompt_q: deque[list] = deque()     # [request, next prompt position to start]

@@ -139,16 +139,16 @@ class SimEngine(HostState):
 
 def simulate(cfg: SimConfig, profile: Profile, mcfg: ModelConfig | None = None) -> Comparison:
     """Every mode of ``cfg`` on ``profile``: serve-bench's result (rows, bounds, speedups)."""
+    from depthbench.serving.batching import Batching
     from depthbench.serving.compare import compare_modes
-    from depthbench.serving.scheduler import engine_rows, prompt_slots, resolve_knobs
-    from depthbench.serving.workload import with_arrivals, workload
+    from depthbench.serving.workload import workload
     if mcfg is None and cfg.model:
         from depthbench.loading import load_shape
         mcfg = load_shape(cfg.model)
     mcfg = mcfg or cfg.model_config()
-    cfg = resolve_knobs(cfg, profile.device_type)
+    b = Batching.of(cfg).resolved(profile.device_type, cfg.requests)
     crit = cfg.criterion
-    reqs = with_arrivals(workload(cfg, vocab_size=mcfg.vocab_size), cfg.rate, cfg.seed)
+    reqs = workload(cfg, vocab_size=mcfg.vocab_size)
     crit.check_covers([q.id for q in reqs])
     max_len = max(len(q.prompt) + q.max_new_tokens for q in reqs) + 1
 
@@ -163,16 +163,16 @@ def simulate(cfg: SimConfig, profile: Profile, mcfg: ModelConfig | None = None) 
         n_blocks = None
 
     def engines(mode, c):
-        rows = engine_rows(mode, c) if fit is None else min(engine_rows(mode, c), fit)
+        rows = c.rows(mode) if fit is None else min(c.rows(mode), fit)
         return lambda clock=None: SimEngine(
-            mcfg, crit, c.kv_policy, rows, max_len, profile, clock=clock,
-            n_prompt_slots=prompt_slots(mode, c),
+            mcfg, crit, cfg.kv_policy, rows, max_len, profile, clock=clock,
+            n_prompt_slots=c.prompt_slots(mode),
             blocks=BlockPool(n_blocks, cfg.kv_block) if n_blocks else None)
 
     sim = cfg.replace(warmup_requests=0)   # a virtual clock has nothing to warm up
     costs = ProfileCosts(mcfg, profile, cfg.max_depth, float(cfg.prompt_len))
-    res = compare_modes(engines, mcfg, reqs, sim, cfg.prompt_len + (cfg.max_new_tokens or 32),
-                        costs).withheld(withheld_reason(None, cfg.rate, cfg.concurrency, cfg.width))
+    res = compare_modes(engines, mcfg, reqs, sim, b, cfg.prompt_len + (cfg.max_new_tokens or 32),
+                        costs).withheld(withheld_reason(None, cfg.rate, b.concurrency, b.width))
     return replace(res, kv_rows_fit=fit,
                    results=[replace(r, kv_rows_fit=fit) for r in res.results])
 

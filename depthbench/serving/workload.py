@@ -106,13 +106,15 @@ def text_workload(ds, n: int, prompt_len: int, max_new_tokens: int, seed: int,
 
 
 def workload(cfg, ds=None, vocab_size: int = 0) -> list[Request]:
-    """The requests ``cfg`` (a ServeConfig) names: a dataset's (a text dataset's validation
-    prompts, a person dataset's held-out questions) or, with none, random prompts over
-    ``vocab_size`` token ids."""
+    """The requests ``cfg`` (a ServeConfig) names, arriving at its ``rate`` (0: all at t = 0):
+    a dataset's (a text dataset's validation prompts, a person dataset's held-out questions)
+    or, with none, random prompts over ``vocab_size`` token ids."""
     if ds is None:
-        return random_workload(vocab_size, cfg.requests, cfg.prompt_len, cfg.max_new_tokens,
+        reqs = random_workload(vocab_size, cfg.requests, cfg.prompt_len, cfg.max_new_tokens,
                                cfg.seed, cfg.length_spread)
-    if ds.kind == "text":
-        return text_workload(ds, cfg.requests, cfg.prompt_len, cfg.max_new_tokens, cfg.seed,
+    elif ds.kind == "text":
+        reqs = text_workload(ds, cfg.requests, cfg.prompt_len, cfg.max_new_tokens, cfg.seed,
                              cfg.stop_at_eos)
-    return dataset_workload(ds, cfg.requests, cfg.max_new_tokens, cfg.seed, cfg.stop_at_eos)
+    else:
+        reqs = dataset_workload(ds, cfg.requests, cfg.max_new_tokens, cfg.seed, cfg.stop_at_eos)
+    return with_arrivals(reqs, cfg.rate, cfg.seed)

@@ -20,6 +20,7 @@ from depthbench.exits import parse_exit
 from depthbench.flops import FlopModel
 from depthbench.models.config import build
 from depthbench.models.looped import LoopedTransformer
+from depthbench.serving.batching import Batching
 from depthbench.serving.engine import Engine
 from depthbench.serving.kvcache import KV_POLICIES
 from depthbench.serving.scheduler import Request, Scheduler
@@ -170,7 +171,7 @@ def test_static_serving_equals_greedy_generation(served):
     _, m = served
     reqs = _workload(m.shape.vocab_size)
     eng = Engine(m, parse_exit("latent:0.3", max_depth=4), "depth_indexed", 3, 64)
-    for q in Scheduler(eng, "static", 3).run([q.fresh() for q in reqs]):
+    for q in Scheduler(eng, "static", Batching(3)).run([q.fresh() for q in reqs]):
         assert q.output == _greedy(m, q.prompt, 5, 4)
 
 
@@ -183,7 +184,8 @@ def test_every_batching_mode_serves_the_same_tokens_under_every_kv_layout(served
     outs = {}
     for mode in ("batch1", "no_refill", "cdb"):
         eng = Engine(m, parse_exit(spec, max_depth=4), policy, 3, 64)
-        outs[mode] = [(q.output, q.depths) for q in Scheduler(eng, mode, 3).run([q.fresh() for q in reqs])]
+        done = Scheduler(eng, mode, Batching(3)).run([q.fresh() for q in reqs])
+        outs[mode] = [(q.output, q.depths) for q in done]
     assert outs["cdb"] == outs["batch1"] == outs["no_refill"]
 
 

@@ -14,6 +14,7 @@ import torch
 import depthbench
 from depthbench.exits import parse_exit
 from depthbench.models.protocol import padding_mask
+from depthbench.serving.batching import Batching
 from depthbench.serving.engine import Engine
 from depthbench.serving.scheduler import Request, Scheduler
 
@@ -109,7 +110,7 @@ def test_greedy_generations_plain_and_through_the_serving_engine(d):
     reqs = [Request(i, p, len(n)) for i, (p, n) in enumerate(zip(g["prompts"], g["new_tokens"]))]
     for policy in ("depth_indexed", "last_exited"):
         eng = Engine(model, parse_exit(f"fixed:{K}", max_depth=K), policy, 2, 64)
-        done = Scheduler(eng, "static", 2).run([q.fresh() for q in reqs])
+        done = Scheduler(eng, "static", Batching(2)).run([q.fresh() for q in reqs])
         assert [q.output for q in done] == g["new_tokens"]
 
 
@@ -138,7 +139,7 @@ EXIT_RUNS = [("no_refill", 0), ("batch1", 0), ("cdb", 0), ("cdb", 3)]
 
 def _serve_exits(model, spec: str, K: int, policy: str, prompt: list[int], mode: str, chunk: int):
     eng = Engine(model, parse_exit(spec, max_depth=K), policy, 1, 64, n_prompt_slots=chunk)
-    q = Scheduler(eng, mode, 1, prefill_chunk=chunk).run([Request(0, list(prompt), 8)])[0]
+    q = Scheduler(eng, mode, Batching(1, prefill_chunk=chunk)).run([Request(0, list(prompt), 8)])[0]
     return q.output, q.depths
 
 

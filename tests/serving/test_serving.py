@@ -12,6 +12,7 @@ from depthbench.config import ModelConfig, ServeConfig
 from depthbench.exits import ExitSpecError, parse_exit
 from depthbench.flops import FlopModel
 from depthbench.models.looped import LoopedTransformer
+from depthbench.serving.batching import Batching
 from depthbench.serving.bench import serve_bench
 from depthbench.serving.engine import Engine
 from depthbench.serving.executor import WallClock
@@ -45,7 +46,7 @@ def greedy(model, prompt, n, K):
 
 def serve(model, spec, mode, policy="depth_indexed", width=3, max_depth=4, reqs=None, **kw):
     eng = Engine(model, parse_exit(spec, max_depth=max_depth, **kw), policy, width, 64)
-    done = Scheduler(eng, mode, width).run([q.fresh() for q in (reqs or workload())])
+    done = Scheduler(eng, mode, Batching(width)).run([q.fresh() for q in (reqs or workload())])
     return done, eng
 
 
@@ -168,13 +169,13 @@ def test_scheduler_refills_freed_places_at_once_and_respects_width():
     plan = {0: [1, 1, 1], 1: [4, 4, 4], 2: [2, 2, 2], 3: [1, 3, 1]}
     reqs = [Request(i, [i], 4) for i in range(4)]
     eng = FakeEngine(plan)
-    done = Scheduler(eng, "cdb", width=2, pool=2).run(reqs)
+    done = Scheduler(eng, "cdb", Batching(width=2, pool=2)).run(reqs)
     assert all(len(eng.launches[i]) <= 2 for i in range(len(eng.launches)))
     assert [q.depths[1:] for q in done] == [plan[i] for i in range(4)]
     # request 0 finishes after 3 launches; its row is taken by request 2 in the very next launch
     assert eng.launches[:4] == [[0, 1], [0, 1], [0, 1], [0, 1]]
     eng2 = FakeEngine(plan)
-    Scheduler(eng2, "no_refill", width=2).run([q.fresh() for q in reqs])
+    Scheduler(eng2, "no_refill", Batching(width=2)).run([q.fresh() for q in reqs])
     # no_refill: the batch of requests 0 and 1 waits for the depth-4 token each time
     assert eng2.launches[:4] == [[0, 1], [1], [1], [1]]
     assert len(eng2.launches) > len(eng.launches)
@@ -184,7 +185,7 @@ def test_requests_that_finish_mid_batch_free_their_rows():
     plan = {0: [2], 1: [2, 2, 2, 2, 2], 2: [1, 1]}
     reqs = [Request(0, [0], 2), Request(1, [1], 6), Request(2, [2], 3)]
     eng = FakeEngine(plan)
-    done = Scheduler(eng, "cdb", width=2, pool=2).run(reqs)
+    done = Scheduler(eng, "cdb", Batching(width=2, pool=2)).run(reqs)
     assert [len(q.output) for q in done] == [2, 6, 3]
     assert all(q.status.name == "FINISHED" for q in done)
 
@@ -282,7 +283,7 @@ def test_a_coda_queue_and_batched_admission_never_change_outputs(policy, spec):
     reqs = workload(n=9, new=5)
     ref, _ = serve(model, spec, "batch1", policy, width=4, reqs=reqs)
     eng = Engine(model, parse_exit(spec, max_depth=4), policy, 4, 64)
-    done = Scheduler(eng, "cdb", 4, admit_min=3, min_coda_batch=3, coda_wait=2).run(
+    done = Scheduler(eng, "cdb", Batching(4, admit_min=3, min_coda_batch=3, coda_wait=2)).run(
         [q.fresh() for q in reqs])
     assert [(q.output, q.depths) for q in done] == [(q.output, q.depths) for q in ref]
     assert eng.stats.stage["finish"].launches < sum(len(q.output) - 1 for q in done) / 1.5
@@ -323,14 +324,14 @@ def test_a_pool_larger_than_the_width_keeps_launches_within_width_and_outputs_un
     reqs = workload(n=9, new=5)
     ref, _ = serve(model, "trace:2.5", "batch1", width=3, reqs=reqs)
     eng = Engine(model, parse_exit("trace:2.5", max_depth=4), "depth_indexed", 5, 64, record=True)
-    done = Scheduler(eng, "cdb", 3, pool=5).run([q.fresh() for q in reqs])
+    done = Scheduler(eng, "cdb", Batching(3, pool=5)).run([q.fresh() for q in reqs])
     assert [(q.output, q.depths) for q in done] == [(q.output, q.depths) for q in ref]
     core = [r for r in eng.records if r[0] == "core"]
     assert max(r[1] for r in core) == 3
 
 
 def test_default_pool_holds_the_coda_batch_beside_a_full_launch():
-    from depthbench.serving.scheduler import cdb_sizes
+    from depthbench.serving.batching import cdb_sizes
     assert cdb_sizes(64) == (32, 96)
     assert cdb_sizes(64, min_coda_batch=8) == (8, 72)
     assert cdb_sizes(64, pool=70) == (32, 70)
@@ -344,36 +345,41 @@ def test_default_pool_holds_the_coda_batch_beside_a_full_launch():
 
 def test_the_scheduler_takes_its_defaults_from_the_executors_device_kind():
     from depthbench.config import ServeConfig
-    from depthbench.serving.scheduler import engine_rows, knob_defaults, resolve_knobs
+    from depthbench.serving.batching import knob_defaults
     for dev, want in (("cuda", (8, 32, 4, 96)), ("cpu", (48, 96, 16, 192))):
         eng = FakeEngine({})
         eng.device_type, eng.n_rows = dev, 1000
-        s = Scheduler(eng, "cdb", 64)
+        s = Scheduler(eng, "cdb", Batching(64))
         assert (s.admit_min, s.min_coda_batch, s.coda_wait, s.pool) == want
         assert tuple(knob_defaults(64, dev).values()) == want
-        # resolved into the config, so the result records what ran; a given knob is kept
-        c = resolve_knobs(ServeConfig(width=64, coda_wait=3, requests=1000), dev)
+        # resolved once, so the result records what ran; a given knob is kept
+        c = Batching.of(ServeConfig(width=64, coda_wait=3, requests=1000)).resolved(dev, 1000)
         assert (c.admit_min, c.min_coda_batch, c.coda_wait, c.pool) == (*want[:2], 3, want[3])
-        assert engine_rows("cdb", c) == want[3] and engine_rows("no_refill", c) == 64
-        s = Scheduler(eng, "no_refill", 64)   # admission waits for no more rows than it has
+        assert c.rows("cdb") == want[3] and c.rows("no_refill") == 64 and c.rows("batch1") == 1
+        # no more rows in a launch or resident than there are requests
+        few = Batching.of(ServeConfig(width=64, requests=40)).resolved(dev, 40)
+        assert (few.width, few.pool, few.rows("cdb")) == (40, 40, 40)
+        s = Scheduler(eng, "no_refill", Batching(64))   # admission waits for no more rows than it has
         assert (s.pool, s.min_coda_batch, s.coda_wait) == (64, 1, 1) and s.admit_min <= 64
     eng.device_type = "cpu"
-    assert Scheduler(eng, "batch1", 64).admit_min == 1
+    assert Scheduler(eng, "batch1", Batching(64)).admit_min == 1
 
 
 def test_prefill_chunk_auto_is_the_devices_default_and_a_given_chunk_is_kept():
-    from depthbench.serving.scheduler import resolve_knobs
+    def resolved(cfg, dev):
+        return Batching.of(cfg).resolved(dev, cfg.requests)
     auto = ServeConfig(width=64, requests=1000)
     assert auto.prefill_chunk == -1
     # prefill launches on every device (benchmarks/chunk_default.py: the fastest at prompts of
     # 8 to 2,048 tokens on the simulated H100)
-    assert resolve_knobs(auto, "cuda").prefill_chunk == 0
-    assert resolve_knobs(auto, "cpu").prefill_chunk == 0
+    assert resolved(auto, "cuda").prefill_chunk == 0
+    assert resolved(auto, "cpu").prefill_chunk == 0
     # a KV layout that cannot split a prompt across launches keeps prefill launches
-    assert resolve_knobs(auto.replace(kv_policy="single"), "cuda").prefill_chunk == 0
+    assert not Batching.of(auto.replace(kv_policy="single")).split_prompts
+    assert resolved(auto.replace(kv_policy="single"), "cuda").prefill_chunk == 0
     for given in (0, 16):
         for dev in ("cuda", "cpu"):
-            assert resolve_knobs(auto.replace(prefill_chunk=given), dev).prefill_chunk == given
+            assert resolved(auto.replace(prefill_chunk=given), dev).prefill_chunk == given
 
 
 @pytest.mark.parametrize("value", ["x", "-2", "65537", "1.5"])
@@ -423,13 +429,13 @@ def test_modes_side_by_side_take_turns_and_serve_what_they_serve_alone(rate):
                 eng.core = lambda rows: (order.append(mode), core(rows))[1]
                 return eng
             return make
-        return {m: (m, cfg, maker(m)) for m in modes}
+        return {m: (m, Batching(3), maker(m)) for m in modes}
 
     side_order, alone_order = [], []
     t0 = time.perf_counter()
-    side = run_side_by_side(makers(side_order), reqs, interleave=True)
+    side = run_side_by_side(makers(side_order), reqs, cfg, interleave=True)
     elapsed = time.perf_counter() - t0
-    alone = run_side_by_side(makers(alone_order), reqs, interleave=False)
+    alone = run_side_by_side(makers(alone_order), reqs, cfg, interleave=False)
     for m in modes:
         assert [(q.output, q.depths) for q in side[m][1]] == [(q.output, q.depths) for q in alone[m][1]]
         if rate == 0:   # with arrivals over time, what is batched depends on the timing
@@ -453,23 +459,23 @@ def test_chunked_prefill_never_changes_outputs(policy, spec):
     """Prompt tokens riding in core launches beside decode tokens (chunked prefill; a prompt
     split across launches where the KV layout keeps every loop's keys) give batch-1's tokens
     and depths, with no prefill launch and at most width + chunk items per core launch."""
-    from depthbench.serving.scheduler import splits_prompts
     model = model_of(**SHAPES[2]) if spec.startswith("gate") else model_of(**SHAPES[1])
     reqs = workload(n=9, new=5)
     ref, _ = serve(model, spec, "batch1", policy, width=4, reqs=reqs)
-    split = splits_prompts(ServeConfig(kv_policy=policy, max_depth=4))
+    split = Batching.of(ServeConfig(kv_policy=policy, max_depth=4)).split_prompts
     for chunk in ((3, 8) if split else (8,)):
         eng = Engine(model, parse_exit(spec, max_depth=4), policy, 6, 64, record=True,
                      n_prompt_slots=chunk)
-        done = Scheduler(eng, "cdb", 4, admit_min=2, min_coda_batch=2, prefill_chunk=chunk,
-                         split_prompts=split).run([q.fresh() for q in reqs])
+        done = Scheduler(eng, "cdb", Batching(4, admit_min=2, min_coda_batch=2,
+                                              prefill_chunk=chunk, split_prompts=split)
+                         ).run([q.fresh() for q in reqs])
         assert [(q.output, q.depths) for q in done] == [(q.output, q.depths) for q in ref], chunk
         assert eng.stats.stage["prefill"].launches == 0
         assert max(r[1] for r in eng.records if r[0] == "core") <= 4 + chunk
         assert eng.stats.stage["core"].prompt_tokens == 4 * sum(len(q.prompt) for q in reqs)
     static = [Scheduler(Engine(model, parse_exit(spec, max_depth=4), policy, 6, 64,
-                               n_prompt_slots=c), "static", 4, prefill_chunk=c,
-                        split_prompts=split).run([q.fresh() for q in reqs]) for c in (0, 8)]
+                               n_prompt_slots=c), "static", Batching(4, prefill_chunk=c,
+                        split_prompts=split)).run([q.fresh() for q in reqs]) for c in (0, 8)]
     assert [q.output for q in static[1]] == [q.output for q in static[0]]
     if split:   # the layouts that reproduce the training-time computation
         assert [q.output for q in static[1]] == [greedy(model, q.prompt, 5, 4) for q in reqs]

@@ -55,18 +55,19 @@ def _most_in_flight(reqs) -> int:
 @pytest.mark.parametrize("cap", [3, 8])
 def test_a_closed_loop_never_holds_more_requests_than_its_clients(cap):
     from depthbench.exits import parse_exit
-    from depthbench.serving.scheduler import engine_rows, make_scheduler, prompt_slots, resolve_knobs
+    from depthbench.serving.batching import Batching
+    from depthbench.serving.scheduler import Scheduler
     from depthbench.serving.sim import SimEngine
-    cfg = resolve_knobs(SimConfig(random="ouro-like", exit="trace:2", max_depth=4, width=16,
-                                  requests=40, max_new_tokens=6, length_spread=0.5,
-                                  concurrency=cap), "cuda")
+    cfg = SimConfig(random="ouro-like", exit="trace:2", max_depth=4, width=16, requests=40,
+                    max_new_tokens=6, length_spread=0.5, concurrency=cap)
+    b = Batching.of(cfg).resolved("cuda", cfg.requests)
     shape = cfg.model_config()
     from depthbench.serving.workload import random_workload
     for mode in ("cdb", "static", "no_refill"):
         reqs = random_workload(shape.vocab_size, 40, 8, 6, 0, 0.5)
-        eng = SimEngine(shape, parse_exit("trace:2", 1, 4), "depth_indexed", engine_rows(mode, cfg),
-                        64, load_profile("h100"), n_prompt_slots=prompt_slots(mode, cfg))
-        done = make_scheduler(eng, mode, cfg).run([q.fresh() for q in reqs])
+        eng = SimEngine(shape, parse_exit("trace:2", 1, 4), "depth_indexed", b.rows(mode),
+                        64, load_profile("h100"), n_prompt_slots=b.prompt_slots(mode))
+        done = Scheduler(eng, mode, b).run([q.fresh() for q in reqs])
         assert all(len(q.output) == q.max_new_tokens for q in done)
         assert _most_in_flight(done) <= cap, mode
         # the first `cap` are sent at once; every later one when an earlier one finished

@@ -14,6 +14,7 @@ from test_serving import greedy, model_of, workload
 from depthbench.cli.main import main
 from depthbench.config import SimConfig
 from depthbench.exits import parse_exit
+from depthbench.serving.batching import Batching
 from depthbench.serving.engine import Engine
 from depthbench.serving.memory import BlockPool, kv_bytes, weight_bytes
 from depthbench.serving.profile import kv_blocks_that_fit, load_profile
@@ -45,7 +46,7 @@ def test_preempted_requests_recomputed_at_full_depth_emit_what_greedy_generation
     model = model_of(n_prelude=1, n_core=2, n_coda=1, init_state="random", injection="add")
     eng = Engine(model, parse_exit("fixed:4", max_depth=4), "depth_indexed", 6, 64)
     eng.blocks = BlockPool(7, 4, watermark=0.0)
-    sched = Scheduler(eng, mode, 3, admit_min=1, pool=6 if mode in ("static", "cdb") else None)
+    sched = Scheduler(eng, mode, Batching(3, admit_min=1, pool=6 if mode in ("static", "cdb") else 0))
     done = sched.run([q.fresh() for q in workload(n=6, new=6)])
     assert sched.preemptions > 0 and eng.blocks.peak <= 7 and eng.blocks.free == 7
     for q in done:

@@ -15,6 +15,7 @@ from depthbench.cli.main import main
 from depthbench.config import ConfigError, ModelConfig, SimConfig
 from depthbench.exits import parse_exit
 from depthbench.models.looped import LoopedTransformer
+from depthbench.serving.batching import Batching
 from depthbench.serving.calibrate import calibrate, fit_records
 from depthbench.serving.engine import Engine
 from depthbench.serving.profile import Profile, load_profile, stage_work
@@ -52,8 +53,8 @@ def test_simulated_engine_makes_the_real_engines_launches_and_depths():
         sim = SimEngine(mcfg, crit, "depth_indexed", 3, 20, replace(IDEAL, device="cpu"),
                         record=True)
         assert real.device_type == sim.device_type == "cpu"
-        a = Scheduler(real, mode, 3, min_coda_batch=2).run([q.fresh() for q in reqs])
-        b = Scheduler(sim, mode, 3, min_coda_batch=2).run([q.fresh() for q in reqs])
+        a = Scheduler(real, mode, Batching(3, min_coda_batch=2)).run([q.fresh() for q in reqs])
+        b = Scheduler(sim, mode, Batching(3, min_coda_batch=2)).run([q.fresh() for q in reqs])
         assert [q.depths for q in a] == [q.depths for q in b]
         assert [r[:5] for r in real.records] == [r[:5] for r in sim.records]
 
@@ -197,7 +198,7 @@ def test_static_differs_from_cdb_only_in_depth():
     runs = {}
     for mode in ("static", "cdb", "static_lockstep"):
         eng = Engine(model, crit, "depth_indexed", 6, 20, record=True)
-        done = Scheduler(eng, mode, 4, min_coda_batch=2).run([q.fresh() for q in reqs])
+        done = Scheduler(eng, mode, Batching(4, min_coda_batch=2)).run([q.fresh() for q in reqs])
         runs[mode] = ([r[:5] for r in eng.records], [q.output for q in done])
     assert runs["static"] == runs["cdb"]
     assert runs["static_lockstep"][1] == runs["cdb"][1]
@@ -306,12 +307,13 @@ def test_no_fraction_exceeds_the_bound_when_small_launches_cost_as_much_as_full_
 def test_the_record_names_the_width_and_pool_that_ran_for_a_short_workload():
     # 8 requests at width 64: no launch or pool holds more than 8 rows, and the record says so;
     # the recorded config, run again, gives the same rows (it is what ran)
-    from depthbench.serving.scheduler import resolve_knobs
     cfg = SimConfig(random="tiny", model_set=SHAPE, exit="trace:2.5", max_depth=4, width=64,
                     requests=8, prompt_len=4, max_new_tokens=6)
-    ran = resolve_knobs(cfg, IDEAL.device_type)
-    assert (ran.width, ran.pool) == (8, 8) and ran.min_coda_batch > 0
-    a, b = simulate(cfg, IDEAL), simulate(ran, IDEAL)
+    knobs = Batching.of(cfg).resolved(IDEAL.device_type, cfg.requests).knobs()
+    assert (knobs["width"], knobs["pool"]) == (8, 8) and knobs["min_coda_batch"] > 0
+    a = simulate(cfg, IDEAL)
+    assert {k: a.config[k] for k in knobs} == knobs
+    b = simulate(cfg.replace(**knobs), IDEAL)
     drop = ("wall_s",)
     assert [{k: v for k, v in r.to_dict().items() if k not in drop} for r in a.results] == \
         [{k: v for k, v in r.to_dict().items() if k not in drop} for r in b.results]
