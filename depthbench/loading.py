@@ -18,6 +18,7 @@ from pathlib import Path
 from depthbench.models.config import (  # noqa: F401  (re-exported)
     KINDS,
     MODEL_SPEC_HELP,
+    ModelSpec,
     ModelSpecError,
     load_strict,
     parse_spec,
@@ -26,7 +27,7 @@ from depthbench.models.config import (  # noqa: F401  (re-exported)
 )
 
 
-def load_model(spec: str, device="cpu", dtype=None, step: int | None = None):
+def load_model(spec: str | ModelSpec, device="cpu", dtype=None, step: int | None = None):
     """A protocol model (eval mode) from ``spec``; see the module. Returns the model; its
     ``source`` attribute names where it came from."""
     import torch
@@ -51,7 +52,7 @@ def load_model(spec: str, device="cpu", dtype=None, step: int | None = None):
     return model.to(device=device, dtype=dtype or torch.float32).eval()
 
 
-def load_shape(spec: str):
+def load_shape(spec: str | ModelSpec):
     """The shape (``LoopShape``) of ``spec``'s model from its config alone: the port is built
     on the meta device, so no weights are read or allocated (serve-sim prices a 3.5B model's
     real shape without loading it)."""
@@ -67,9 +68,9 @@ def load_shape(spec: str):
         return build(kind, read_config(path), path).shape
 
 
-def refuse_inside(outputs, spec: str) -> None:
+def refuse_inside(outputs, spec: ModelSpec) -> None:
     """No output may land inside a checkpoint directory a command reads."""
-    kind, path = parse_spec(spec)
+    kind, path = spec
     if kind == "run" or not path.is_dir():
         return
     d = path.resolve()
@@ -80,12 +81,12 @@ def refuse_inside(outputs, spec: str) -> None:
                                  "results elsewhere (a checkpoint folder holds only its own files)")
 
 
-def check_text_dataset(model, ds, spec: str) -> None:
+def check_text_dataset(model, ds, spec: ModelSpec) -> None:
     """A ported model reads a text dataset only if it was tokenized with the model's own
     tokenizer (``prepare-text --tokenizer DIR/tokenizer.json``): every token of the checkpoint's
     tokenizer.json has the same id in the dataset's, and every id fits the model's vocabulary;
     the dataset's windows fit its positions."""
-    kind, path = parse_spec(spec)
+    path = spec.path
     fix = (f"prepare the text with the model's tokenizer: depthbench prepare-text CORPUS --out "
            f"DATA --tokenizer {path}/tokenizer.json")
     if getattr(ds, "kind", None) != "text":
@@ -114,16 +115,21 @@ def check_text_dataset(model, ds, spec: str) -> None:
                              "shorter --seq-len")
 
 
-def open_with_text(spec: str, data: str | None, device="cpu"):
-    """(model, text dataset) for the lm-eval adapter: a ported or wrapped model and the text
-    dataset, tokenized its way, that it reads through."""
-    from depthbench.data.synthetic import open_dataset
-    if not data:
-        raise ModelSpecError(f"{spec} needs data=DIR: a text dataset prepared with the model's "
-                             "tokenizer (prepare-text CORPUS --tokenizer DIR/tokenizer.json)")
-    ds = open_dataset(data, verify=False)
+def open_ported(spec: str | ModelSpec, data: str | None, device="cpu", outputs=(),
+                verify: bool = True):
+    """``(model, text dataset or None)``: a ported or wrapped model ``spec``, with no output of
+    ``outputs`` inside its checkpoint folder, and the text dataset ``data`` it reads (none
+    given: None), checked to be tokenized its way (``check_text_dataset``) before it is used.
+    The spec is parsed once, here."""
+    spec = parse_spec(spec)
+    refuse_inside(outputs, spec)
+    ds = None
+    if data:
+        from depthbench.data.synthetic import open_dataset
+        ds = open_dataset(data, verify=verify)
     model = load_model(spec, device=device)
-    check_text_dataset(model, ds, spec)
+    if ds is not None:
+        check_text_dataset(model, ds, spec)
     return model, ds
 
 
@@ -131,7 +137,7 @@ def check_start_weights(spec: str, ds) -> None:
     """Training from a checkpoint's weights (``init_from``) needs a text dataset tokenized with
     its tokenizer; checked from its config and tokenizer alone, before any weight is read."""
     from types import SimpleNamespace
-    path = parse_spec(spec)[1]
-    tok = path / "tokenizer.json"
+    spec = parse_spec(spec)
+    tok = spec.path / "tokenizer.json"
     check_text_dataset(SimpleNamespace(shape=load_shape(spec),
                                        tokenizer_file=tok if tok.is_file() else None), ds, spec)

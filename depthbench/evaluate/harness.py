@@ -76,9 +76,14 @@ class DepthbenchLM(TemplateLM):
         step = _int_arg("checkpoint_step", checkpoint_step, 0, 10**9) \
             if checkpoint_step is not None else None
         from depthbench.loading import parse_spec
-        if parse_spec(pretrained)[0] != "run":   # ouro:DIR, huginn:DIR, hf:DIR
-            from depthbench.loading import open_with_text
-            self.model, ds = open_with_text(pretrained, data, self._dev)
+        spec = parse_spec(pretrained)
+        if spec.kind != "run":   # ouro:DIR, huginn:DIR, hf:DIR
+            from depthbench.loading import open_ported
+            if not data:
+                raise UserError(f"{spec} needs data=DIR: a text dataset prepared with the "
+                                "model's tokenizer (prepare-text CORPUS --tokenizer "
+                                "DIR/tokenizer.json)")
+            self.model, ds = open_ported(spec, data, self._dev, verify=False)
             self.checkpoint = self.model.source
         else:
             self.model, ck = load_run(pretrained, step, device=self._dev)
@@ -387,8 +392,9 @@ def check_inputs(args: list[str]) -> None:
         refuse_over_inputs([out], run_dir, Path(data) if data else None, [run] if run else [],
                            flag="--output_path")
     if run and _is_spec(run):   # nothing lands inside a checkpoint folder
-        from depthbench.loading import refuse_inside
-        refuse_inside(_opt(args, "--rows") + _opt(args, "--output_path") + _opt(args, "-o"), run)
+        from depthbench.loading import parse_spec, refuse_inside
+        refuse_inside(_opt(args, "--rows") + _opt(args, "--output_path") + _opt(args, "-o"),
+                      parse_spec(run))
 
 
 def run_depths(args: list[str]) -> tuple[list[dict], list[Path]]:

@@ -157,7 +157,8 @@ def _model_eval(cfg: EvalConfig, rt):
     from depthbench.data.synthetic import open_dataset
     from depthbench.loading import check_text_dataset, load_model, parse_spec, refuse_inside
     from depthbench.schedules import parse_depths
-    if parse_spec(cfg.model)[0] == "run":
+    spec = parse_spec(cfg.model)
+    if spec.kind == "run":
         raise UserError(f"--model {cfg.model} names a depthbench run; give it as RUN (eval RUN) "
                         "and --model for ouro:DIR, huginn:DIR or hf:DIR")
     if not cfg.data:
@@ -166,12 +167,12 @@ def _model_eval(cfg: EvalConfig, rt):
     if not cfg.out:
         raise UserError("eval --model needs --out FILE_BASE (a checkpoint folder holds only its "
                         "own files)")
-    refuse_inside(row_paths(cfg.out), cfg.model)
+    refuse_inside(row_paths(cfg.out), spec)
     ds = open_dataset(cfg.data)
     refuse_over_inputs(row_paths(cfg.out), None, ds.path, [])
     _refuse_foreign_rows(cfg.out)
-    model = load_model(cfg.model, rt.device)
-    check_text_dataset(model, ds, cfg.model)
+    model = load_model(spec, rt.device)
+    check_text_dataset(model, ds, spec)
     ck = {"step": None, "path": model.source, "schedule": None}
     rows = _text_eval(cfg, model, ck, {}, model.source, ds, parse_depths(cfg.depths), rt)
     return rows, ck, Path(cfg.out), ds

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import NamedTuple
 
 from depthbench.errors import UserError
 
@@ -18,8 +19,19 @@ class ModelSpecError(UserError, ValueError):
     """A model spec, checkpoint directory or checkpoint file that cannot be loaded."""
 
 
-def parse_spec(spec: str) -> tuple[str, Path]:
-    """(kind, path) of a model spec."""
+class ModelSpec(NamedTuple):
+    """A model spec, parsed: its kind (one of ``KINDS``) and the path it names."""
+    kind: str
+    path: Path
+
+    def __str__(self) -> str:
+        return str(self.path) if self.kind == "run" else f"{self.kind}:{self.path}"
+
+
+def parse_spec(spec: str | ModelSpec) -> ModelSpec:
+    """The kind and path of a model spec (a parsed one as it is)."""
+    if isinstance(spec, ModelSpec):
+        return spec
     spec = str(spec).strip()
     kind, sep, rest = spec.partition(":")
     if sep and kind in KINDS:
@@ -27,10 +39,10 @@ def parse_spec(spec: str) -> tuple[str, Path]:
             raise ModelSpecError(f"model spec {spec!r} names no directory; use {MODEL_SPEC_HELP}")
         if rest != rest.strip() and not Path(rest).exists():   # "ouro: DIR" from a shell
             rest = rest.strip()
-        return kind, Path(rest)
+        return ModelSpec(kind, Path(rest))
     if sep and kind.isalpha() and len(kind) > 1:
         raise ModelSpecError(f"unknown model kind {kind!r} in {spec!r}; use {MODEL_SPEC_HELP}")
-    return "run", Path(spec)
+    return ModelSpec("run", Path(spec))
 
 
 def read_config(d: Path) -> dict:

@@ -297,9 +297,10 @@ def run_sim(cfg: SimConfig, log=None) -> dict:
     outs = [*(row_paths(cfg.out) if cfg.out else ()), *([Path(cfg.plot)] if cfg.plot else [])]
     shape = None
     if cfg.model:   # checked (and its shape read) before anything is printed
-        from depthbench.loading import load_shape, refuse_inside
-        refuse_inside(outs, cfg.model)
-        shape = load_shape(cfg.model)
+        from depthbench.loading import load_shape, parse_spec, refuse_inside
+        spec = parse_spec(cfg.model)
+        refuse_inside(outs, spec)
+        shape = load_shape(spec)
     refuse_over_inputs(outs, inputs=[p for p in (cfg.profile, replay) if p and Path(p).suffix])
     if log:
         log(f"profile {profile.name}: {profile.source}")

@@ -76,11 +76,5 @@ def open_model(cfg: ServeConfig, rt, outputs: list[Path]):
                         "random tokens (leave --data out)")
     if not cfg.model:
         return random_model(cfg, rt), None
-    from depthbench.loading import check_text_dataset, load_model, refuse_inside
-    refuse_inside(outputs, cfg.model)
-    model, ds = load_model(cfg.model, rt.device), None
-    if cfg.data:
-        from depthbench.data.synthetic import open_dataset
-        ds = open_dataset(cfg.data)
-        check_text_dataset(model, ds, cfg.model)
-    return model, ds
+    from depthbench.loading import open_ported
+    return open_ported(cfg.model, cfg.data, rt.device, outputs)
