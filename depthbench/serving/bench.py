@@ -20,10 +20,10 @@ from depthbench.models.looped import LoopedTransformer
 from depthbench.rows import row_paths
 from depthbench.runtime import hold_freed_memory
 from depthbench.serving.batching import Batching
-from depthbench.serving.bound import sweep, withheld_reason
-from depthbench.serving.calibrate import fit_profile, machine
+from depthbench.serving.bound import withheld_reason
+from depthbench.serving.calibrate import machine_profile
 from depthbench.serving.compare import compare_modes
-from depthbench.serving.engine import Engine
+from depthbench.serving.engine import Engine, warm_memory
 from depthbench.serving.profile import ProfileCosts
 from depthbench.serving.result import Comparison
 from depthbench.serving.sim import SimEngine
@@ -45,10 +45,10 @@ def serve_bench(model: LoopedTransformer, requests: list[Request], cfg: ServeCon
     hold_freed_memory()   # a launch's cost must not depend on what was allocated before it
 
     def warm():
-        warm_memory(model, requests, b.pool, cfg.kv_policy)
+        warm_memory(model, max((q.prompt for q in requests), key=len), b.pool, cfg.kv_policy)
 
     warm()
-    profile, fit = machine_profile(model, requests, cfg, b, full, max_len, progress)
+    profile, fit = machine_profile(model, requests, cfg, b.width, b.pool, max_len, progress)
 
     def engines(mode, c):   # launches recorded: the static reference levels the bound's costs
         return lambda clock=None: Engine(model, crit, cfg.kv_policy, c.rows(mode), max_len,
@@ -66,32 +66,6 @@ def serve_bench(model: LoopedTransformer, requests: list[Request], cfg: ServeCon
                         progress, side, priced, level=True, warm=warm)
     return replace(res, profile=profile.to_toml(), fit_r2=fit["r2"], fit_error=fit["rel_rmse"]
                    ).withheld(withheld_reason(fit, cfg.rate, b.concurrency, b.width))
-
-
-def warm_memory(model, requests: list[Request], rows: int, kv_policy: str) -> None:
-    """The largest prefill any mode may launch (``rows`` of the longest prompts), at one loop on
-    a throwaway engine, untimed: the first launch of a shape in a process pays once for what the
-    kernels set up for it (measured: the first 128-prompt prefill of 64 tokens took 15% longer
-    than the same launch on the next engine, and in a side-by-side run whichever mode went first
-    paid it)."""
-    n = min(rows, len(requests))
-    prompts = [max((q.prompt for q in requests), key=len)] * n
-    full = ExitCriterion.fixed(1)
-    Engine(model, full, kv_policy, n, len(prompts[0]) + 1).prefill(list(range(n)), prompts)
-
-
-def machine_profile(model, requests: list[Request], cfg: ServeConfig, b: Batching,
-                    full: ExitCriterion, max_len: int, log=None):
-    """This machine's launch costs for the bound: ``bound.sweep`` of full-depth serving
-    (``full``) on the real engine up to the width and pool of ``b``, fitted
-    (``profile.fit_profile``) whatever modes are compared; and how well the fit explains them
-    (``fit_profile``'s info: per stage R^2 and relative error)."""
-    dev = next(model.parameters())
-    runs = sweep(lambda w: Engine(model, full, cfg.kv_policy, w, max_len, record=True),
-                 requests, b.width, b.pool, log)
-    prof, info = fit_profile(model.shape, runs, cfg, dev.element_size(), dev.device.type,
-                             source=f"the width sweep of full-depth serving on {machine()}")
-    return prof, info
 
 
 # ---- the serve stage -------------------------------------------------------------------------------

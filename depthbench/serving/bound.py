@@ -12,7 +12,8 @@ The cost of a launch of ``n`` rows reading ``r`` cached positions (``Costs.secon
 simulator's price of it on a profile (``serving.profile.ProfileCosts``): a hardware profile in ``serve-sim``,
 and for the real engine a profile fitted (per stage ``a + alpha FLOPs + beta bytes``, linear in
 rows and positions read, plus the scheduler's seconds per launch and per token) to the launch
-timers of a width sweep of full-depth serving (``sweep``), whatever modes are compared.
+timers of a width sweep of full-depth serving (``calibrate.width_sweep``), whatever modes are
+compared.
 
 The ideal time (``ideal_seconds``) packs each stage's rows into launches of ``n_max`` rows, the
 largest any mode may issue (core: ``width`` plus the prefill chunk; start, finish and prefill:
@@ -49,12 +50,6 @@ class Work(NamedTuple):
     read: float
     launches: int
     emitted: float | None = None
-
-
-class Served(NamedTuple):
-    """A sweep batch's whole-run reading (the fields of ``result.ModeResult`` a fit needs)."""
-    wall_s: float
-    output_tokens: int
 
 
 class Costs(Protocol):
@@ -160,35 +155,6 @@ def paper_bound(fm: FlopModel, k_max: int, depths: list[int]) -> float:
     if not depths:
         return float("nan")
     return len(depths) * fm.forward(k_max) / sum(fm.forward(d) for d in depths)
-
-
-def sweep(make_engine, requests, width: int, pool: int, log=None) -> list[tuple]:
-    """A width sweep of full-depth serving: ``static_lockstep`` batches (every token at full
-    depth; batches of one width start and end together) at widths 1, width/4, the width and the
-    pool (at most the requests), on engines from ``make_engine(width)`` (``record=True``), after
-    one unrecorded warm-up batch. The width's batch serves its requests whole; the others at most
-    8 new tokens each, in three batches below the width (prefill launches enough to fit even for
-    a handful of requests). Per width (``serving.calibrate.fit_profile``'s runs): (``Served``,
-    launch records, engine stats)."""
-    from depthbench.serving.batching import Batching
-    from depthbench.serving.scheduler import Scheduler
-    from depthbench.serving.workload import Request
-    runs, n = [], len(requests)
-    widths = sorted({min(max(1, w), n) for w in (1, width // 4, width, pool)})
-    for i, w in enumerate([widths[0], *widths]):
-        cap, batches = (1 << 30, 1) if w == min(width, n) else (8, 3 if w < width else 1)
-        reqs = [Request(j, list(q.prompt), min(q.max_new_tokens, cap))
-                for j, q in enumerate(requests[k % n] for k in range(w * batches))]
-        eng = make_engine(w)
-        sched = Scheduler(eng, "static_lockstep", Batching(w))
-        t0 = eng.clock.now()
-        sched.run(reqs)
-        res = Served(eng.clock.now() - t0, sum(len(q.output) for q in reqs))
-        if i:
-            runs.append((res, eng.records, eng.stats))
-            if log:
-                log(f"cost sweep at width {w} ({len(eng.records)} launches)")
-    return runs
 
 
 # a cost fit below this R^2 on a stage, whose residuals are also more than MAX_FIT_ERROR of

@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import platform
 from dataclasses import replace
+from typing import NamedTuple
 
 import numpy as np
 
-from depthbench.config import MODES, ModelConfig, SimConfig
+from depthbench.config import MODES, ModelConfig, ServeConfig, SimConfig
 from depthbench.errors import UserError
 from depthbench.serving.executor import STAGES
 from depthbench.serving.profile import Profile, stage_work
@@ -133,3 +134,55 @@ def fit_profile(mcfg: ModelConfig, runs, cfg: SimConfig, bytes_per_value: int,
                    source=f"{source}; fit R^2 " + ", ".join(f"{k} {v:.3f}" for k, v in fitted["r2"].items()),
                    token=float(token), iteration=float(iteration), fit=fitted["fit"])
     return prof, {"r2": fitted["r2"], "rel_rmse": fitted["rel_rmse"], "launch_records": len(records)}
+
+
+# ---- serve-bench's cost model: a width sweep of full-depth serving, fitted ---------------------
+class Served(NamedTuple):
+    """A sweep batch's whole-run reading (the fields of ``result.ModeResult`` a fit needs)."""
+    wall_s: float
+    output_tokens: int
+
+
+def width_sweep(make_engine, requests, width: int, pool: int, log=None) -> list[tuple]:
+    """A width sweep of full-depth serving: ``static_lockstep`` batches (every token at full
+    depth; batches of one width start and end together) at widths 1, width/4, the width and the
+    pool (at most the requests), on engines from ``make_engine(width)`` (``record=True``), after
+    one unrecorded warm-up batch. The width's batch serves its requests whole; the others at most
+    8 new tokens each, in three batches below the width (prefill launches enough to fit even for
+    a handful of requests). Per width (``fit_profile``'s runs): (``Served``, launch records,
+    engine stats)."""
+    from depthbench.serving.batching import Batching
+    from depthbench.serving.scheduler import Scheduler
+    from depthbench.serving.workload import Request
+    runs, n = [], len(requests)
+    widths = sorted({min(max(1, w), n) for w in (1, width // 4, width, pool)})
+    for i, w in enumerate([widths[0], *widths]):
+        cap, batches = (1 << 30, 1) if w == min(width, n) else (8, 3 if w < width else 1)
+        reqs = [Request(j, list(q.prompt), min(q.max_new_tokens, cap))
+                for j, q in enumerate(requests[k % n] for k in range(w * batches))]
+        eng = make_engine(w)
+        sched = Scheduler(eng, "static_lockstep", Batching(w))
+        t0 = eng.clock.now()
+        sched.run(reqs)
+        res = Served(eng.clock.now() - t0, sum(len(q.output) for q in reqs))
+        if i:
+            runs.append((res, eng.records, eng.stats))
+            if log:
+                log(f"cost sweep at width {w} ({len(eng.records)} launches)")
+    return runs
+
+
+def machine_profile(model, requests, cfg: ServeConfig, width: int, pool: int, max_len: int,
+                    log=None) -> tuple[Profile, dict]:
+    """This machine's launch costs for serve-bench's bound: ``width_sweep`` of full-depth
+    serving on the real engine up to ``width`` and ``pool``, fitted (``fit_profile``) whatever
+    modes are compared; and how well the fit explains them (``fit_profile``'s info: per stage
+    R^2 and relative error)."""
+    from depthbench.exits import ExitCriterion
+    from depthbench.serving.engine import Engine
+    full = ExitCriterion.fixed(cfg.max_depth)
+    dev = next(model.parameters())
+    runs = width_sweep(lambda w: Engine(model, full, cfg.kv_policy, w, max_len, record=True),
+                       requests, width, pool, log)
+    return fit_profile(model.shape, runs, cfg, dev.element_size(), dev.device.type,
+                       source=f"the width sweep of full-depth serving on {machine()}")

@@ -80,7 +80,7 @@ def run_side_by_side(entries: dict, requests: list[Request], cfg: ServeConfig,
     ``TurnClock`` that runs only during its own steps: the entries start and finish together, so
     a drift in the machine's speed over the run hits all of them alike. Otherwise (the
     simulator; CUDA, where a launch outlives its step) one after another. ``warm()`` runs once
-    the engines exist, before any timed step (``serving.bench.warm_memory``)."""
+    the engines exist, before any timed step (``serving.engine.warm_memory``)."""
     def prepare(key):
         mode, batching, make = entries[key]
         if cfg.warmup_requests:  # first-call allocations and kernel selection stay out of the timing

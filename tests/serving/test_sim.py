@@ -323,8 +323,7 @@ def test_the_width_sweep_recovers_a_known_cost_model():
     """Oracle: a fitted profile with known per-stage costs prices a simulated engine; the width
     sweep of full-depth serving on it, fitted as serve-bench fits the real engine's, gives back
     those costs, and leveling the fit on launches that took twice their price doubles it."""
-    from depthbench.serving.bound import sweep
-    from depthbench.serving.calibrate import fit_profile
+    from depthbench.serving.calibrate import fit_profile, width_sweep
     from depthbench.serving.profile import ProfileCosts
     truth = {"prefill": [2e-3, 3e-11, 1e-10], "start": [1e-4, 2e-11, 2e-10],
              "core": [2e-4, 1e-11, 3e-10], "finish": [3e-4, 4e-11, 1e-10]}
@@ -333,8 +332,8 @@ def test_the_width_sweep_recovers_a_known_cost_model():
     mcfg = ModelConfig(vocab_size=40, d_model=32, n_heads=4, max_seq_len=64, **SHAPE)
     crit = parse_exit("fixed:4", 1, 4)
     reqs = random_workload(40, 24, 5, 10, 0, spread=0.5)
-    runs = sweep(lambda w: SimEngine(mcfg, crit, "depth_indexed", w, 20, prof, record=True),
-                 reqs, 8, 24)
+    runs = width_sweep(lambda w: SimEngine(mcfg, crit, "depth_indexed", w, 20, prof, record=True),
+                       reqs, 8, 24)
     cfg = SimConfig(random="tiny", max_depth=4)
     fitted, _ = fit_profile(mcfg, runs, cfg, 4, source="test")
     costs, known = ProfileCosts(mcfg, fitted, 4, 5.0), ProfileCosts(mcfg, prof, 4, 5.0)
