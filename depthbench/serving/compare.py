@@ -216,9 +216,6 @@ def compare_modes(engines, mcfg, requests: list[Request], cfg: ServeConfig, batc
     the adaptive modes agree. ``mcfg``: a model config or any looped model's shape. ``level``:
     fitted ``costs`` are leveled (``ProfileCosts.leveled``) on ``static``'s launches, which
     must then be recorded (``record=True``); ``warm``: see ``run_side_by_side``."""
-    shape = shape_of(mcfg)
-    fm = FlopModel.of_shape(shape, seq_len_for_flops)
-    fm_params = FlopModel.of_shape(shape, 0)   # parameters only, the paper's convention
     cands = baseline_candidates(batching, len(requests))
     best, tried, runs = pick_baseline(cands, requests, cfg, priced or engines)
     keys = {m: (m, batching) for m in cfg.modes}
@@ -243,6 +240,9 @@ def compare_modes(engines, mcfg, requests: list[Request], cfg: ServeConfig, batc
     done.setdefault("full_depth", done["static"])
     n_max = (batching.width, max(b.pool for _, b in cands.values()),
              max(b.prefill_chunk for _, b in cands.values()))
+    shape = shape_of(mcfg)
+    fm = FlopModel.of_shape(shape, seq_len_for_flops)
+    fm_params = FlopModel.of_shape(shape, 0)   # parameters only, the paper's convention
     results = {}
     for k, r in measured.items():
         ran_with = keys.get(k, keys["static"])[1]   # the knobs this mode ran with, resolved
