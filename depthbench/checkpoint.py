@@ -346,9 +346,10 @@ def check_compatible(ck: dict, ds, data: str | Path) -> None:
 
 
 def open_run(run_or_ckpt: str | Path, step: int | None = None, data: str | Path | None = None,
-             device="cpu", verify: bool = True):
+             device="cpu", verify: bool = True, data_option: str = "--data"):
     """``(model, checkpoint dict, run record or {}, Dataset)``: a checkpoint with the dataset it
-    was trained on (``data``, else the one its run records), checked to match."""
+    was trained on (``data``, else the one its run records), checked to match; where neither
+    names one, the error asks for ``data_option`` (how the caller's command takes it)."""
     from depthbench.data.synthetic import open_dataset
 
     model, ck = load_run(run_or_ckpt, step, device=device)
@@ -358,7 +359,7 @@ def open_run(run_or_ckpt: str | Path, step: int | None = None, data: str | Path 
         _check_finished(ck, meta, run_or_ckpt)
     data = data or meta.get("data")
     if not data:
-        raise CheckpointError(f"{run_or_ckpt} records no dataset; pass --data")
+        raise CheckpointError(f"{run_or_ckpt} records no dataset; pass {data_option}")
     ds = open_dataset(data, verify=verify)
     check_compatible(ck, ds, data)
     return model, ck, meta, ds

@@ -27,8 +27,8 @@ import torch.nn.functional as F
 from lm_eval.api.model import TemplateLM
 from lm_eval.api.registry import register_model
 
-from depthbench.checkpoint import check_compatible, load_run, read_run, run_dir_of, run_keys, run_name
 from depthbench.checkpoint import load as load_checkpoint
+from depthbench.checkpoint import open_run, read_run, run_dir_of, run_keys, run_name
 from depthbench.data.synthetic import Dataset, open_dataset
 from depthbench.errors import UserError
 from depthbench.schedules import MAX_DEPTH
@@ -75,25 +75,19 @@ class DepthbenchLM(TemplateLM):
         self._dev = torch.device(device if usable else "cpu")
         step = _int_arg("checkpoint_step", checkpoint_step, 0, 10**9) \
             if checkpoint_step is not None else None
-        from depthbench.loading import parse_spec
+        from depthbench.loading import open_ported, parse_spec
         spec = parse_spec(pretrained)
-        if spec.kind != "run":   # ouro:DIR, huginn:DIR, hf:DIR
-            from depthbench.loading import open_ported
+        if spec.kind == "run":   # checked against its dataset, its run finished (open_run)
+            self.model, ck, _, ds = open_run(pretrained, step, data, self._dev, verify=False,
+                                             data_option="data=DIR")
+            self.checkpoint = ck["path"]
+        else:   # ouro:DIR, huginn:DIR, hf:DIR read a text dataset tokenized their way
             if not data:
                 raise UserError(f"{spec} needs data=DIR: a text dataset prepared with the "
                                 "model's tokenizer (prepare-text CORPUS --tokenizer "
                                 "DIR/tokenizer.json)")
             self.model, ds = open_ported(spec, data, self._dev, verify=False)
             self.checkpoint = self.model.source
-        else:
-            self.model, ck = load_run(pretrained, step, device=self._dev)
-            self.checkpoint = ck["path"]
-            run_dir = run_dir_of(pretrained)
-            data = data or (read_run(run_dir).get("data") if run_dir is not None else None)
-            if data is None:
-                raise UserError(f"cannot find the dataset of {pretrained}; pass data=DIR")
-            ds = open_dataset(data, verify=False)
-            check_compatible(ck, ds, data)
         self.text = ds.kind == "text"
         self.vocab = ds.lm_vocab()
         limit = self.model.shape.max_seq_len
