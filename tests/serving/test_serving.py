@@ -365,6 +365,32 @@ def test_the_scheduler_takes_its_defaults_from_the_executors_device_kind():
     assert Scheduler(eng, "batch1", Batching(64)).admit_min == 1
 
 
+@pytest.mark.parametrize("dev", ["cuda", "cpu"])
+def test_an_executor_sized_by_the_knobs_holds_what_the_scheduler_reads_from_them(dev):
+    """Invariant, over knob sets drawn at random: resolved knobs size an executor (``rows``,
+    ``prompt_slots``) to exactly the pool and chunk each mode's scheduler reads from them
+    (``for_mode``), so no mode runs with fewer rows than its record names; a launch never takes
+    more rows than the pool holds, nor admission waits for more."""
+    import numpy as np
+
+    from depthbench.config import MODES
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        width, requests = int(rng.integers(1, 80)), int(rng.integers(1, 200))
+        knobs = {k: int(rng.integers(0, 3)) * int(rng.integers(1, 100))
+                 for k in ("admit_min", "min_coda_batch", "coda_wait")}
+        cfg = ServeConfig(width=width, requests=requests, pool=int(rng.integers(0, 2)) * (width + 7),
+                          prefill_chunk=int(rng.choice([-1, 0, 8, 16])),
+                          kv_policy=str(rng.choice(["depth_indexed", "single"])), **knobs)
+        b = Batching.of(cfg).resolved(dev, requests)
+        assert b.width <= min(width, requests) and b.pool <= requests
+        for mode in MODES:
+            m = b.for_mode(mode, dev)
+            assert (m.pool, m.prefill_chunk) == (b.rows(mode), b.prompt_slots(mode)), (cfg, mode)
+            assert m.width <= m.pool and 1 <= m.admit_min <= m.pool
+            assert m.width == (1 if MODES[mode].one_row else b.width)
+
+
 def test_prefill_chunk_auto_is_the_devices_default_and_a_given_chunk_is_kept():
     def resolved(cfg, dev):
         return Batching.of(cfg).resolved(dev, cfg.requests)
