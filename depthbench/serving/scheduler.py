@@ -46,7 +46,7 @@ class Scheduler:
         # pays what cdb pays. cdb keeps more requests resident than a core launch takes (the
         # pool): tokens waiting for the coda or for admission then leave no place in a launch
         # empty.
-        self.batching = b = batching.for_mode(mode, engine.device_type)
+        b = batching.for_mode(mode, engine.device_type)
         self.engine, self.mode, self.clock = engine, mode, engine.clock
         self.width, self.min_coda_batch, self.coda_wait = b.width, b.min_coda_batch, b.coda_wait
         self.pool = min(b.pool, engine.n_rows)   # the executor's KV rows
