@@ -74,12 +74,12 @@ def run_side_by_side(entries: dict, requests: list[Request], cfg: ServeConfig,
     taking a clock or None: the real ``Engine`` or the simulator's) serves ``requests`` on a
     fresh engine, timed by the engine's clock, after ``cfg.warmup_requests`` untimed ones on
     another; per key the mode's result (depths counted to ``cfg.max_depth``, goodput under its
-    SLOs) and the requests served. With ``interleave`` the
-    entries run side by side, one scheduler step (a core launch and what precedes it) at a time,
-    each step going to the entry with the fewest tokens emitted so far, each engine on a
-    ``TurnClock`` that runs only during its own steps: the entries start and finish together, so
-    a drift in the machine's speed over the run hits all of them alike. Otherwise (the
-    simulator; CUDA, where a launch outlives its step) one after another. ``warm()`` runs once
+    SLOs) and the requests served. With ``interleave`` the entries run side by side, one
+    scheduler step (a core launch and what precedes it) at a time, each step going to the entry
+    with the fewest tokens emitted so far, each engine on a ``TurnClock`` that runs only during
+    its own steps: the entries start and finish together, so a drift in the machine's speed over
+    the run hits all of them alike. Otherwise (the simulator; CUDA, where a launch outlives its
+    step) one after another. ``warm()`` runs once
     the engines exist, before any timed step (``serving.engine.warm_memory``)."""
     def prepare(key):
         mode, batching, make = entries[key]
