@@ -40,6 +40,22 @@ def test_lm_eval_on_a_bare_checkpoint_name_is_one_line(trained_run, tmp_path, mo
     assert os.path.exists("c.pt")
 
 
+def test_lm_eval_refuses_a_run_that_stopped_early_and_reads_its_checkpoint(trained_run, tmp_path):
+    """As eval and serve-bench do: a run directory is read as its result only once training
+    reached its planned steps; the checkpoint file it names is read as it is."""
+    pytest.importorskip("lm_eval")
+    from depthbench.evaluate.harness import DepthbenchLM
+    run = tmp_path / "killed"
+    shutil.copytree(trained_run, run)
+    for p in (run / "checkpoints").glob("*"):
+        if not p.name.startswith("step_0000200.pt"):   # killed before step 400 was written
+            p.unlink()
+    with pytest.raises(UserError, match="stopped at step 200 of 400"):
+        DepthbenchLM(pretrained=str(run))
+    lm = DepthbenchLM(pretrained=str(run / "checkpoints" / "step_0000200.pt"))
+    assert lm.checkpoint.endswith("step_0000200.pt")
+
+
 @pytest.mark.slow
 def test_lm_eval_inputs_are_checked_before_it_runs(trained_run, small_data, tmp_path):
     """No dataset, another dataset's task files, a missing --include_path, --rows into the
