@@ -49,30 +49,6 @@ def counts(lo: int = 1, hi: int = 1 << 30) -> Callable[[str], list[int]]:
     return parse
 
 
-def ranges(lo: int = 0) -> Callable[[str], list[int]]:
-    """An argparse type: integers as ranges and lists (``0-3``, ``0,2,5``), each at least lo."""
-    def parse(text: str) -> list[int]:
-        out = []
-        try:
-            for part in text.split(","):
-                a, _, b = part.partition("-")
-                out += list(range(int(a), int(b) + 1)) if b else [int(a)]
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a list like 0-3 or 0,2,5") from None
-        if not out or min(out) < lo:
-            raise argparse.ArgumentTypeError(f"{text!r}: give integers >= {lo}")
-        return out
-    return parse
-
-
-def work_dir(text: str) -> str:
-    """An argparse type: a scratch directory, which may not exist yet but is not a file."""
-    p = Path(text)
-    if p.exists() and not p.is_dir():
-        raise argparse.ArgumentTypeError(f"{text} is a file; give a directory for scratch data")
-    return text
-
-
 def existing_file(text: str) -> Path:
     """An argparse type: kept rows, a file holding one JSON object."""
     p = Path(text)

@@ -4,9 +4,9 @@ Writes ``docs/results.md`` (one section per committed report: what it reproduces
 table, the comparisons decided in advance with their verdicts, seeds and time) and the README's
 marked blocks (the results table, one row per committed experiment, and the quickstart's findings
 table), every number through ``report.summarize`` over the report's own ``rows/``. In a source
-tree it writes, in the same pass, the calibration page (``report.calibration``, from the
-recipes' rows in ``docs/calibration/``) and every page a script renders from kept rows: the text
-calibration's tables (``benchmarks/calibrate_text.py``), the serving blocks of
+tree it writes, in the same pass, the calibration pages (``report.calibration`` and
+``report.calibration_text``, from the recipes' rows in ``docs/calibration/``) and every page a
+script renders from kept rows: the serving blocks of
 ``docs/benchmarks.md`` (the benchmarks' own rendering of ``docs/serving/``) and the bad-input matrix
 (``tests/cli/test_bad_inputs.py``'s cases). Hand-written prose carries no digit a rerun could change;
 rerunning this command changes no file (a test).
@@ -345,16 +345,16 @@ def _script(root: Path, path: str):
 
 def script_pages(root: Path) -> dict[Path, str]:
     """The pages rendered from rows kept in the source tree (none outside one, with its
-    benchmarks and tests): the calibration page (``report.calibration``), the text
-    calibration's tables, the serving blocks of docs/benchmarks.md, the bad-input matrix."""
+    benchmarks and tests): the calibration pages (``report.calibration``,
+    ``report.calibration_text``), the serving blocks of docs/benchmarks.md, the bad-input matrix."""
     import json
     if not ((root / "benchmarks" / "bench_serve.py").is_file()
             and (root / "tests" / "cli" / "test_bad_inputs.py").is_file()):
         return {}
     from depthbench.report.calibration import page as calibration_page
     out = {root / "docs" / "calibration.md": calibration_page(root / "docs" / "calibration")}
-    cal = _script(root, "benchmarks/calibrate_text.py")
-    out[cal.TABLE] = cal.write_table(cal.load_rows(), path=None)
+    from depthbench.report.calibration_text import page as text_calibration_page
+    out[root / "docs" / "calibration-text.md"] = text_calibration_page(root / "docs" / "calibration")
     serve, cpu = _script(root, "benchmarks/bench_serve.py"), _script(root, "benchmarks/serve_cpu.py")
     kept = json.loads((root / "docs" / "serving" / "bench_serve.json").read_text())
     runs = cpu.load_rows()

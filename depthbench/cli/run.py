@@ -49,9 +49,9 @@ def run_cmd(spec, out, sets, seeds, plan, rerun, executor, as_json):
     table3-finish, probes, budgets, budgets-lr, table3-x2, table3-x4, table3-x4b, matched,
     fixed-depths, text-quickstart, text-table3, text-table3-deep, text-table3-deep-lr,
     paper-200m, paper-1b, paper-1b-text), or a calibration recipe (calibration/NAME,
-    docs/calibration.md); without SPEC, the quickstart. Everything, the report included, goes
-    under OUT (runs/NAME): a committed report under reports/ is replaced only by copying one
-    there on purpose. Finished stages are
+    docs/calibration.md; calibration/text-NAME, docs/calibration-text.md); without SPEC, the
+    quickstart. Everything, the report included, goes under OUT (runs/NAME): a committed report
+    under reports/ is replaced only by copying one there on purpose. Finished stages are
     skipped on a rerun, an interrupted one continues, a changed one needs --rerun.
 
     \b

@@ -315,7 +315,7 @@ def spec_path(spec: str | Path | None) -> Path:
 
 def packaged_names() -> list[str]:
     """The packaged experiments' names: each top-level spec, then each calibration recipe as
-    ``calibration/NAME`` (docs/calibration.md)."""
+    ``calibration/NAME`` (docs/calibration.md and, for ``text-NAME``, docs/calibration-text.md)."""
     top = sorted(p.stem for p in EXPERIMENTS.glob("*.toml"))
     return top + sorted(f"calibration/{p.stem}" for p in (EXPERIMENTS / "calibration").glob("*.toml"))
 

@@ -36,6 +36,7 @@ from depthbench.stats import sign_flip_p, t_interval
 SPECS = Path(__file__).resolve().parents[1] / "experiments" / "calibration"
 SCRIPT_ROWS = "the calibration script's rows, runs.jsonl"
 PIPELINE_ROWS = "depthbench run, rows/NAME"
+TEXT = "text-"   # the text task's recipes (specs and rows folders): report.calibration_text
 
 
 # ---- rows ---------------------------------------------------------------------------------------
@@ -82,7 +83,8 @@ def pipeline_rows(folder: Path, recipe: str) -> pd.DataFrame:
 def calibration_rows(folder: Path) -> pd.DataFrame:
     """Every recipe's final eval rows: its pipeline rows where ``folder/rows/NAME`` holds them,
     else its rows in ``folder/runs.jsonl``."""
-    kept = {p.name: p for p in sorted((folder / "rows").glob("*")) if p.is_dir()}
+    kept = {p.name: p for p in sorted((folder / "rows").glob("*"))
+            if p.is_dir() and not p.name.startswith(TEXT)}
     parts = [pipeline_rows(p, name) for name, p in kept.items()]
     if (folder / "runs.jsonl").is_file():
         old = script_rows(folder / "runs.jsonl")
@@ -183,8 +185,10 @@ def paired(r: Readings, recipe: str, a: str, b: str) -> dict | None:
 
 # ---- the recipes, from their specs --------------------------------------------------------------
 def recipe_specs(folder: Path = SPECS) -> dict[str, dict]:
-    """Each calibration spec's TOML, by recipe name."""
-    return {p.stem: tomllib.loads(p.read_text()) for p in sorted(folder.glob("*.toml"))}
+    """Each person-task calibration spec's TOML, by recipe name (``text-NAME`` is the text
+    task's: ``report.calibration_text``)."""
+    return {p.stem: tomllib.loads(p.read_text()) for p in sorted(folder.glob("*.toml"))
+            if not p.stem.startswith(TEXT)}
 
 
 def recipe_line(name: str, spec: dict) -> dict:

@@ -16,11 +16,10 @@ import numpy as np
 import pandas as pd
 
 from depthbench.errors import UserError
+from depthbench.report.calibration_text import RATIO as DEPTH_SDS  # the calibration's criterion
 from depthbench.report.compare import NLL_BAND, NLL_BAND_WIDE, nll_comparisons
 from depthbench.report.figures import reference_of
 from depthbench.report.load import final_rows, labelled, load_rows
-
-DEPTH_SDS = 5.0   # the calibration's criterion (benchmarks/calibrate_text.py: RATIO)
 
 ROLES = {"fixed-first:0.67:4:1-16": "fixed-first 67%", "fixed-first:0.8:4:1-16": "fixed-first 80%"}
 MATCHED = "uniform, FLOP-matched"

@@ -19,9 +19,6 @@ from refusals import ROOT
     ("bench_generate.py", ["--json-out", str(ROOT / "docs")]),
     ("bench_grid.py", ["--shared-work", "no-such-spec"]),
     ("bench_grid.py", ["--against", "no-such-commit"]),
-    ("calibrate_text.py", ["--seeds", "x"]), ("calibrate_text.py", ["--threads", "0"]),
-    ("calibrate_text.py", ["--recipes", "no-such"]), ("calibrate_text.py", ["--workers", "0"]),
-    ("calibrate_text.py", ["--schedules", "cyclic:4"]), ("calibrate_text.py", ["--seeds", "1-x"]),
     ("cloze_floors.py", ["/nonexistent"]), ("cloze_floors.py", [str(ROOT / "docs")]),
 ])
 @pytest.mark.slow
@@ -36,7 +33,6 @@ def test_benchmark_scripts_refuse_bad_arguments_in_one_line(script, args):
 @pytest.mark.parametrize("args,needle", [
     (["serve_cpu.py", "--threads", "x"], "'x' is not an integer"),
     (["serve_cpu.py", "--threads", "1,x"], "'x' is not an integer"),
-    (["calibrate_text.py", "--work", "{file}", "--seeds", "0"], "is a file"),
 ])
 def test_benchmark_scripts_refuse_bad_options_first(tmp_path, args, needle):
     f = tmp_path / "afile"

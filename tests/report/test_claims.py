@@ -283,7 +283,7 @@ def test_text_table3_meets_the_older_depth_1_to_16_sizing_and_its_calibration_is
     """#42's sizing, from the committed rows: in text-table3, uniform:1-16's seed-mean NLL at
     depth 16 lies below depth 1's by at least 5 seed SDs (the larger of the two depths'; its
     loop is inert past depth 4, which text-table3-deep's recurrence changes); the
-    calibration's adopted recipe is that arm, run again by benchmarks/calibrate_text.py in other
+    calibration's adopted recipe is that arm, run again by the calibration script in other
     processes, and reads the same NLL on every seed and depth (rows rounded to 5 decimals)."""
     ev = pd.read_csv(ROOT / "reports" / "text-table3" / "rows" / "eval.csv")
     u = ev[ev["run"].str.startswith("uniform")].pivot_table(index="seed", columns="depth",

@@ -52,28 +52,6 @@ def test_generator_check_mode_reports_a_stale_page(tmp_path):
     assert docs.main(["--root", str(tmp_path), "--check"]) == 0
 
 
-def test_text_calibration_table_is_its_rows_and_its_criterion_is_recomputed_by_hand():
-    cal = _bench("calibrate_text")
-    rows = cal.load_rows()
-    assert cal.write_table(rows, path=None) == cal.TABLE.read_text(), \
-        "run python benchmarks/calibrate_text.py --table-only"
-    import statistics
-    for s in cal.summarize(rows):   # the criterion from the rows, by hand
-        g = [r for r in rows if (r["recipe"], r["schedule"]) == (s["recipe"], s["schedule"])]
-        d1, d4, d16 = ([r["nll"][k] for r in g] for k in (0, 3, -1))
-        gap = sum(d1) / len(d1) - sum(d16) / len(d16)
-        gap4 = sum(d4) / len(d4) - sum(d16) / len(d16)
-        gap14 = sum(d1) / len(d1) - sum(d4) / len(d4)
-        assert abs(s["gap"] - gap) < 1e-12 and abs(s["gap4"] - gap4) < 1e-12
-        if len(g) >= 2:   # per seed: the gains' mean over their SD across seeds
-            g4 = [a - b for a, b in zip(d4, d16)]
-            g14 = [a - b for a, b in zip(d1, d4)]
-            assert abs(gap14 - statistics.fmean(g14)) < 1e-12
-            assert s["passes"] == (len(g) >= 8 and statistics.fmean(g4) >= cal.RATIO
-                                   * statistics.stdev(g4) and statistics.fmean(g14)
-                                   >= cal.RATIO * statistics.stdev(g14))
-
-
 def test_serving_tables_are_the_committed_runs():
     """The serving pages' measured figures are `bench_serve.py --readme` of the committed
     `--json-out` file, and the CPU table `serve_cpu.py`'s of its rows, line for line."""

@@ -1,0 +1,84 @@
+"""The natural-text calibration page (``report.calibration_text``): each recipe is a packaged
+spec, the page is its rows, the criterion is recomputed by hand, and a recipe's pipeline rows
+read as the calibration script's rows of the same runs."""
+
+import json
+import shutil
+import statistics
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from depthbench.pipeline.spec import load_spec
+from depthbench.report import calibration
+from depthbench.report import calibration_text as cal
+
+ROOT = Path(__file__).resolve().parents[2]
+FOLDER = ROOT / "docs" / "calibration"
+ADOPTED_RUNS = ROOT / "reports" / "text-table3" / "rows"   # the adopted recipe's 8 uniform runs
+
+
+def test_the_page_is_its_rows():
+    assert cal.page(FOLDER) == (ROOT / "docs" / "calibration-text.md").read_text(), \
+        "run depthbench docs"
+
+
+def test_every_recipe_is_a_valid_spec_and_every_row_has_its_recipe():
+    specs = cal.recipe_specs()
+    rows = cal.load_calibration(FOLDER)
+    assert {r["recipe"] for r in rows} <= set(specs)
+    for name, path in specs.items():
+        spec = load_spec(f"calibration/{cal.PREFIX}{name}")
+        assert spec.train.schedules == ("uniform:1-16",) or list(spec.train.schedules) == \
+            ["uniform:1-16"]
+        seeds = {r["seed"] for r in rows if r["recipe"] == name}
+        assert seeds <= set(spec.train.seeds), f"{name}: rows of seeds its spec does not run"
+        assert cal.about(path) and not cal.about(path).startswith("Text calibration recipe")
+    # the person task's page reads none of them
+    assert not set(calibration.recipe_specs()) & {f"{cal.PREFIX}{n}" for n in specs}
+
+
+def test_the_criterion_is_recomputed_by_hand():
+    rows = cal.load_calibration(FOLDER)
+    for s in cal.summarize(rows):
+        g = [r for r in rows if (r["recipe"], r["schedule"]) == (s["recipe"], s["schedule"])]
+        d1, d4, d16 = ([r["nll"][k] for r in g] for k in (0, 3, -1))
+        assert s["gap"] == pytest.approx(statistics.fmean(d1) - statistics.fmean(d16), abs=1e-12)
+        assert s["gap4"] == pytest.approx(statistics.fmean(d4) - statistics.fmean(d16), abs=1e-12)
+        if len(g) >= 2:   # per seed: the gains' mean over their SD across seeds
+            g4 = [a - b for a, b in zip(d4, d16)]
+            g14 = [a - b for a, b in zip(d1, d4)]
+            assert s["paired4"] == pytest.approx(statistics.fmean(g4) / statistics.stdev(g4))
+            assert s["passes"] == (len(g) >= 8
+                                   and statistics.fmean(g4) >= cal.RATIO * statistics.stdev(g4)
+                                   and statistics.fmean(g14) >= cal.RATIO * statistics.stdev(g14))
+
+
+def test_pipeline_rows_read_as_the_scripts_rows_of_the_same_runs(tmp_path):
+    """text-table3's uniform:1-16 arm is the adopted recipe run through the pipeline; kept as
+    rows/text-kjv-s600-b32-d10 its runs read the NLL the script's rows hold (both rounded to 5
+    decimals), the matched arm is not read as uniform, and the page says which rows it read."""
+    folder = tmp_path / "calibration"
+    shutil.copytree(FOLDER, folder, ignore=shutil.ignore_patterns("rows"))
+    kept = folder / "rows" / f"{cal.PREFIX}{cal.ADOPTED}"
+    kept.mkdir(parents=True)
+    for f in ("eval.csv", "run.csv"):
+        shutil.copy(ADOPTED_RUNS / f, kept / f)
+    rows = [r for r in cal.load_calibration(folder) if r["recipe"] == cal.ADOPTED]
+    script = {r["seed"]: r for r in map(json.loads, (FOLDER / "text-runs.jsonl").read_text()
+                                        .splitlines()) if r["recipe"] == cal.ADOPTED}
+    uniform = [r for r in rows if r["schedule"] == "uniform:1-16"]
+    assert {r["source"] for r in rows} == {cal.PIPELINE_ROWS}
+    assert sorted(r["seed"] for r in uniform) == sorted(script) == list(range(8))
+    for r in uniform:   # each side rounded to 5 decimals: a value at a rounding edge may differ by 1
+        assert r["nll"] == pytest.approx(script[r["seed"]]["nll"], abs=1.01e-5)
+        assert r["bits_per_byte"] == pytest.approx(script[r["seed"]]["bits_per_byte"], abs=1.01e-5)
+        assert (r["steps"], r["tokens"], r["params"]) == (600, script[r["seed"]]["tokens"],
+                                                          script[r["seed"]]["params"])
+    ev = pd.read_csv(ADOPTED_RUNS / "eval.csv")
+    assert {r["schedule"] for r in rows} == set(ev["schedule"]) - {"uniform:1-16"} | {
+        "uniform:1-16", "uniform:1-16~fixed-first:0.67:4:1-16"}
+    page = cal.page(folder)
+    line = next(x for x in page.splitlines() if x.startswith(f"| `{cal.ADOPTED}` |"))
+    assert line.endswith(f"| {cal.PIPELINE_ROWS} |")
