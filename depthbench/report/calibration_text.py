@@ -55,9 +55,10 @@ def about(path: Path) -> str:
 
 
 def trains(spec: dict) -> str:
-    """What a recipe trains, as its spec says: corpus, preset, steps and its train.set."""
+    """What a recipe trains, as its spec says: corpus, preset, steps and its train.set (but
+    ``threads``: every recipe trains on one thread, as the page says)."""
     train = spec["train"]
-    sets = ", ".join(f"{k}={v}" for k, v in train.get("set", {}).items())
+    sets = ", ".join(f"{k}={v}" for k, v in train.get("set", {}).items() if k != "threads")
     return (f"{'+'.join(spec['data']['corpus'])}, {train.get('preset', 'tiny')}, "
             f"{train['steps']} steps, {sets}")
 

@@ -30,10 +30,10 @@ def test_every_recipe_is_a_valid_spec_and_every_row_has_its_recipe():
     assert {r["recipe"] for r in rows} <= set(specs)
     for name, path in specs.items():
         spec = load_spec(f"calibration/{cal.PREFIX}{name}")
-        assert spec.train.schedules == ("uniform:1-16",) or list(spec.train.schedules) == \
-            ["uniform:1-16"]
+        assert list(spec.train.schedules) == ["uniform:1-16"]
         seeds = {r["seed"] for r in rows if r["recipe"] == name}
         assert seeds <= set(spec.train.seeds), f"{name}: rows of seeds its spec does not run"
+        assert spec.train.set["threads"] == 1, f"{name}: the page reads runs on one thread"
         assert cal.about(path) and not cal.about(path).startswith("Text calibration recipe")
     # the person task's page reads none of them
     assert not set(calibration.recipe_specs()) & {f"{cal.PREFIX}{n}" for n in specs}
