@@ -31,6 +31,7 @@ from depthbench.report.spread import (
     WORST_OF_MEDIAN,
     above_brackets,
 )
+from depthbench.runtime import CPU_COMPILE_MIN_STEPS
 from depthbench.stats import sign_flip_p, t_interval
 
 SPECS = Path(__file__).resolve().parents[1] / "experiments" / "calibration"
@@ -336,7 +337,11 @@ def _intro() -> list[str]:
         "    depthbench run calibration/NAME --out runs/calibration/NAME", "",
         "and kept as its report's eval and run rows in `docs/calibration/rows/NAME/`. A recipe "
         "not rerun through the pipeline yet reads the rows the calibration script wrote before "
-        "the recipes were specs (`docs/calibration/runs.jsonl`); the recipes table says which.",
+        "the recipes were specs (`docs/calibration/runs.jsonl`); the recipes table says which. "
+        f"An arm of {CPU_COMPILE_MIN_STEPS} steps or more trains with compiled blocks on a CPU "
+        "(`runtime.compiles`), which the script's rows predate: such an arm reads a little "
+        "differently from the script's row of it, and reads as that row with "
+        "`--set train.set.compile=false`.",
         "",
         f"Criteria (`depthbench.report.spread`): every seed's depth-averaged exact match at "
         f"least {WORST_OF_MEDIAN:.0%} of its arm's median; the seed SD of bits per person at "
