@@ -1,4 +1,11 @@
-"""Shared fixtures: one small dataset and one briefly trained looped model for the session."""
+"""Shared fixtures: one small dataset and one briefly trained looped model for the session.
+
+Every test process runs torch on one thread, and so does every command a test starts in a
+subprocess (``OMP_NUM_THREADS``, unless the caller set it): ``pytest -n 2`` runs two workers on
+two cores, and a subprocess on torch's default of all cores beside the other worker would
+oversubscribe them."""
+
+import os
 
 import pytest
 import torch
@@ -9,6 +16,7 @@ from depthbench.data_gen import Attribute, GenConfig
 from depthbench.train.loop import train
 
 torch.set_num_threads(1)
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
 @pytest.fixture(scope="session")
