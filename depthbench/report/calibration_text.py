@@ -75,7 +75,7 @@ def script_rows(path: Path) -> list[dict]:
 def pipeline_rows(folder: Path, recipe: str) -> list[dict]:
     """A recipe's kept report rows (``eval.csv``, ``run.csv``) as one dict per run, shaped as the
     script's: validation NLL and bits per byte at depths 1-16 of the final checkpoint, training
-    seconds and final loss; each arm named as its report names it (a matched arm is not its
+    seconds, thread count and final loss; each arm named as its report names it (a matched arm is not its
     schedule)."""
     rows = labelled(load_rows([folder]))
     ev = final_rows(rows["eval"])
@@ -84,7 +84,7 @@ def pipeline_rows(folder: Path, recipe: str) -> list[dict]:
     for run, g in ev[ev["split"] == "validation"].groupby("run", sort=False):
         g = g.set_index("depth").loc[DEPTHS]
         out.append({"recipe": recipe, "schedule": str(g["schedule"].iloc[0]),
-                    "seed": int(g["seed"].iloc[0]), "threads": 1,
+                    "seed": int(g["seed"].iloc[0]), "threads": int(runs.loc[run, "threads"]),
                     "dataset": str(g["dataset_hash"].iloc[0])[:12],
                     "steps": int(g["step"].iloc[0]),
                     "final_loss": float(runs.loc[run, "final_loss"]),

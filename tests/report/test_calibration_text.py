@@ -100,4 +100,4 @@ def test_a_recipe_rerun_through_the_pipeline_reads_as_the_scripts_rows():
             assert r["nll"] == pytest.approx(old[r["seed"]]["nll"], abs=1.01e-5), name
             assert r["bits_per_byte"] == pytest.approx(old[r["seed"]]["bits_per_byte"],
                                                        abs=1.01e-5), name
-            assert r["dataset"] == old[r["seed"]]["dataset"]
+            assert r["dataset"] == old[r["seed"]]["dataset"] and r["threads"] == 1
