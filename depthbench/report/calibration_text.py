@@ -25,6 +25,8 @@ import statistics
 import tomllib
 from pathlib import Path
 
+import pandas as pd
+
 from depthbench.report.load import final_rows, labelled, load_rows
 
 SPECS = Path(__file__).resolve().parents[1] / "experiments" / "calibration"
@@ -84,7 +86,7 @@ def pipeline_rows(folder: Path, recipe: str) -> list[dict]:
     for run, g in ev[ev["split"] == "validation"].groupby("run", sort=False):
         g = g.set_index("depth").loc[DEPTHS]
         out.append({"recipe": recipe, "schedule": str(g["schedule"].iloc[0]),
-                    "seed": int(g["seed"].iloc[0]), "threads": int(runs.loc[run, "threads"]),
+                    "seed": int(g["seed"].iloc[0]), "threads": _threads(runs, run),
                     "dataset": str(g["dataset_hash"].iloc[0])[:12],
                     "steps": int(g["step"].iloc[0]),
                     "final_loss": float(runs.loc[run, "final_loss"]),
@@ -94,6 +96,14 @@ def pipeline_rows(folder: Path, recipe: str) -> list[dict]:
                     "bits_per_byte": [round(float(x), 5) for x in g["bits_per_byte"]],
                     "source": PIPELINE_ROWS})
     return sorted(out, key=lambda r: (r["schedule"], r["seed"]))
+
+
+def _threads(runs: pd.DataFrame, run: str) -> int | None:
+    """The thread count a run trained on, as its run row was stamped (None: rows written before
+    rows carried it)."""
+    if "threads" not in runs.columns or pd.isna(runs.loc[run, "threads"]):
+        return None
+    return int(runs.loc[run, "threads"])
 
 
 def load_calibration(folder: Path) -> list[dict]:
