@@ -27,10 +27,10 @@ from pathlib import Path
 
 import pandas as pd
 
+from depthbench.report.calibration import SPECS
+from depthbench.report.calibration import TEXT as PREFIX  # a text recipe's spec and rows: text-NAME
 from depthbench.report.load import final_rows, labelled, load_rows
 
-SPECS = Path(__file__).resolve().parents[1] / "experiments" / "calibration"
-PREFIX = "text-"   # a text recipe's spec and rows folder: text-NAME
 DEPTHS = list(range(1, 17))
 RATIO = 5.0      # the criterion: each gain >= RATIO seed SDs of the per-seed gain
 SCRIPT_ROWS = "the calibration script's rows, text-runs.jsonl"
