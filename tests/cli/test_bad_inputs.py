@@ -174,7 +174,7 @@ def bad(small_data, trained_run, tmp_path_factory):
     (root / "rows_nan").mkdir()
     (root / "rows_nan" / "serve.csv").write_text("mode,tokens_per_s,speedup,ceiling\nstatic,x,1,1\n")
     paths["rows_not_numbers"] = root / "rows_nan"
-    # ---- round 3: forged columns --------------------------------------------------------------
+    # ---- forged columns --------------------------------------------------------------
     for name, text in {"eval_forged": f'run = "{trained_run}"\n[tags]\nbits_per_person = 69.9\n',
                        "train_forged": f'data = "{small_data}"\nout = "{root}/forged"\n'
                                        '[tags]\nschedule = "uniform:1-16"\n',
@@ -183,7 +183,7 @@ def bad(small_data, trained_run, tmp_path_factory):
                        "eval_tag_table": f'run = "{trained_run}"\n[tags]\nz = {{a = 1}}\n'}.items():
         (root / f"{name}.toml").write_text(text)
         paths[name] = root / f"{name}.toml"
-    # ---- round 3: outputs over inputs, specs checked whole, shapes checked --------------------
+    # ---- outputs over inputs, specs checked whole, shapes checked --------------------
     for name, files in {"fake_dataset": {"manifest.json": "{}", "notes.txt": "mine"},
                         "fake_report": {"report.json": '{"figures": []}', "notes.txt": "mine"}
                         }.items():
@@ -366,18 +366,18 @@ def cases():
         ("train-out-is-file", ["train", "--data", D, "--out", "{not_a_dir}"], "is a file"),
         ("run-out-is-file", ["run", "{spec_valid}", "--out", "{not_a_dir}"], "is a file"),
         ("generate-force-over-non-dataset", ["generate", "--out", "{rows_not_numbers}", "--force"], "not a depthbench dataset"),
-        # ---- round 3: identity checked where the data is used ----------------------------------
+        # ---- identity checked where the data is used ----------------------------------
         ("ckpt-without-checksum", ["eval", "{ckpt_without_checksum}", "--data", D], "has no checksum file"),
         ("ckpt-from-another-run", ["eval", "{run_foreign_ckpt}"], "does not belong to run"),
         ("ckpt-file-and-step", ["eval", "{ckpt_without_checksum}", "--data", D, "--checkpoint", "3"], "cannot pick another step"),
-        # ---- round 3: outputs never over inputs; only tool-made directories replaced -----------
+        # ---- outputs never over inputs; only tool-made directories replaced -----------
         ("eval-out-over-run-log", ["eval", R, "--depths", "1", "--out", R + "/metrics"], "would replace a file this command reads"),
         ("eval-out-in-dataset", ["eval", R, "--depths", "1", "--out", D + "/eval_reordered"], "is inside the dataset"),
         ("probe-out-over-run-log", ["probe-update", R, "--out", R + "/metrics"], "would replace a file this command reads"),
         ("serve-out-over-run-record", ["serve-bench", R, "--requests", "2", "--out", R + "/run"], "would replace a file this command reads"),
         ("generate-force-over-manifest-name", ["generate", "--out", "{fake_dataset}", "--force"], "not a depthbench dataset"),
         ("report-out-over-report-name", ["report", D, "--out", "{fake_report}"], "is not a report depthbench made"),
-        # ---- round 3: a spec is checked whole before any stage runs ----------------------------
+        # ---- a spec is checked whole before any stage runs ----------------------------
         ("run-report-name-escapes", ["run", "{spec_report_escape}", "--out", "{out}"], "report.name"),
         ("run-budgets-one-id", ["run", "{spec_budget_ids}", "--out", "{out}"], "train.budgets"),
         ("run-schedule-spelled-twice", ["run", "{spec_schedule_twice}", "--out", "{out}"], "must not repeat"),
@@ -386,7 +386,7 @@ def cases():
         ("run-gate-without-gate", ["run", "{spec_gate}", "--out", "{out}"], "exit gate"),
         ("run-report-out-not-empty", ["run", "{spec_report_full}", "--out", "{out}"], "the report directory"),
         ("run-no-reordered-split", ["run", "{spec_no_reordered}", "--out", "{out}"], "eval.splits"),
-        # ---- round 3: files' shapes checked before use -----------------------------------------
+        # ---- files' shapes checked before use -----------------------------------------
         ("train-config-model-not-table", ["train", "--config", "{cfg_model_int}"], "model must be a table"),
         ("train-config-train-not-table", ["train", "--config", "{cfg_train_list}"], "train must be a table"),
         ("resume-log-step-string", ["train", "--config", "{run_log_step_str_job}"], "'step' must be an integer"),
@@ -398,9 +398,9 @@ def cases():
         ("serve-trace-names-other-requests", ["serve-bench", R, "--requests", "2", "--exit", "replay:{trace_other}"], "no depths for 2 of the 2 requests"),
         ("sim-trace-names-other-requests", ["serve-sim", "--random", "tiny", "--exit", "replay:{trace_other}"], "no depths for"),
         ("serve-trace-bool-depth", ["serve-bench", R, "--exit", "replay:{trace_bool}"], "lists of depths, integers in 1.."),
-        # ---- round 3: unbounded work -----------------------------------------------------------
+        # ---- unbounded work -----------------------------------------------------------
         ("flops-steps-huge", ["flops", "--preset", "tiny", "--schedule", "uniform:1-16", "--steps", "100000000"], "--steps"),
-        # ---- round 3: a tag may not replace a measured or key column ----------------------------
+        # ---- a tag may not replace a measured or key column ----------------------------
         ("eval-tag-forges-bits", ["eval", "--config", "{eval_forged}", "--out", "{out}"], "tag 'bits_per_person' would replace"),
         ("eval-tag-forges-attr", ["eval", "--config", "{eval_attr_forged}", "--out", "{out}"], "tag 'bits/x' would replace"),
         ("eval-tag-not-scalar", ["eval", "--config", "{eval_tag_table}", "--out", "{out}"], "tags"),
@@ -481,7 +481,7 @@ def render_doc() -> str:
         "(model folders), `tests/benchmarks/test_benchmark_inputs.py` and `tests/report/test_docs_inputs.py`; corpora in",
         "`tests/data/test_text.py`, experiment specs in `tests/pipeline/test_pipeline.py`.",
         "",
-        "Round 4 (the review rounds name what each added):",
+        "Corpora, text runs, report rows, lm-eval and serving inputs:",
         "corpus documents identified by content (a file reached twice read once, exact duplicates",
         "dropped and counted, validation drawn from a document's digest, never sharing a document",
         "with training: a property test), a BOM dropped, lone surrogates, tokenizers that would drop",
@@ -506,7 +506,7 @@ def render_doc() -> str:
         "the middle of its last row and a row without its run or schedule refused; lm-eval's",
         "--metadata data that is not a path refused.",
         "",
-        "Round 5 (one test per property): a model folder read",
+        "Model folders, weights, outputs, reports and benchmark options (one test per property): a model folder read",
         "as it is or refused (RoPE scaling in `rope_parameters`, Huginn's embedding scale kept",
         "under `--from-weights`, a `--set` that would change the architecture of the weights it",
         "starts from, Dory configs naming the wrong field, a spec naming a file or written with",
