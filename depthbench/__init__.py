@@ -29,8 +29,12 @@ def _checkout_data_gen() -> None:
 _checkout_data_gen()
 
 
-def load_model(spec: str, device="cpu", dtype=None):
-    """A looped model behind depthbench's protocol: ``ouro:DIR``, ``huginn:DIR``, ``hf:DIR`` or a
-    depthbench run; ``model(idx, n_loops=k)`` gives (B, T, V) logits. See ``depthbench.models``."""
-    from depthbench.loading import load_model as _load
-    return _load(spec, device=device, dtype=dtype)
+def __getattr__(name: str):
+    """``depthbench.load_model`` is ``depthbench.loading.load_model`` (a looped model behind the
+    protocol from ``ouro:DIR``, ``huginn:DIR``, ``hf:DIR``, ``depthbench:DIR`` or a run;
+    ``model(idx, n_loops=k)`` gives (B, T, V) logits), imported on first use so that importing
+    depthbench does not import torch."""
+    if name == "load_model":
+        from depthbench.loading import load_model
+        return load_model
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
