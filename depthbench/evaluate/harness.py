@@ -12,8 +12,9 @@ local YAML such as ``depthbench_cloze``) runs at any ``n_loops``.
 With ``exit=SPEC`` generation runs through the depth-adaptive serving engine (batch-1 decoding,
 the given criterion and KV policy); likelihoods always use ``n_loops`` (default: max_depth).
 
-lm-eval passes ``batch_size`` (a string from its CLI, possibly "auto"), ``max_batch_size`` and
-``device``; all are accepted. Any other unknown argument is an error.
+The model's arguments are parsed once into a typed ``model_args.ModelArgs`` (lm-eval's own
+``batch_size``, possibly "auto", ``max_batch_size`` and ``device`` among them); an unknown
+argument or a value out of range is a one-line error before any model is read.
 """
 
 from __future__ import annotations
@@ -31,75 +32,35 @@ from depthbench.checkpoint import load as load_checkpoint
 from depthbench.checkpoint import open_run, read_run, run_dir_of, run_keys, run_name
 from depthbench.data.synthetic import Dataset, open_dataset
 from depthbench.errors import UserError
-from depthbench.schedules import MAX_DEPTH
-
-_ARGS = ("pretrained", "n_loops", "exit", "min_depth", "max_depth", "kv_policy", "data",
-         "checkpoint_step", "batch_size", "max_batch_size", "device", "max_length")
-
-
-def _int_arg(name: str, value, lo: int = 1, hi: int = MAX_DEPTH) -> int:
-    if isinstance(value, bool):
-        raise UserError(f"depthbench model argument {name}={value!r} is not an integer")
-    try:
-        v = int(value)
-    except (TypeError, ValueError, OverflowError):
-        raise UserError(f"depthbench model argument {name}={value!r} is not an integer") from None
-    if not lo <= v <= hi or str(value).strip() not in (str(v), f"{v}.0"):
-        raise UserError(f"depthbench model argument {name}={value!r} must be an integer in "
-                        f"{lo}..{hi}")
-    return v
+from depthbench.evaluate.model_args import ModelArgs, int_arg
 
 
 @register_model("depthbench")
 class DepthbenchLM(TemplateLM):
-    def __init__(self, pretrained: str | None = None, n_loops=None, exit: str | None = None,
-                 min_depth=1, max_depth=16, kv_policy: str = "depth_indexed",
-                 data: str | None = None, checkpoint_step=None, batch_size=16,
-                 max_batch_size=None, device: str | None = None, max_length=None, **unknown):
+    def __init__(self, **given):
         super().__init__()
-        if unknown:
-            raise UserError(f"unknown depthbench model argument(s) {', '.join(sorted(unknown))}; "
-                            f"known: {', '.join(_ARGS)}")
-        if not pretrained:
-            raise UserError("depthbench model needs pretrained=RUN_DIR_OR_CHECKPOINT")
-        self.max_depth = _int_arg("max_depth", max_depth)
-        self.min_depth = _int_arg("min_depth", min_depth)
-        self.n_loops = _int_arg("n_loops", n_loops) if n_loops is not None else self.max_depth
-        bs = str(batch_size).split(":")[0]
-        self.batch_size = 16 if bs == "auto" else _int_arg("batch_size", bs, hi=1 << 20)
-        if max_batch_size is not None:
-            self.batch_size = min(self.batch_size, _int_arg("max_batch_size", max_batch_size,
-                                                            hi=1 << 20))
-        # lm-eval's CLI passes device=cuda by default: fall back to the CPU where there is none
-        usable = device and (not str(device).startswith("cuda") or torch.cuda.is_available())
-        self._dev = torch.device(device if usable else "cpu")
-        step = _int_arg("checkpoint_step", checkpoint_step, 0, 10**9) \
-            if checkpoint_step is not None else None
+        args = self.args = ModelArgs.parse(given)
+        self._dev = torch.device(args.device)
         from depthbench.loading import open_ported, parse_spec
-        spec = parse_spec(pretrained)
+        spec = parse_spec(args.pretrained)
         if spec.kind == "run":   # checked against its dataset, its run finished (open_run)
-            self.model, ck, _, ds = open_run(pretrained, step, data, self._dev, verify=False,
-                                             data_option="data=DIR")
+            self.model, ck, _, ds = open_run(args.pretrained, args.checkpoint_step, args.data,
+                                             self._dev, verify=False, data_option="data=DIR")
             self.checkpoint = ck["path"]
         else:   # ouro:DIR, huginn:DIR, hf:DIR read a text dataset tokenized their way
-            if not data:
+            if not args.data:
                 raise UserError(f"{spec} needs data=DIR: a text dataset prepared with the "
                                 "model's tokenizer (prepare-text CORPUS --tokenizer "
                                 "DIR/tokenizer.json)")
-            self.model, ds = open_ported(spec, data, self._dev, verify=False)
+            self.model, ds = open_ported(spec, args.data, self._dev, verify=False)
             self.checkpoint = self.model.source
         self.text = ds.kind == "text"
         self.vocab = ds.lm_vocab()
-        limit = self.model.shape.max_seq_len
-        self.max_len = _int_arg("max_length", max_length, hi=limit) if max_length else limit
-        self.exit_spec = exit
+        self.max_len = args.positions(self.model.shape.max_seq_len)
         self.engine = None
-        if exit:
-            from depthbench.exits import parse_exit
+        if args.criterion is not None:
             from depthbench.serving.engine import Engine
-            crit = parse_exit(exit, self.min_depth, self.max_depth)
-            self.engine = Engine(self.model, crit, kv_policy, 1, self.max_len + 1)
-        self.kv_policy = kv_policy
+            self.engine = Engine(self.model, args.criterion, args.kv_policy, 1, self.max_len + 1)
 
     # ---- what lm-eval reads --------------------------------------------------------------------------
     @property
@@ -121,23 +82,24 @@ class DepthbenchLM(TemplateLM):
         return self.vocab.decode(tokens)
 
     def get_model_info(self) -> dict:
-        return {"model_checkpoint": self.checkpoint, "serving_depth": self.n_loops,
-                "exit": self.exit_spec, "max_depth": self.max_depth, "kv_policy": self.kv_policy}
+        a = self.args
+        return {"model_checkpoint": self.checkpoint, "serving_depth": a.n_loops, "exit": a.exit,
+                "max_depth": a.max_depth, "kv_policy": a.kv_policy}
 
     # ---- scoring -------------------------------------------------------------------------------------
     @torch.no_grad()
     def _logprobs(self, seqs: list[list[int]]) -> list[torch.Tensor]:
         """Per sequence, the (len-1, V) next-token log-probabilities at depth n_loops."""
         out = []
-        for i in range(0, len(seqs), self.batch_size):
-            chunk = seqs[i:i + self.batch_size]
+        for i in range(0, len(seqs), self.args.batch_size):
+            chunk = seqs[i:i + self.args.batch_size]
             T = max(len(s) for s in chunk)
             if T > self.max_len:
                 raise UserError(f"a request of {T} tokens exceeds the model's {self.max_len} positions")
             x = torch.full((len(chunk), T), self.vocab.pad, dtype=torch.long)
             for j, s in enumerate(chunk):  # right padding: causal attention never sees it
                 x[j, :len(s)] = torch.tensor(s)
-            logp = F.log_softmax(self.model(x.to(self._dev), n_loops=self.n_loops).float(), -1)
+            logp = F.log_softmax(self.model(x.to(self._dev), n_loops=self.args.n_loops).float(), -1)
             out += [logp[j, :len(s) - 1].cpu() for j, s in enumerate(chunk)]
         return out
 
@@ -193,7 +155,7 @@ class DepthbenchLM(TemplateLM):
             ctx = torch.tensor([ids], device=self._dev)
             toks = []
             for _ in range(n_new):
-                nxt = self.model(ctx, n_loops=self.n_loops)[0, -1].argmax()
+                nxt = self.model(ctx, n_loops=self.args.n_loops)[0, -1].argmax()
                 toks.append(int(nxt))
                 if toks[-1] == self.vocab.eos:
                     break
@@ -438,9 +400,9 @@ def run_depths(args: list[str]) -> tuple[list[dict], list[Path]]:
                         "a ported model, a text dataset prepared with its tokenizer)")
 
     depths = parse_depths(ns.depths)
-    limit = _int_arg("--limit", ns.limit, 1, 1 << 30) if ns.limit is not None else None
-    bs = _int_arg("batch_size", ns.batch_size or margs.get("batch_size") or 64, 1, 1 << 16)
-    step = (_int_arg("checkpoint_step", margs["checkpoint_step"], 0, 1 << 40)
+    limit = int_arg("--limit", ns.limit, 1, 1 << 30) if ns.limit is not None else None
+    bs = int_arg("batch_size", ns.batch_size or margs.get("batch_size") or 64, 1, 1 << 16)
+    step = (int_arg("checkpoint_step", margs["checkpoint_step"], 0, 1 << 40)
             if "checkpoint_step" in margs else None)
     tasks = [t for t in ns.tasks.split(",") if t]
     rows = harness_tasks(run, data, depths, tasks, step, limit, bs,

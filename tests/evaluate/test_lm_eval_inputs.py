@@ -116,3 +116,29 @@ def test_an_lm_eval_task_of_the_other_dataset_kind_is_one_line(trained_run, smal
         assert p.returncode == 2, p.stderr[-800:]
         lines = p.stderr.strip().splitlines()
         assert needle in lines[-1] and "Traceback" not in p.stderr, p.stderr[-800:]
+
+
+def test_model_args_are_typed_from_lm_evals_own_argument_string():
+    """lm-eval's parser turns ``--model_args`` into strings and numbers; ``ModelArgs.parse``
+    makes one typed value of them, and refuses a bad value before any model is read (the
+    pretrained path here does not exist)."""
+    pytest.importorskip("lm_eval")
+    from lm_eval.utils import simple_parse_args_string
+
+    from depthbench.evaluate.model_args import ModelArgs
+    given = simple_parse_args_string("pretrained=nowhere/run,exit=fixed:3,max_depth=8,"
+                                     "checkpoint_step=200,max_length=32,kv_policy=single")
+    a = ModelArgs.parse({**given, "batch_size": "auto:4", "max_batch_size": 8, "device": "cuda:0"})
+    assert (a.pretrained, a.n_loops, a.max_depth, a.min_depth, a.checkpoint_step) == \
+        ("nowhere/run", 8, 8, 1, 200)
+    assert (a.batch_size, a.max_length, a.kv_policy, a.data) == (8, 32, "single", None)
+    assert a.criterion.max_depth == 8 and a.exit == "fixed:3"
+    import torch
+    assert a.device == ("cuda:0" if torch.cuda.is_available() else "cpu")
+    assert a.positions(64) == 32 and ModelArgs.parse({"pretrained": "r"}).positions(64) == 64
+    with pytest.raises(UserError, match="max_length"):
+        a.positions(16)
+    for bad, needle in [({"exit": "warp:2"}, "exit spec"), ({"max_length": "x"}, "max_length"),
+                        ({"checkpoint_step": -1}, "checkpoint_step"), ({"nope": 1}, "nope")]:
+        with pytest.raises(UserError, match=needle):
+            ModelArgs.parse({"pretrained": "nowhere/run", **bad})
