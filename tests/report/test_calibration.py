@@ -39,6 +39,15 @@ def test_every_recipe_is_a_spec_and_every_row_a_recipe_of_one():
         assert rows.loc[rows["recipe"] == name, "source"].nunique() == 1, name
 
 
+def test_every_spec_pins_the_threads_its_kept_rows_were_trained_on():
+    """A thread count can act like another seed on a CPU: a spec rerun must train on the
+    threads its kept rows record (torch's default would follow the machine's cores)."""
+    for name in recipe_specs():
+        spec = tomllib.loads((SPECS / f"{name}.toml").read_text())
+        rows = pd.read_csv(FOLDER / "rows" / name / "run.csv")
+        assert set(rows["threads"]) == {spec["train"]["set"]["threads"]}, name
+
+
 def test_the_scripts_rows_read_as_written():
     """Each JSON row's list of readings at depths 1-16, read back by hand: the best reading over
     the depths in % of the ceiling and the depth-averaged exact match."""
