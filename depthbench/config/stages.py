@@ -260,17 +260,18 @@ class ServeConfig(PlainConfig):
         if self.random:
             one_of(self.random, tuple(MODEL_PRESETS), "random")
         require(not self.model_set or bool(self.random), "model_set", "only applies to random")
-        try:
-            _ = self.criterion   # parses, or says why not
+        from depthbench.exits import parse_exit
+        try:   # parsed once, here (a replay trace is read once), or says why not
+            crit = parse_exit(self.exit, self.min_depth, self.max_depth, self.lookahead, self.seed)
         except UserError as e:
             raise ConfigError(f"exit: {e}") from None
+        object.__setattr__(self, "_criterion", crit)
 
     @property
     def criterion(self):
         """The exit criterion (``exits.ExitCriterion``) that ``exit`` and the depth knobs name:
-        parsed here, where the config enters, for every stage that serves."""
-        from depthbench.exits import parse_exit
-        return parse_exit(self.exit, self.min_depth, self.max_depth, self.lookahead, self.seed)
+        parsed where the config enters, for every stage that serves."""
+        return self._criterion
 
 
 @dataclass(frozen=True, kw_only=True)

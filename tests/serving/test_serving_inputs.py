@@ -57,3 +57,23 @@ def test_serving_refuses_knobs_that_cannot_run_and_records_those_that_did(tmp_pa
     assert (rows["width"] == 6).all() and (rows["pool"] <= 6).all()
     for knob in ("admit_min", "min_coda_batch", "coda_wait", "prefill_chunk"):
         assert rows[knob].notna().all(), knob
+
+
+def test_the_exit_criterion_is_parsed_once_where_the_config_enters(tmp_path):
+    """A replay trace is read when the ServeConfig is made, and every stage reads that
+    criterion: the file gone afterwards changes nothing, and a bad trace is refused there."""
+    import json
+
+    from depthbench.config import ServeConfig
+    from depthbench.config.base import ConfigError
+    from depthbench.exits import parse_exit
+    trace = tmp_path / "trace.json"
+    trace.write_text(json.dumps({"0": [1, 2, 3], "1": [4, 4]}))
+    cfg = ServeConfig(random="tiny", exit=f"replay:{trace}", max_depth=4)
+    trace.unlink()
+    assert cfg.criterion is cfg.criterion
+    trace.write_text(json.dumps({"0": [1, 2, 3], "1": [4, 4]}))
+    assert cfg.criterion == parse_exit(f"replay:{trace}", 1, 4)
+    trace.write_text("{not json")
+    with pytest.raises(ConfigError, match="exit"):
+        ServeConfig(random="tiny", exit=f"replay:{trace}", max_depth=4)
