@@ -77,7 +77,7 @@ def script_rows(path: Path) -> list[dict]:
 def pipeline_rows(folder: Path, recipe: str) -> list[dict]:
     """A recipe's kept report rows (``eval.csv``, ``run.csv``) as one dict per run, shaped as the
     script's: validation NLL and bits per byte at depths 1-16 of the final checkpoint, training
-    seconds, thread count and final loss; each arm named as its report names it (a matched arm is not its
+    CPU seconds, thread count and final loss; each arm named as its report names it (a matched arm is not its
     schedule)."""
     rows = labelled(load_rows([folder]))
     ev = final_rows(rows["eval"])
@@ -90,7 +90,9 @@ def pipeline_rows(folder: Path, recipe: str) -> list[dict]:
                     "dataset": str(g["dataset_hash"].iloc[0])[:12],
                     "steps": int(g["step"].iloc[0]),
                     "final_loss": float(runs.loc[run, "final_loss"]),
-                    "train_s": round(float(runs.loc[run, "wall_clock_s"]), 1),
+                    # CPU seconds: two runs on two cores read alike, as their wall clocks
+                    # do not where other work shares the machine
+                    "train_s": round(float(runs.loc[run, "cpu_s"]), 1),
                     "params": int(g["params"].iloc[0]), "tokens": int(g["tokens"].iloc[0]),
                     "nll": [round(float(x), 5) for x in g["nll"]],
                     "bits_per_byte": [round(float(x), 5) for x in g["bits_per_byte"]],
@@ -254,8 +256,10 @@ def page(folder: Path, specs: Path = SPECS) -> str:
              "4. `d4-d16 SDs` is the same gain over the larger of the", "two depths' seed SDs "
              "of the level (a random initial state spreads the seeds' NLL levels, not their",
              "gains); `d1-d16 (SDs)` is #42's older criterion's gap and ratio; `lowest at` the",
-             "depth of the lowest seed-mean NLL. `train s` is one run's training time on one "
-             "CPU thread (the", "machine shared with other work; compare within a table).", "",
+             "depth of the lowest seed-mean NLL. `train s` is one run's training CPU time on "
+             "one thread", "(the script's rows: its wall clock). The machine was shared with other "
+             "work, so recipes run on", "different days read times up to 1.5x apart: a time "
+             "ratio between recipes is a rough one.", "",
              "## Recipes", "", "| recipe | what it is | what it trains | rows |",
              "|---|---|---|---|"]
     for k, path in recipe_specs(specs).items():
