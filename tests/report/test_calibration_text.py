@@ -90,6 +90,7 @@ def test_pipeline_rows_read_as_the_scripts_rows_of_the_same_runs(tmp_path):
 # as the script's row did
 UNSTABLE = {"kjv-b32-residual-concat"}
 
+
 def test_a_recipe_rerun_through_the_pipeline_reads_as_the_scripts_rows():
     """Every recipe whose pipeline rows are kept is the recipe the script ran, seed by seed where
     the script ran that seed, trained on one thread: its final training loss lies within 0.08 of
