@@ -267,19 +267,24 @@ def file_record_ok(rec) -> bool:
             and type(rec["bytes"]) is int and rec["bytes"] >= 0)
 
 
-def refuse_over_inputs(outputs, run=None, data=None, inputs=(), flag: str = "--out") -> None:
+def refuse_over_inputs(outputs, run=None, data=None, inputs=(), flag: str = "--out",
+                       checkpoint=None) -> None:
     """Refuse (UserError) output paths that would land on what a command reads: inside the
-    dataset directory ``data``, on the run directory's own files (its record, training log,
-    lock and checkpoints) or on any of the input files ``inputs``."""
+    dataset directory ``data`` or the checkpoint folder ``checkpoint``, on the run directory's
+    own files (its record, training log, lock and checkpoints) or on any of the input files
+    ``inputs``."""
     def real(p):
         return Path(p).resolve()
 
+    folders = [f for f in ((data, "the dataset", "a dataset"),
+                           (checkpoint, "the checkpoint directory", "a checkpoint folder")) if f[0]]
     own = [real(run) / n for n in RUN_OWN] if run else []
     ins = {real(p) for p in inputs if p}
     for out in map(real, outputs):
-        if data and (real(data) == out or real(data) in out.parents):
-            raise UserError(f"{flag} {out} is inside the dataset {data}; write results "
-                            "elsewhere (a dataset holds only its own files)")
+        for d, what, one in folders:
+            if real(d) == out or real(d) in out.parents:
+                raise UserError(f"{flag} {out} is inside {what} {d}; write results elsewhere "
+                                f"({one} holds only its own files)")
         if any(out == o or o in out.parents for o in own) or out in ins:
             raise UserError(f"{flag} {out} would replace a file this command reads (the run's "
                             "record, log or checkpoints, or an input file); choose another path")

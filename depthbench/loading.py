@@ -13,8 +13,6 @@ loaded as float32 unless ``dtype`` says otherwise.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from depthbench.models.config import (  # noqa: F401  (re-exported)
     KINDS,
     MODEL_SPEC_HELP,
@@ -68,76 +66,26 @@ def load_shape(spec: str | ModelSpec):
         return build(kind, read_config(path), path).shape
 
 
-def refuse_inside(outputs, spec: ModelSpec) -> None:
-    """No output may land inside a checkpoint directory a command reads."""
-    kind, path = spec
-    if kind == "run" or not path.is_dir():
-        return
-    d = path.resolve()
-    for out in outputs:
-        o = Path(out).resolve()
-        if o == d or d in o.parents:
-            raise ModelSpecError(f"--out {out} is inside the checkpoint directory {path}; write "
-                                 "results elsewhere (a checkpoint folder holds only its own files)")
-
-
-def check_text_dataset(model, ds, spec: ModelSpec) -> None:
-    """A ported model reads a text dataset only if it was tokenized with the model's own
-    tokenizer (``prepare-text --tokenizer DIR/tokenizer.json``): every token of the checkpoint's
-    tokenizer.json has the same id in the dataset's, and every id fits the model's vocabulary;
-    the dataset's windows fit its positions."""
-    path = spec.path
-    fix = (f"prepare the text with the model's tokenizer: depthbench prepare-text CORPUS --out "
-           f"DATA --tokenizer {path}/tokenizer.json")
-    if getattr(ds, "kind", None) != "text":
-        raise ModelSpecError(f"{ds.path} is a synthetic people dataset in depthbench's own "
-                             f"vocabulary; {spec} reads text: {fix}")
-    tok_file = getattr(model, "tokenizer_file", None)
-    if tok_file is None:
-        raise ModelSpecError(f"{path} has no tokenizer.json; a ported model is evaluated on text "
-                             "tokenized its own way: put the checkpoint's tokenizer.json in the "
-                             "folder")
-    from depthbench.data.text import load_tokenizer, tokenizer_model
-    tok, ds_tok = load_tokenizer(tok_file), ds.tokenizer()
-    mine, theirs = tok.get_vocab(), ds_tok.get_vocab()
-    differ = [t for t, i in mine.items() if theirs.get(t) != i]
-    if not differ and tokenizer_model(tok) != tokenizer_model(ds_tok):
-        raise ModelSpecError(f"dataset {ds.path} was tokenized with the same vocabulary as "
-                             f"{tok_file} but other merges or normalization, so the same text "
-                             f"becomes other tokens; {fix}")
-    if differ or len(theirs) > model.shape.vocab_size:
-        raise ModelSpecError(f"dataset {ds.path} was tokenized with another tokenizer than "
-                             f"{tok_file} ({len(differ)} of its tokens differ; {len(theirs)} ids "
-                             f"for a model of {model.shape.vocab_size}); {fix}")
-    if ds.seq_len - 1 > model.shape.max_seq_len:
-        raise ModelSpecError(f"dataset {ds.path} has windows of {ds.seq_len - 1} tokens, more than "
-                             f"the model's {model.shape.max_seq_len} positions; prepare it with a "
-                             "shorter --seq-len")
-
-
-def open_ported(spec: str | ModelSpec, data: str | None, device="cpu", outputs=(),
-                verify: bool = True):
-    """``(model, text dataset or None)``: a ported or wrapped model ``spec``, with no output of
-    ``outputs`` inside its checkpoint folder, and the text dataset ``data`` it reads (none
-    given: None), checked to be tokenized its way (``check_text_dataset``) before it is used.
-    The spec is parsed once, here."""
+def open_ported(spec: str | ModelSpec, data: str | None, device="cpu", verify: bool = True):
+    """``(model, text dataset or None)``: a ported or wrapped model ``spec`` and the text
+    dataset ``data`` it reads (none given: None), checked to be tokenized its way
+    (``data.text.check_tokenized_for``) before it is used. The spec is parsed once, here."""
     spec = parse_spec(spec)
-    refuse_inside(outputs, spec)
     ds = None
     if data:
         from depthbench.data.synthetic import open_dataset
         ds = open_dataset(data, verify=verify)
     model = load_model(spec, device=device)
     if ds is not None:
-        check_text_dataset(model, ds, spec)
+        from depthbench.data.text import check_tokenized_for
+        check_tokenized_for(ds, spec, getattr(model, "tokenizer_file", None), model.shape)
     return model, ds
 
 
 def check_start_weights(spec: str, ds) -> None:
     """Training from a checkpoint's weights (``init_from``) needs a text dataset tokenized with
     its tokenizer; checked from its config and tokenizer alone, before any weight is read."""
-    from types import SimpleNamespace
+    from depthbench.data.text import check_tokenized_for
     spec = parse_spec(spec)
     tok = spec.path / "tokenizer.json"
-    check_text_dataset(SimpleNamespace(shape=load_shape(spec),
-                                       tokenizer_file=tok if tok.is_file() else None), ds, spec)
+    check_tokenized_for(ds, spec, tok if tok.is_file() else None, load_shape(spec))

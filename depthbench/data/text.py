@@ -244,3 +244,35 @@ class TextBatches:
         per = self.B // self.world
         mine = starts[self.rank * per:(self.rank + 1) * per]
         return np.stack([np.asarray(self.tokens[a:a + self.T], dtype=np.int64) for a in mine])
+
+
+def check_tokenized_for(ds, reader, tokenizer_file: Path | None, shape) -> None:
+    """A model reads a text dataset only if it was tokenized with the model's own tokenizer
+    (``prepare-text --tokenizer DIR/tokenizer.json``): every token of ``tokenizer_file`` (the
+    checkpoint folder's, None where it has none) has the same id in the dataset's, every id fits
+    the model's vocabulary and the dataset's windows fit its positions (``shape``: its
+    ``LoopShape``). ``reader`` (a ``ModelSpec``) names the model and its folder in the refusal."""
+    fix = (f"prepare the text with the model's tokenizer: depthbench prepare-text CORPUS --out "
+           f"DATA --tokenizer {reader.path}/tokenizer.json")
+    if getattr(ds, "kind", None) != "text":
+        raise TextDataError(f"{ds.path} is a synthetic people dataset in depthbench's own "
+                            f"vocabulary; {reader} reads text: {fix}")
+    if tokenizer_file is None:
+        raise TextDataError(f"{reader.path} has no tokenizer.json; a ported model is evaluated "
+                            "on text tokenized its own way: put the checkpoint's tokenizer.json "
+                            "in the folder")
+    tok, ds_tok = load_tokenizer(tokenizer_file), ds.tokenizer()
+    mine, theirs = tok.get_vocab(), ds_tok.get_vocab()
+    differ = [t for t, i in mine.items() if theirs.get(t) != i]
+    if not differ and tokenizer_model(tok) != tokenizer_model(ds_tok):
+        raise TextDataError(f"dataset {ds.path} was tokenized with the same vocabulary as "
+                            f"{tokenizer_file} but other merges or normalization, so the same "
+                            f"text becomes other tokens; {fix}")
+    if differ or len(theirs) > shape.vocab_size:
+        raise TextDataError(f"dataset {ds.path} was tokenized with another tokenizer than "
+                            f"{tokenizer_file} ({len(differ)} of its tokens differ; {len(theirs)}"
+                            f" ids for a model of {shape.vocab_size}); {fix}")
+    if ds.seq_len - 1 > shape.max_seq_len:
+        raise TextDataError(f"dataset {ds.path} has windows of {ds.seq_len - 1} tokens, more "
+                            f"than the model's {shape.max_seq_len} positions; prepare it with a "
+                            "shorter --seq-len")

@@ -341,16 +341,13 @@ def check_inputs(args: list[str]) -> None:
                             f"trained on {str(trained)[:12]}: its task files would score the "
                             "model on questions of another dataset; pass the run's own dataset")
     data = data or margs.get("data") or (read_run(run_dir).get("data") if run_dir else None)
+    from depthbench.loading import parse_spec
+    reads = {"run": run_dir, "data": Path(data) if data else None, "inputs": [run] if run else [],
+             "checkpoint": parse_spec(run).folder if run else None}
     for out in _opt(args, "--rows"):
-        refuse_over_inputs(row_paths(out), run_dir, Path(data) if data else None,
-                           [run] if run else [], flag="--rows")
+        refuse_over_inputs(row_paths(out), flag="--rows", **reads)
     for out in _opt(args, "--output_path") + _opt(args, "-o"):   # lm-eval's own results files
-        refuse_over_inputs([out], run_dir, Path(data) if data else None, [run] if run else [],
-                           flag="--output_path")
-    if run and _is_spec(run):   # nothing lands inside a checkpoint folder
-        from depthbench.loading import parse_spec, refuse_inside
-        refuse_inside(_opt(args, "--rows") + _opt(args, "--output_path") + _opt(args, "-o"),
-                      parse_spec(run))
+        refuse_over_inputs([out], flag="--output_path", **reads)
 
 
 def run_depths(args: list[str]) -> tuple[list[dict], list[Path]]:

@@ -155,7 +155,8 @@ def _nonempty(ds: Dataset, splits: list[str], named: bool) -> list[str]:
 def _model_eval(cfg: EvalConfig, rt):
     """``eval --model SPEC``: a ported or wrapped model on a text dataset tokenized its way."""
     from depthbench.data.synthetic import open_dataset
-    from depthbench.loading import check_text_dataset, load_model, parse_spec, refuse_inside
+    from depthbench.data.text import check_tokenized_for
+    from depthbench.loading import load_model, parse_spec
     from depthbench.schedules import parse_depths
     spec = parse_spec(cfg.model)
     if spec.kind == "run":
@@ -167,12 +168,12 @@ def _model_eval(cfg: EvalConfig, rt):
     if not cfg.out:
         raise UserError("eval --model needs --out FILE_BASE (a checkpoint folder holds only its "
                         "own files)")
-    refuse_inside(row_paths(cfg.out), spec)
+    refuse_over_inputs(row_paths(cfg.out), checkpoint=spec.folder)
     ds = open_dataset(cfg.data)
     refuse_over_inputs(row_paths(cfg.out), None, ds.path, [])
     _refuse_foreign_rows(cfg.out)
     model = load_model(spec, rt.device)
-    check_text_dataset(model, ds, spec)
+    check_tokenized_for(ds, spec, model.tokenizer_file, model.shape)
     ck = {"step": None, "path": model.source, "schedule": None}
     rows = _text_eval(cfg, model, ck, {}, model.source, ds, parse_depths(cfg.depths), rt)
     return rows, ck, Path(cfg.out), ds

@@ -27,6 +27,12 @@ class ModelSpec(NamedTuple):
     def __str__(self) -> str:
         return str(self.path) if self.kind == "run" else f"{self.kind}:{self.path}"
 
+    @property
+    def folder(self) -> Path | None:
+        """The checkpoint folder the spec reads (no output may land inside it); a run's own
+        files are guarded as a run's (``fsio.RUN_OWN``), so a run has none here."""
+        return self.path if self.kind != "run" and self.path.is_dir() else None
+
 
 def parse_spec(spec: str | ModelSpec) -> ModelSpec:
     """The kind and path of a model spec (a parsed one as it is)."""

@@ -295,13 +295,11 @@ def run_sim(cfg: SimConfig, log=None) -> dict:
     from depthbench.fsio import refuse_over_inputs
     replay = replay_file(cfg.exit)
     outs = [*(row_paths(cfg.out) if cfg.out else ()), *([Path(cfg.plot)] if cfg.plot else [])]
-    shape = None
-    if cfg.model:   # checked (and its shape read) before anything is printed
-        from depthbench.loading import load_shape, parse_spec, refuse_inside
-        spec = parse_spec(cfg.model)
-        refuse_inside(outs, spec)
-        shape = load_shape(spec)
-    refuse_over_inputs(outs, inputs=[p for p in (cfg.profile, replay) if p and Path(p).suffix])
+    from depthbench.loading import load_shape, parse_spec
+    spec = parse_spec(cfg.model) if cfg.model else None
+    refuse_over_inputs(outs, inputs=[p for p in (cfg.profile, replay) if p and Path(p).suffix],
+                       checkpoint=spec and spec.folder)
+    shape = load_shape(spec) if spec else None   # read before anything is printed
     if log:
         log(f"profile {profile.name}: {profile.source}")
     rows, results = sweep_points(cfg, profile, shape, log)

@@ -52,6 +52,8 @@ def open_target(cfg: ServeConfig, rt, outputs: list[Path]) -> ServeTarget:
     take the exit criterion or an output would land on a file or folder it reads (the run's own
     files, the dataset, a checkpoint folder, a replayed trace)."""
     from depthbench.fsio import refuse_over_inputs
+    from depthbench.loading import parse_spec
+    spec = parse_spec(cfg.model) if cfg.model else None   # parsed once, here
     run_dir = ds = None
     if cfg.run:
         from depthbench.checkpoint import open_run, run_dir_of, run_name
@@ -59,22 +61,23 @@ def open_target(cfg: ServeConfig, rt, outputs: list[Path]) -> ServeTarget:
         run_dir, seq_len = run_dir_of(cfg.run), ds.seq_len - 1
         names = (str(ck["path"]), run_name(cfg.run), ck.get("schedule"))
     else:
-        model, ds = open_model(cfg, rt, outputs)
+        model, ds = open_model(cfg, spec, rt)
         seq_len = cfg.prompt_len + (cfg.max_new_tokens or 32)
         names = (model.source, model.source, None)
     cfg.criterion.check_model(model.shape)
     inputs = [cfg.run, replay_file(cfg.exit)]
-    refuse_over_inputs(outputs, run_dir, ds.path if ds else None, inputs)
+    refuse_over_inputs(outputs, run_dir, ds.path if ds else None, inputs,
+                       checkpoint=spec and spec.folder)
     return ServeTarget(model, workload(cfg, ds, model.shape.vocab_size), seq_len, *names)
 
 
-def open_model(cfg: ServeConfig, rt, outputs: list[Path]):
-    """``(model, text dataset or None)`` of a ``--model SPEC`` or ``--random PRESET``, with the
-    ``--data`` it reads prompts from (tokenized the model's way)."""
+def open_model(cfg: ServeConfig, spec, rt):
+    """``(model, text dataset or None)`` of a ``--model SPEC`` (``spec``, parsed) or ``--random
+    PRESET``, with the ``--data`` it reads prompts from (tokenized the model's way)."""
     if cfg.data and not cfg.model:
         raise UserError("--data gives the workload of a RUN or a --model; --random prompts are "
                         "random tokens (leave --data out)")
-    if not cfg.model:
+    if spec is None:
         return random_model(cfg, rt), None
     from depthbench.loading import open_ported
-    return open_ported(cfg.model, cfg.data, rt.device, outputs)
+    return open_ported(spec, cfg.data, rt.device)

@@ -194,6 +194,10 @@ def test_a_missing_tokenizer_another_tokenizer_and_a_wrong_kind_are_refused(port
              (["eval", "--model", f"llama:{bare}", "--data", ported / "text-ouro"], "unknown model kind"),
              (["eval", "--model", f"ouro:{ported / 'ouro'}", "--data", ported / "text-ouro",
                "--out", ported / "ouro" / "rows"], "inside the checkpoint"),
+             (["serve-bench", "--model", f"ouro:{ported / 'ouro'}", "--data", ported / "text-ouro",
+               "--requests", "2", "--out", ported / "ouro" / "serve"], "inside the checkpoint"),
+             (["serve-sim", "--model", f"ouro:{ported / 'ouro'}", "--out",
+               ported / "ouro" / "sub" / "sim"], "inside the checkpoint"),
              (["serve-bench", "--model", f"huginn:{ported / 'huginn'}", "--exit", "gate:0.5"], "exit gate"),
              (["eval", "--model", f"ouro:{ported / 'ouro'}", "--data", ported / "text-ouro",
                "--checkpoint", "3"], "checkpoint"),
@@ -218,6 +222,7 @@ def test_a_missing_tokenizer_another_tokenizer_and_a_wrong_kind_are_refused(port
         assert r.exit_code == 2 and says in r.output, (args, r.output)
         assert len(r.output.strip().splitlines()) == 1 and "Traceback" not in r.output
     assert not list(tmp_path.glob("rows*")) and not list((ported / "ouro").glob("rows*"))
+    assert not list((ported / "ouro").glob("serve*")) and not (ported / "ouro" / "sub").exists()
 
 
 # ---- training a ported architecture under depthbench's schedules ---------------------------------
