@@ -224,8 +224,13 @@ def head_text(path: Path, size: int = 1 << 16) -> str:
 def refuse_foreign(paths, ours, flag: str = "--out") -> None:
     """Refuse (UserError) to replace a file the user keeps: every existing, non-empty file among
     ``paths`` must be one depthbench writes there (``ours(path)``: rows of a kind, a trace, a
-    record), so a rerun may replace its own outputs and nothing else."""
+    record), so a rerun may replace its own outputs and nothing else; and no path may lie under
+    a file (it could not be written after the work)."""
     for p in map(Path, paths):
+        under = next((q for q in p.parents if q.is_file()), None)
+        if under is not None:
+            raise UserError(f"{flag} would write {p}, but {under} is a file, not a folder; "
+                            "choose another path")
         if p.is_dir():
             raise UserError(f"{flag} would write {p}, which is a directory; choose another path")
         if p.is_file() and p.stat().st_size and not ours(p):

@@ -143,6 +143,12 @@ def lm_eval_cmd(ctx):
             cli_evaluate()
     except UserError as e:
         fail(str(e))
+    except ValueError as e:
+        if not str(e).startswith("Tasks not found"):
+            sys.stderr.write(held.getvalue())
+            raise
+        fail(f"lm-eval knows no task among --tasks ({str(e).split('.')[0]}); see `depthbench "
+             "lm-eval ls tasks`, or give the task's YAML folder with --include_path")
     except BaseException:
         sys.stderr.write(held.getvalue())
         raise

@@ -93,7 +93,13 @@ def _modes(given: dict, sets, modes) -> dict:
         raise UserError(f"--set {next(iter(train))}: a training key; serving takes model keys "
                         "only (d_model, n_heads, n_core, ...)")
     given["model_set"] = model or None
-    given["modes"] = modes and tuple(m.strip() for m in modes.split(",") if m.strip())
+    if modes is not None:
+        names = tuple(m.strip() for m in modes.split(",") if m.strip())
+        if not names:
+            from depthbench.config import SERVE_MODES
+            raise UserError(f"--modes {modes!r} names no mode; give one or more of "
+                            f"{', '.join(SERVE_MODES)}, comma-separated")
+        given["modes"] = names
     return given
 
 

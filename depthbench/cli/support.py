@@ -103,10 +103,22 @@ class Group(click.Group):
             click.echo(f"depthbench: error: {' '.join(str(e).split())}", err=True)
             sys.exit(2)
         except OSError as e:  # a full disk, a read-only directory, a vanished file
-            where = f" ({e.filename})" if e.filename else ""
-            click.echo(f"depthbench: error: {e.strerror or e}{where}; fix the path or free space "
-                       "and run again", err=True)
+            click.echo(f"depthbench: error: {os_error_line(e)}", err=True)
             sys.exit(2)
+
+
+def os_error_line(e: OSError) -> str:
+    """What went wrong on the file system, in one line with its fix: an output under a file
+    (a file stands where a folder of the path must be), else the system's words."""
+    from pathlib import Path
+    if isinstance(e, (FileExistsError, NotADirectoryError)) and e.filename:
+        p = Path(e.filename)
+        file = next((q for q in (p, *p.parents) if q.is_file()), None)
+        if file is not None:
+            return (f"{file} is a file, so nothing can be written under it ({e.filename}); "
+                    "choose an output path whose folders are folders")
+    where = f" ({e.filename})" if e.filename else ""
+    return f"{e.strerror or e}{where}; fix the path or free space and run again"
 
 
 def emit_json(obj: dict) -> None:

@@ -292,6 +292,10 @@ class SimConfig(ServeConfig):
                                    # 0: each request reserved at its whole length, never preempted
 
     def __post_init__(self):
+        if not self.exit and self.means and isinstance(self.means[0], (int, float)) \
+                and isinstance(self.max_depth, int):   # said as a mean, not as the exit it makes
+            require(1 <= self.means[0] <= self.max_depth, "means",
+                    f"must be in [1, max_depth={self.max_depth}] (got {self.means[0]:g})")
         if not self.exit:
             mean = self.means[0] if self.means else (1 + self.max_depth) / 2
             object.__setattr__(self, "exit", f"trace:{mean:g}")
@@ -304,12 +308,17 @@ class SimConfig(ServeConfig):
         require(kind in ("trace", "replay", "fixed"), "exit",
                "serve-sim needs exit depths known in advance: trace:MEAN, replay:FILE or fixed:K")
         for m in self.means:
-            require(1 <= m <= self.max_depth, "means", f"must be in [1, max_depth] (got {m:g})")
+            require(1 <= m <= self.max_depth, "means",
+                    f"must be in [1, max_depth={self.max_depth}] (got {m:g})")
         for r in self.rates:
             require(0 <= r <= 1e9, "rates", f"must be in [0, 1e9] requests/s (got {r:g})")
         require(not (self.rates and self.means), "rates",
                 "sweeps request rates at one exit; give --means or --rates, not both")
         require(len(set(self.rates)) == len(self.rates), "rates", "must not repeat")
+        require(not self.plot or bool(self.means or self.rates), "plot",
+                "draws a sweep: give --means or --rates with it, or leave --plot out")
+        require(not self.plot or self.plot.lower().endswith(".png"), "plot",
+                f"is drawn as a PNG: name a .png file (got {self.plot})")
         for w in self.calibrate_widths:
             require(1 <= w <= 1 << 16, "calibrate_widths", f"must be in 1..65536 (got {w})")
         require(0 <= self.kv_block <= 1 << 16, "kv_block",

@@ -51,6 +51,19 @@ class Ledger:
             key["task_path"] = _folder_digest(Path(st.config["task_path"]))
         return stage_hash(key)
 
+    def names(self, stage_id: str) -> bool:
+        """Whether ``--rerun`` names the stage (a pattern such as 'train-*', or all)."""
+        return any(p == "all" or fnmatch.fnmatchcase(stage_id, p) for p in self.rerun)
+
+    def check_rerun(self, stage_ids: list[str]) -> None:
+        """Refuse (UserError) a ``--rerun`` pattern that names no stage of the grid: a typo
+        would otherwise rerun nothing, and a changed stage would be refused after others ran."""
+        for p in self.rerun:
+            if p != "all" and not any(fnmatch.fnmatchcase(i, p) for i in stage_ids):
+                raise UserError(f"--rerun {p!r} names no stage of this grid (its stages: "
+                                f"{', '.join(stage_ids[:4])}{', ...' if len(stage_ids) > 4 else ''}"
+                                "); give a stage id, a pattern such as 'train-*', or all")
+
     def todo(self, st: Stage) -> bool:
         """Whether ``st`` must run: it has not finished, its inputs were rerun, or its settings
         changed and --rerun names it (then its old outputs are removed)."""
@@ -70,8 +83,7 @@ class Ledger:
                 shutil.rmtree(st.config["out"])
             return True
         # the report is drawn from the rows alone: it follows its inputs without --rerun
-        if st.command != "report" and not any(fnmatch.fnmatchcase(st.id, p) or p == "all"
-                                              for p in self.rerun):
+        if st.command != "report" and not self.names(st.id):
             raise UserError(f"stage {st.id} finished with other settings ({'; '.join(diff[:4])}"
                             f"{'; ...' if len(diff) > 4 else ''}); rerun it with --rerun "
                             f"'{st.id}' (patterns such as 'train-*' work), or give another --out")

@@ -92,6 +92,7 @@ class Pipeline:
                                 "choose another exit")
 
     def run(self, plan: bool = False) -> dict:
+        self.ledger.check_rerun([st.id for group in self.stages() for st in group])
         if plan:
             return self._plan()
         self.preflight()

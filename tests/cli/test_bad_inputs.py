@@ -406,6 +406,19 @@ def cases():
         ("eval-tag-not-scalar", ["eval", "--config", "{eval_tag_table}", "--out", "{out}"], "tags"),
         ("train-tag-relabels-schedule", ["train", "--config", "{train_forged}", "--results", "{out}"], "tag 'schedule' would replace"),
         ("serve-tag-names-key", ["serve-bench", "--config", "{serve_forged}", "--out", "{out}"], "tag 'mode' would replace"),
+        # ---- outputs that could not be written, and options that would do nothing -------
+        ("train-out-under-a-file", ["train", "--data", D, "--out", "{not_a_dir}/run", "--steps", "2"],
+         "is a file, so nothing can be written under it"),
+        ("eval-out-under-a-file", ["eval", R, "--depths", "1", "--out", "{not_a_dir}/rows"], "is a file, not a folder"),
+        ("serve-out-under-a-file", ["serve-bench", "--random", "tiny", "--requests", "2", "--out", "{not_a_dir}/s"],
+         "is a file, not a folder"),
+        ("serve-trace-under-a-file", ["serve-bench", "--random", "tiny", "--requests", "2", "--save-trace",
+                                      "{not_a_dir}/t.json"], "is a file, not a folder"),
+        ("serve-modes-empty", ["serve-bench", R, "--modes", " , "], "names no mode"),
+        ("sim-plot-without-sweep", ["serve-sim", "--random", "tiny", "--plot", "{out}.png"], "draws a sweep"),
+        ("sim-plot-not-png", ["serve-sim", "--random", "tiny", "--means", "4", "--plot", "{out}.pdf"], "name a .png file"),
+        ("sim-mean-zero", ["serve-sim", "--random", "tiny", "--means", "0"], "--means: must be in [1, max_depth=16]"),
+        ("run-rerun-names-no-stage", ["run", "smoke", "--out", "{out}", "--rerun", "trian-*"], "names no stage"),
     ]
 
 

@@ -142,3 +142,16 @@ def test_model_args_are_typed_from_lm_evals_own_argument_string():
                         ({"checkpoint_step": -1}, "checkpoint_step"), ({"nope": 1}, "nope")]:
         with pytest.raises(UserError, match=needle):
             ModelArgs.parse({"pretrained": "nowhere/run", **bad})
+
+
+def test_an_unknown_lm_eval_task_is_one_line(trained_run, small_data):
+    """lm-eval raises a ValueError for a task it does not know; through depthbench it is one
+    line naming the task, not a traceback."""
+    pytest.importorskip("lm_eval")
+    p = subprocess.run([sys.executable, "-m", "depthbench", "lm-eval", "run", "--model", "depthbench",
+                        "--model_args", f"pretrained={trained_run}", "--tasks", "no_such_task",
+                        "--metadata", json.dumps({"data": str(small_data)})],
+                       capture_output=True, text=True, timeout=300)
+    lines = p.stderr.strip().splitlines()
+    assert p.returncode == 2 and len(lines) == 1, p.stderr[-2000:]
+    assert "knows no task" in lines[0] and "no_such_task" in lines[0] and "Traceback" not in p.stderr
