@@ -57,10 +57,21 @@ def _read(path: Path) -> pd.DataFrame:
                         "regenerate it with depthbench")
     try:
         if path.suffix == ".jsonl":
+            _check_json_lines(path)
             return pd.read_json(path, lines=True, dtype=False)   # as written: 0.0 stays a float
         return pd.read_csv(path)
     except (ValueError, pd.errors.ParserError, UnicodeDecodeError) as e:
         raise UserError(f"cannot read result file {path}: {str(e)[:100]}") from None
+
+
+def _check_json_lines(path: Path) -> None:
+    """Every non-blank line of a ``.jsonl`` result file is a row, a JSON object (pandas reads
+    a list or a string there as something else, or fails with its own words)."""
+    with open(path, encoding="utf-8") as f:
+        for i, line in enumerate(f, 1):
+            if line.strip() and not line.lstrip().startswith("{"):
+                raise UserError(f"result file {path} line {i} is not a row (a JSON object); "
+                                "regenerate it with depthbench")
 
 
 def load_rows(paths: list[Path]) -> dict[str, pd.DataFrame]:

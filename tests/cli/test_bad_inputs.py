@@ -204,6 +204,8 @@ def bad(small_data, trained_run, tmp_path_factory):
         "nll": 1.0, "bits_per_person": 1.0, "exact_match": 0.1, "ceiling_bits": 48.0,
         "modeled_train_flops": 1.0}) + "\n")
     paths["rows_bad_schedule"] = root / "rows_sched"
+    (root / "rows_list_line.jsonl").write_text('{"kind": "eval"}\n[1, 2]\n')
+    paths["rows_list_line"] = root / "rows_list_line.jsonl"
     (root / "trace_other.json").write_text('{"9999": [1, 2]}')
     paths["trace_other"] = root / "trace_other.json"
     (root / "trace_bool.json").write_text('{"0": [true, 1]}')
@@ -392,6 +394,7 @@ def cases():
         ("resume-log-step-string", ["train", "--config", "{run_log_step_str_job}"], "'step' must be an integer"),
         ("resume-log-no-step", ["train", "--config", "{run_log_no_step_job}"], "'step' must be an integer"),
         ("run-json-flop-model-edited", ["eval", "{run_flop_model}"], "'flop_model'"),
+        ("report-line-not-a-row", ["report", "{rows_list_line}", "--out", "{out}"], "line 2 is not a row"),
         ("report-schedule-not-a-spec", ["report", "{rows_bad_schedule}", "--out", "{out}"], "is not a schedule spec"),
         ("sim-profile-efficiency-zero", ["serve-sim", "--random", "tiny", "--profile", "{prof_eff0}"], "flops_efficiency"),
         ("sim-profile-peak-bool", ["serve-sim", "--random", "tiny", "--profile", "{prof_peak_bool}"], "not numbers"),
