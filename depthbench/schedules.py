@@ -182,7 +182,11 @@ def _finish(tail: str, spec: str) -> Schedule:
     return finish
 
 
-def parse_schedule(spec: str) -> Schedule:
+def parse_schedule(spec: str | Schedule) -> Schedule:
+    """The ``Schedule`` a spec names (a parsed one as it is); ScheduleError where it names
+    none."""
+    if isinstance(spec, Schedule):
+        return spec
     if not isinstance(spec, str) or ":" not in spec:
         raise ScheduleError(f"schedule {spec!r} is not a spec; specs: {SPEC_HELP}")
     kind, _, rest = spec.strip().partition(":")

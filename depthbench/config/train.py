@@ -169,6 +169,11 @@ class TrainJob(PlainConfig):
     tracker: str = ""
     tracker_dir: str = ""
 
+    @property
+    def depth_schedule(self):
+        """``schedule`` parsed (a ``schedules.Schedule``), where the config entered."""
+        return self._schedule
+
     @classmethod
     def from_dict(cls, d: dict):
         d = dict(d)
@@ -182,8 +187,8 @@ class TrainJob(PlainConfig):
 
     def __post_init__(self):
         self._check_types()
-        try:
-            parse_schedule(self.schedule)
+        try:   # parsed once, here
+            object.__setattr__(self, "_schedule", parse_schedule(self.schedule))
         except UserError as e:
             raise ConfigError(f"schedule: {e}") from None
         require(all(k >= 0 for k in self.keep_after_switch), "keep_after_switch", "must be >= 0")

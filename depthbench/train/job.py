@@ -13,20 +13,21 @@ from depthbench.errors import UserError
 from depthbench.flops import FlopModel
 from depthbench.rows import tag_rows, write_rows
 from depthbench.runlog import metrics_rows
-from depthbench.schedules import parse_schedule
+from depthbench.schedules import Schedule, parse_schedule
 from depthbench.train.loop import prepare_model_config, run_record, train
 
 
-def matched_steps(ref_run: str | Path, schedule_spec: str, data: str | Path,
+def matched_steps(ref_run: str | Path, schedule: str | Schedule, data: str | Path,
                   model_cfg: ModelConfig, batch_size: int, seed: int) -> int:
-    """Steps for which ``schedule_spec`` spends the modeled training FLOPs of ``ref_run``."""
+    """Steps for which ``schedule`` (a spec or parsed) spends the modeled training FLOPs of
+    ``ref_run``."""
     from depthbench.flops import matched_run_steps
     ref = ckpt.read_run(ref_run)
     ds = open_dataset(data, verify=False)
     m = model_cfg.replace(vocab_size=model_cfg.vocab_size or len(ds.vocab))
     return matched_run_steps(FlopModel(**ref["flop_model"]), parse_schedule(ref["schedule"]),
                              ref["train"]["steps"], ref["seed"], ref["tokens_per_step"],
-                             FlopModel.of(m, ds.seq_len - 1), parse_schedule(schedule_spec), seed,
+                             FlopModel.of(m, ds.seq_len - 1), parse_schedule(schedule), seed,
                              batch_size * (ds.seq_len - 1))
 
 
@@ -63,9 +64,9 @@ def resolved_train_config(job: TrainJob) -> TrainConfig:
     """The job's TrainConfig with ``match_flops`` and ``keep_after_switch`` applied."""
     cfg = job.train
     if job.match_flops:
-        cfg = cfg.replace(steps=matched_steps(job.match_flops, job.schedule, job.data, job.model,
-                                              cfg.batch_size, cfg.seed))
-    switch = parse_schedule(job.schedule).switch_step(cfg.steps)
+        cfg = cfg.replace(steps=matched_steps(job.match_flops, job.depth_schedule, job.data,
+                                              job.model, cfg.batch_size, cfg.seed))
+    switch = job.depth_schedule.switch_step(cfg.steps)
     if job.keep_after_switch and switch is not None:
         extra = {switch + k for k in job.keep_after_switch if 0 < switch + k <= cfg.steps}
         cfg = cfg.replace(keep_steps=sorted({*cfg.keep_steps, *extra}))
@@ -77,7 +78,7 @@ def job_record(job: TrainJob) -> dict:
     ds = open_dataset(job.data, verify=False)
     tcfg = resolved_train_config(job)
     mcfg = prepare_model_config(ds, job.model, tcfg)
-    return run_record(mcfg, tcfg, parse_schedule(job.schedule), ds,
+    return run_record(mcfg, tcfg, job.depth_schedule, ds,
                        FlopModel.of(mcfg, ds.seq_len - 1), tcfg.tokens_per_step(ds.seq_len))
 
 
@@ -98,7 +99,7 @@ def run_train(job: TrainJob, log=print, progress: bool = True) -> dict:
                          {"schedule": job.schedule, "model": job.model.to_dict(),
                           "train": tcfg.to_dict()})
     try:
-        summary = train(job.data, job.out, job.model, tcfg, job.schedule, resume=job.resume,
+        summary = train(job.data, job.out, job.model, tcfg, job.depth_schedule, resume=job.resume,
                         progress=progress, log=log,
                         start=(job.start_from, job.start_step) if job.start_from else None,
                         share_steps=job.share_steps, on_row=live and live.row)

@@ -114,14 +114,15 @@ class Launch:
 
 
 def train(data: str | Path, out: str | Path, model_cfg: ModelConfig, train_cfg: TrainConfig,
-          schedule_spec: str, resume: bool = False, progress: bool = True,
+          schedule: str | Schedule, resume: bool = False, progress: bool = True,
           log=print, start: tuple[str, int] | None = None, share_steps=(), on_row=None) -> dict:
-    """Train (or resume) one run. ``start`` = (RUN, STEP): a new run starts from RUN's
-    checkpoint at STEP, which must hold this run's own state there (``shared_steps``: refused
-    otherwise); where RUN kept no checkpoint at STEP it trains from step 0, to the same result.
+    """Train (or resume) one run under ``schedule`` (a spec or parsed). ``start`` = (RUN,
+    STEP): a new run starts from RUN's checkpoint at STEP, which must hold this run's own state
+    there (``shared_steps``: refused otherwise); where RUN kept no checkpoint at STEP it trains
+    from step 0, to the same result.
     ``share_steps``: steps whose checkpoints this run also keeps, for runs that start there.
     ``on_row``: called with each row appended to metrics.jsonl (a tracker's live view)."""
-    job = Launch(Path(data), Path(out), model_cfg, train_cfg, parse_schedule(schedule_spec),
+    job = Launch(Path(data), Path(out), model_cfg, train_cfg, parse_schedule(schedule),
                  resume, start, tuple(share_steps))
     out = job.out
     rt = setup(train_cfg.device, train_cfg.threads)

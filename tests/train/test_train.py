@@ -17,6 +17,7 @@ from depthbench.cli.main import main
 from depthbench.config import ModelConfig, TrainConfig
 from depthbench.data.generate import generate
 from depthbench.data_gen import Attribute, GenConfig
+from depthbench.errors import UserError
 from depthbench.flops import FlopModel, schedule_flops
 from depthbench.runlog import metrics_rows
 from depthbench.schedules import parse_schedule
@@ -58,7 +59,9 @@ GOLDEN = [3.4088, 3.3553, 3.2964, 3.2666, 3.2540]  # dataset format 4
 
 def test_golden_losses_and_determinism(data, tmp_path):
     a = train(data, tmp_path / "a", MODEL, tcfg(), "uniform:1-6", progress=False, log=quiet)
-    b = train(data, tmp_path / "b", MODEL, tcfg(), "uniform:1-6", progress=False, log=quiet)
+    # the schedule given parsed (as run_train passes a TrainJob's) trains the same run
+    b = train(data, tmp_path / "b", MODEL, tcfg(), parse_schedule("uniform:1-6"), progress=False,
+              log=quiet)
     assert losses(tmp_path / "a") == losses(tmp_path / "b")
     assert a["final_loss"] == b["final_loss"]
     assert losses(tmp_path / "a")[:5] == pytest.approx(GOLDEN, abs=2e-4)
@@ -421,3 +424,14 @@ def test_quiet_hides_progress_and_verbose_adds_the_config(small_data, tmp_path):
     assert "TrainJob: {" in out["-v"] and "TrainJob" not in out[""]
     r = CliRunner().invoke(main, ["-q", "-v", *args, "--out", str(tmp_path / "both")])
     assert r.exit_code == 2 and "-q or -v" in r.stderr
+
+
+def test_a_train_job_parses_its_schedule_once_where_it_enters():
+    from depthbench.config import TrainJob
+    job = TrainJob(data="d", out="o", schedule=" fixed-first:0.5:2:1-4")
+    assert job.depth_schedule == parse_schedule(" fixed-first:0.5:2:1-4")
+    assert job.depth_schedule.switch_step(10) == parse_schedule("fixed-first:0.5:2:1-4").switch_step(10)
+    assert job.replace(schedule="fixed:3").depth_schedule.canonical == "fixed:3"
+    assert "_schedule" not in job.to_dict()   # the config's keys are its fields only
+    with pytest.raises(UserError, match="schedule"):
+        TrainJob(data="d", out="o", schedule="fixed:0")
