@@ -79,6 +79,9 @@ def _verify(path: Path) -> None:
     """Against the sha256 the trainer wrote beside it: torch.load checks no CRC, so a
     checkpoint that cannot be verified is not loaded."""
     side = checksum_path(path)
+    if not side.is_file() and not zipfile.is_zipfile(path):   # torch.save writes a zip
+        raise CheckpointError(f"{path} is not a checkpoint (a .pt file that depthbench train "
+                              "wrote) nor a run directory; give the run directory")
     if not side.is_file():
         raise CheckpointError(f"checkpoint {path} has no checksum file {side.name} beside it, so "
                               "its weights cannot be verified; copy the .sha256 file with the "

@@ -24,7 +24,8 @@ from depthbench.errors import UserError
 @click.option("--split", "splits", multiple=True, help="Split to evaluate (repeatable; default: all).")
 @click.option("--checkpoint", type=click.IntRange(0, 10**9), help="Checkpoint step (default: the latest).")
 @click.option("--batch-size", type=cs.BATCH, show_default=default_of(EvalConfig, "batch_size"))
-@click.option("--max-people", type=cs.COUNT, help="Evaluate only the first N people of each split.")
+@click.option("--max-people", type=cs.COUNT,
+              help="Evaluate only the first N people of each split (a text run: the first N windows).")
 @click.option("--out", type=click.Path(), help="Result file base (.csv and .jsonl are written).")
 @click.option("--device", show_default=default_of(EvalConfig, "device"), help="auto, cpu or cuda.")
 @click.option("--harness", type=click.Choice(["native", "lm-eval"]), show_default="native",

@@ -328,10 +328,15 @@ def _write_splits(tok, inputs: list[str], tmp: Path, val_fraction: float, seed: 
     return {**splits.counts, **dropped}, splits.held_out
 
 
-def _check_counts(counts: dict, val_fraction: float, seq_len: int) -> None:
-    """Splits that could not train or be read: no document, no side, or less than a window."""
+def _check_counts(counts: dict, val_fraction: float, seq_len: int, contained: int = 0) -> None:
+    """Splits that could not train or be read: no document, no side, or less than a window
+    (``contained``: validation documents dropped as contained in training)."""
     if not counts["train"]["documents"] + counts["validation"]["documents"]:
         raise TextDataError("the corpus holds no document (empty input)")
+    if not counts["validation"]["documents"] and contained:
+        raise TextDataError(f"every validation document ({contained}) repeats text of the "
+                            "training documents, so none is held out (each was dropped as "
+                            "contained in training); give a corpus of more varied documents")
     if not counts["validation"]["documents"]:
         raise TextDataError(f"--val-fraction {val_fraction} left no validation document of "
                             f"{counts['train']['documents']}; raise it")
@@ -395,7 +400,7 @@ def _prepare_text(inputs, files, out: Path, vocab_size, tokenizer, val_fraction,
         removed = counts.pop("duplicates_removed")
         near = counts.pop("near_duplicates_removed")
         inside = counts.pop("contained_in_training")
-        _check_counts(counts, val_fraction, seq_len)
+        _check_counts(counts, val_fraction, seq_len, inside["documents"])
         # a second pass over the training documents leaves out cloze candidates they contain
         training = (d for d, key in unique_documents(inputs, copies=copies)
                     if not in_validation(key, seed, val_fraction))

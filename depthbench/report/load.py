@@ -74,20 +74,33 @@ def _check_json_lines(path: Path) -> None:
                                 "regenerate it with depthbench")
 
 
+def _training_log(f: Path) -> bool:
+    """A run directory's ``metrics.jsonl``: its training log, read as ``curve`` rows only
+    through ``depthbench train --results``."""
+    return f.name == "metrics.jsonl" and (f.parent / "run.json").is_file()
+
+
 def load_rows(paths: list[Path]) -> dict[str, pd.DataFrame]:
     files: list[Path] = []
     for p in map(Path, paths):
-        if p.is_dir():
-            found = sorted(p.rglob("*.jsonl"))
+        if p.is_dir():   # a training run's log is no result rows (its eval/ rows are)
+            found = [f for f in sorted(p.rglob("*.jsonl")) if not _training_log(f)]
             # a CSV next to a JSONL of the same name is the same rows
             found += [c for c in sorted(p.rglob("*.csv")) if not c.with_suffix(".jsonl").exists()]
             files += found
+        elif _training_log(p):
+            raise UserError(f"{p} is a training run's log, not result rows; evaluate the run "
+                            f"(depthbench eval {p.parent}), or train with --results DIR for its "
+                            "curve rows")
         elif p.is_file():
             files.append(p)
         else:
             raise UserError(f"result path {p} does not exist")
     if not files:
-        raise UserError(f"no result files (.jsonl or .csv) under {', '.join(map(str, paths))}")
+        runs = [str(p) for p in map(Path, paths) if (p / "run.json").is_file()]
+        raise UserError(f"no result files (.jsonl or .csv) under {', '.join(map(str, paths))}"
+                        + (f"; {runs[0]} is a training run: evaluate it first (depthbench eval "
+                           f"{runs[0]} writes its rows under {runs[0]}/eval)" if runs else ""))
     # a file named twice (a directory and a file in it, or a path spelled two ways) is read once
     files = list({f.resolve(): f for f in files}.values())
     kinds: dict[str, list[pd.DataFrame]] = {k: [] for k in SCHEMA}

@@ -179,8 +179,9 @@ def _start_checkpoint(out: Path, resume: bool, record: dict) -> Path | None:
     if resume:
         diff = _same_run(ckpt.read_run(out), record)
         if diff:
-            raise UserError(f"cannot resume {out}: its {', '.join(diff)} differ from this "
-                            "command's; resume with the same settings or train into a new --out")
+            raise UserError(f"cannot resume {out}: its {', '.join(diff)} "
+                            f"{'differ' if len(diff) > 1 else 'differs'} from this command's; "
+                            "resume with the same settings or train into a new --out")
         return ckpt.latest(out)
     if out.exists() and not is_empty_dir(out):
         raise UserError(f"{out} is not empty; pass --resume to continue that run or choose "

@@ -879,3 +879,17 @@ def test_prepare_text_counts_every_document_it_writes_on_its_progress_bar(tmp_pa
     m = prepare_text([str(d)], tmp_path / "a", vocab_size=300, val_fraction=0.1, seq_len=16)
     (bar,) = [b for b in _Bar.made if b.desc == "prepare-text"]
     assert bar.n == sum(m["splits"][s]["documents"] for s in m["splits"]) > 0
+
+
+def test_a_corpus_whose_held_out_documents_all_repeat_training_text_says_so(tmp_path):
+    """Documents that differ in one number only: every one drawn for validation is contained in
+    training and dropped, so no validation is left; the refusal names that cause (more varied
+    text), not the validation fraction, which no value of would mend."""
+    from depthbench.data.text import TextDataError
+    docs = [{"text": f"The quick brown fox {i} jumps over the lazy dog near the river bank, "
+                     "and the old dog sleeps there all day long."} for i in range(200)]
+    (tmp_path / "a.jsonl").write_text("".join(json.dumps(d) + "\n" for d in docs))
+    with pytest.raises(TextDataError, match=r"every validation document \(\d+\) repeats text"):
+        prepare_text([str(tmp_path / "a.jsonl")], tmp_path / "ds", vocab_size=300,
+                     val_fraction=0.1, seq_len=8, seed=0)
+    assert not (tmp_path / "ds").exists()

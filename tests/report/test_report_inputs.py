@@ -138,3 +138,18 @@ def test_the_report_takes_serve_rows_without_a_static_baseline(tmp_path):
     r = CliRunner().invoke(main, ["report", str(tmp_path / "cdb.jsonl"), "--out", str(tmp_path / "rep")])
     assert r.exit_code == 0, r.output
     assert "no static baseline" in (tmp_path / "rep" / "README.md").read_text()
+
+
+def test_a_folder_with_training_runs_reads_their_rows_not_their_logs(tmp_path):
+    """An experiment folder holds run directories beside its rows: each run's metrics.jsonl
+    (its training log) is passed over, the rows are read as from the rows alone."""
+    rows = _rows(tmp_path, TABLE3)
+    run = tmp_path / "rows" / "runs" / "r"
+    run.mkdir(parents=True)
+    (run / "run.json").write_text("{}")
+    (run / "metrics.jsonl").write_text(json.dumps({"step": 1, "loss": 3.0}) + "\n")
+    (tmp_path / "b").mkdir()
+    alone = load_rows([_rows(tmp_path / "b", TABLE3)])
+    got = load_rows([rows])
+    assert set(got) == set(alone) == {"eval"}
+    pd.testing.assert_frame_equal(got["eval"], alone["eval"])
