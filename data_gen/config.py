@@ -290,11 +290,18 @@ PRESETS = {"tiny": tiny, "small": small, "paper": paper}
 
 
 def parse_value(text: str):
-    """A --set value: JSON when it parses (numbers, booleans, lists), else the plain string."""
+    """A --set value: JSON when it parses (numbers, booleans, lists), a list of bare words
+    (``[eval_reordered, fixed:2]``, as a shell leaves it without quotes) as a list of their
+    values, else the plain string."""
     try:
         return json.loads(text)
     except json.JSONDecodeError:
-        return text
+        pass
+    inner = text.strip()[1:-1] if text.strip()[:1] + text.strip()[-1:] == "[]" else None
+    items = [t.strip() for t in inner.split(",")] if inner and "[" not in inner else []
+    if items and all(items):
+        return [parse_value(t) for t in items]
+    return text
 
 
 def resolve_config(preset: str | None = "tiny", config_file: str | Path | None = None,

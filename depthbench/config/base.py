@@ -45,7 +45,7 @@ def _type_problem(value, annotation: str) -> str | None:
         return None if ok else "must be a list of integers"
     if annotation == "tuple[str, ...]":
         ok = isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value)
-        return None if ok else "must be a list of strings"
+        return None if ok else 'must be a list of strings, e.g. ["a", "b"]'
     if annotation == "tuple[float, ...]":
         ok = isinstance(value, (list, tuple)) and all(
             type(v) in (int, float) and math.isfinite(v) for v in value)

@@ -269,3 +269,16 @@ def test_the_tiered_task_is_the_dataset_the_committed_table3_rows_were_trained_o
         "n_people": 256, "exposure": "1,8,64,512",
         "attributes": "birth_city:64,employer:64,university:64,major:64,birth_date:64,work_city:64"})
     assert recorded == {generate(cfg, tmp_path / "d")["dataset_hash"]}
+
+
+@given(st.lists(st.from_regex(r"[a-z][a-z0-9_]*(:[0-9]+(-[0-9]+)?)?", fullmatch=True),
+                min_size=1, max_size=5), st.sampled_from([", ", ",", " , "]))
+def test_a_set_list_of_bare_words_reads_as_the_quoted_list(words, sep):
+    """``--set key=[a, b]`` (a shell strips the quotes of ``["a", "b"]``) is the list the
+    JSON spelling gives; JSON, numbers and a broken list read as before."""
+    from depthbench.data_gen.config import parse_value
+    words = [w for w in words if w not in ("true", "false", "null")] or ["x"]
+    assert parse_value("[" + sep.join(words) + "]") == json.loads(json.dumps(words))
+    assert parse_value('["a", 2]') == ["a", 2] and parse_value("[1, 2]") == [1, 2]
+    assert parse_value("[1,") == "[1," and parse_value("[a,,b]") == "[a,,b]"
+    assert parse_value("3") == 3 and parse_value("fixed:2") == "fixed:2"
