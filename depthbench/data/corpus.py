@@ -331,8 +331,13 @@ def _write_splits(tok, inputs: list[str], tmp: Path, val_fraction: float, seed: 
 def _check_counts(counts: dict, val_fraction: float, seq_len: int, contained: int = 0) -> None:
     """Splits that could not train or be read: no document, no side, or less than a window
     (``contained``: validation documents dropped as contained in training)."""
-    if not counts["train"]["documents"] + counts["validation"]["documents"]:
+    n_docs = counts["train"]["documents"] + counts["validation"]["documents"] + contained
+    if not n_docs:
         raise TextDataError("the corpus holds no document (empty input)")
+    if n_docs == 1:
+        raise TextDataError("the corpus holds one document, and a held-out split needs several "
+                            "(a .txt file's documents are separated by blank lines; a .jsonl "
+                            "holds one a line)")
     if not counts["validation"]["documents"] and contained:
         raise TextDataError(f"every validation document ({contained}) repeats text of the "
                             "training documents, so none is held out (each was dropped as "

@@ -893,3 +893,13 @@ def test_a_corpus_whose_held_out_documents_all_repeat_training_text_says_so(tmp_
         prepare_text([str(tmp_path / "a.jsonl")], tmp_path / "ds", vocab_size=300,
                      val_fraction=0.1, seq_len=8, seed=0)
     assert not (tmp_path / "ds").exists()
+
+
+def test_a_corpus_of_one_document_is_refused_as_such(tmp_path):
+    """A .txt of lines without a blank line between them is one document; no validation
+    fraction can hold part of it out, so the refusal says what a document is."""
+    from depthbench.data.text import TextDataError
+    (tmp_path / "a.txt").write_text("".join(f"line {i} of the same document\n" for i in range(50)))
+    with pytest.raises(TextDataError, match="holds one document"):
+        prepare_text([str(tmp_path / "a.txt")], tmp_path / "ds", vocab_size=300, seq_len=8)
+    assert not (tmp_path / "ds").exists()
