@@ -296,12 +296,17 @@ def parse_value(text: str):
     try:
         return json.loads(text)
     except json.JSONDecodeError:
-        pass
-    inner = text.strip()[1:-1] if text.strip()[:1] + text.strip()[-1:] == "[]" else None
-    items = [t.strip() for t in inner.split(",")] if inner and "[" not in inner else []
-    if items and all(items):
-        return [parse_value(t) for t in items]
-    return text
+        return _bare_list(text)
+
+
+def _bare_list(text: str):
+    """``[a, b]``'s items, each a ``parse_value``; any other text (a nested or broken list,
+    an empty item) as it is."""
+    s = text.strip()
+    if not (s.startswith("[") and s.endswith("]")) or "[" in s[1:-1]:
+        return text
+    items = [t.strip() for t in s[1:-1].split(",")]
+    return [parse_value(t) for t in items] if all(items) else text
 
 
 def resolve_config(preset: str | None = "tiny", config_file: str | Path | None = None,
