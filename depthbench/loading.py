@@ -69,7 +69,8 @@ def load_shape(spec: str | ModelSpec):
 def open_ported(spec: str | ModelSpec, data: str | None, device="cpu", verify: bool = True):
     """``(model, text dataset or None)``: a ported or wrapped model ``spec`` and the text
     dataset ``data`` it reads (none given: None), checked to be tokenized its way
-    (``data.text.check_tokenized_for``) before it is used. The spec is parsed once, here."""
+    (``data.text.check_tokenized_for``) before it is used. ``spec``: text, or parsed already
+    (``parse_spec``) by a caller that reads its folder too."""
     spec = parse_spec(spec)
     ds = None
     if data:
