@@ -205,6 +205,9 @@ def resolve(run_or_ckpt: str | Path, step: int | None = None) -> Path:
                                   f"{', '.join(map(str, ckpts)) or 'none'}")
         return ckpts[step]
     c = latest(p)
+    if c is None and (p / "config.json").is_file() and any(p.glob("*.safetensors")):
+        raise CheckpointError(f"{p} is a model folder (an export or a port), not a run; load it "
+                              f"with --model depthbench:{p} (or ouro:, huginn:, hf:)")
     if c is None:
         raise CheckpointError(f"run {p} has no checkpoint; train it with `depthbench train`")
     return c

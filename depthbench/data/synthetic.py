@@ -54,10 +54,12 @@ class Dataset:
         mpath = self.path / "manifest.json"
         if not self.path.exists():
             raise DatasetError(f"dataset directory {self.path} does not exist; create it with "
-                               "`depthbench generate --out DIR`")
+                               "`depthbench generate --out DIR` (people) or `depthbench "
+                               "prepare-text CORPUS --out DIR` (text)")
         if not self.path.is_dir():
             raise DatasetError(f"{self.path} is a file, not a dataset directory; pass the directory "
-                               "that `depthbench generate --out DIR` wrote")
+                               "that `depthbench generate --out DIR` wrote (a corpus file: "
+                               "`depthbench prepare-text FILE --out DIR` makes one of it)")
         if not mpath.is_file():
             raise DatasetError(f"{self.path} has no manifest.json: not a depthbench dataset; {FIX}")
         self.manifest, self.config = _read_manifest(mpath)

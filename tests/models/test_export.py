@@ -48,6 +48,10 @@ def test_an_exported_run_reloads_to_the_same_logits_and_documents_itself(trained
                                   str(tmp_path / "x200")])
     assert r.exit_code == 0, r.output
     early, _ = load_run(trained_run, 200)
+    # an export given where a run goes: named as a model folder, with the spec that loads it
+    r = CliRunner().invoke(main, ["eval", str(out), "--depths", "1", "--out", str(tmp_path / "e")])
+    assert r.exit_code == 2 and f"--model depthbench:{out}" in r.stderr, r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1 and not list(tmp_path.glob("e.*"))
     _logits_equal(early, load_model(f"depthbench:{tmp_path / 'x200'}"), early.cfg.vocab_size)
 
 
